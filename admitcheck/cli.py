@@ -1,0 +1,184 @@
+"""The command line: each command parses, calls the library, renders, and picks the exit code.
+
+    admitcheck demo                         # toy pair end to end
+    admitcheck measure examples/toy_measure.yaml --json
+
+Exit codes: 0 success / all admitted, 1 a candidate rejected, 2 bad input, 3 runtime failure.
+Heavy imports (torch, transformers, vllm) happen inside the commands, so `--help` and `validate` are instant.
+Only this module prints to the terminal or chooses exit codes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+
+from admitcheck.errors import AdmitcheckError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+    help="Mismatch budgets for on-policy distillation: calibrate how much training-inference mismatch a "
+    "student/teacher pair tolerates, then admit or reject rollout configs against it.",
+)
+err = Console(stderr=True)
+out = Console()
+
+ConfigArg = Annotated[Path, typer.Argument(help="Path to the YAML config file.", show_default=False)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout instead of tables.")]
+
+
+def _guard(fn: Callable[[], int | None]) -> None:
+    """Run a command body; user errors become one red panel and exit 2 (or 3 for engine failures)."""
+    try:
+        code = fn() or 0
+    except AdmitcheckError as exc:
+        err.print(Panel(str(exc), title=f"admitcheck: {type(exc).__name__}", border_style="red", expand=False))
+        raise typer.Exit(exc.exit_code) from None
+    except MemoryError:
+        err.print(Panel("out of memory", title="admitcheck: runtime failure", border_style="red", expand=False))
+        raise typer.Exit(3) from None
+    raise typer.Exit(code)
+
+
+def _progress() -> Callable[[str, int, int], None]:
+    def report(label: str, done: int, total: int) -> None:
+        if sys.stderr.isatty() or os.environ.get("ADMITCHECK_PROGRESS"):
+            err.print(f"[dim]{label}: batch {done}/{total}[/dim]")
+
+    return report
+
+
+def _fmt(x: Any, digits: int = 3) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        if x != x:
+            return "nan"
+        if x == 0:
+            return "0"
+        if abs(x) < 1e-3 or abs(x) >= 1e4:
+            return f"{x:.{digits - 1}e}"
+        return f"{x:.{digits}g}"
+    return str(x)
+
+
+def _interval(ci: tuple[float, float] | None) -> str:
+    return f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "-"
+
+
+# --------------------------------------------------------------------------------------------------- measure
+
+_MEASURE_ROWS = (
+    "k3",
+    "k1",
+    "k2",
+    "kl_exact",
+    "abs_diff_mean",
+    "abs_diff_p99",
+    "abs_diff_max",
+    "mult_prob_error",
+    "prob_diff_max",
+    "chi2_token",
+    "is_frac_outside",
+    "ess",
+    "seq_log_ratio_mean",
+)
+
+
+def render_measure(report) -> None:
+    table = Table(title="mismatch against the reference (nats/token unless noted)")
+    table.add_column("metric")
+    cols = [("candidate", report.candidate)] + ([("floor", report.floor)] if report.floor else [])
+    for name, _ in cols:
+        table.add_column(name, justify="right")
+        table.add_column(f"{name} 95% CI", justify="right")
+    for key in _MEASURE_ROWS:
+        if key not in report.candidate.metrics.values:
+            continue
+        row = [key]
+        for _, m in cols:
+            row += [_fmt(m.metrics.values.get(key)), _interval(m.metrics.intervals.get(key))]
+        table.add_row(*row)
+    out.print(table)
+    buckets = Table(title="candidate k3 by response position")
+    for c in ("positions", "tokens", "k3", "k3 95% CI"):
+        buckets.add_column(c, justify="right")
+    for b in report.candidate.metrics.position_buckets:
+        buckets.add_row(f"{b.start}-{b.end - 1}", str(b.num_tokens), _fmt(b.k3), _interval(b.k3_interval))
+    out.print(buckets)
+    c = report.candidate
+    out.print(
+        f"{c.num_sequences} sequences, {c.num_tokens} tokens; engine start {c.seconds_engine_start:.1f} s, "
+        f"measurement {c.seconds_measure:.1f} s; total {report.seconds_total:.1f} s"
+    )
+
+
+@app.command()
+def measure(config: ConfigArg, as_json: JsonOpt = False) -> None:
+    """Measure a rollout config's mismatch against the reference on the probe set, beside the noise floor."""
+
+    def body() -> int:
+        from admitcheck import io
+        from admitcheck.config import MeasureConfig
+        from admitcheck.measure import measure as run_measure
+
+        cfg = io.load_config(config, MeasureConfig)
+        report = run_measure(cfg, config_file=str(config), progress=_progress())
+        if as_json:
+            print(json.dumps(report.to_dict(), indent=2))
+        else:
+            render_measure(report)
+        return 0
+
+    _guard(body)
+
+
+# --------------------------------------------------------------------------------------------------- toy pair
+
+
+@app.command("toy-pair")
+def toy_pair(
+    directory: Annotated[Path, typer.Argument(help="Where to build the toy pair (teacher/, student/, prompts/).")],
+    seed: Annotated[int, typer.Option(help="Seed for data, initialisation and training.")] = 0,
+    force: Annotated[bool, typer.Option("--force", help="Rebuild even when a matching build is cached.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Build the built-in toy student/teacher pair as standard HF model dirs plus prompt sets."""
+
+    def body() -> int:
+        from admitcheck.toy import build_toy_pair
+
+        summary = build_toy_pair(directory, seed=seed, force=force)
+        if as_json:
+            print(json.dumps(summary.to_dict(), indent=2))
+        else:
+            render_toy(summary)
+        return 0
+
+    _guard(body)
+
+
+def render_toy(summary) -> None:
+    d = summary.to_dict()
+    table = Table(title=f"toy pair in {d.get('directory', '')}")
+    table.add_column("field")
+    table.add_column("value", justify="right")
+    for k, v in d.items():
+        if k != "directory":
+            table.add_row(k, _fmt(v) if not isinstance(v, dict) else json.dumps(v))
+    out.print(table)
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()

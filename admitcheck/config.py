@@ -1,0 +1,310 @@
+"""pydantic schemas for every YAML admitcheck reads. Unknown keys are errors (a typo must not pass silently).
+
+    cfg = admitcheck.io.load_config("examples/toy_measure.yaml", MeasureConfig)
+    cfg.rollout.weights.format   # "fp8_e4m3"
+
+Relative paths in a config are resolved against the config file's directory by `io.load_config`.
+Constraints live in types; cross-field rules raise ValueError naming the fields (pydantic adds the path).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Dtype = Literal["float32", "bfloat16", "float16", "float64"]
+MetricName = Literal["k1", "k2", "k3", "kl_exact", "abs_diff_mean", "mult_prob_error", "chi2_token"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PairConfig(Strict):
+    """The student and teacher: HF model dirs (or ids already on disk); the tokenizer is the student's by default."""
+
+    name: str | None = None  # names calibrations/<name>.yaml; default: the student dir's name
+    student: str
+    teacher: str
+    tokenizer: str | None = None  # dir of the tokenizer; default: the student dir
+
+
+class ProbeConfig(Strict):
+    """The prompts a measurement samples from."""
+
+    prompts: str  # JSONL, one {"prompt": ..., "answer": ...} per line
+    num_prompts: int = Field(64, gt=0)  # prompts used (the first N of the file)
+    max_new_tokens: int = Field(64, gt=0)  # response length cap, tokens
+    batch_size: int = Field(32, gt=0)  # sequences per engine call
+    seed: int = 0  # sampling seed; batch i uses seed + i
+
+
+class SamplingConfig(Strict):
+    """How tokens are drawn; μ is the distribution after these transforms (REFERENCE §2, sampling semantics)."""
+
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0)  # 0 = off
+
+
+class ReferenceConfig(Strict):
+    """The student in trainer precision, re-scoring the sampled tokens by teacher forcing."""
+
+    dtype: Dtype = "float32"
+    device: str = "cpu"  # "cpu", "cuda", "cuda:N"
+
+
+class WeightsRecipe(Strict):
+    """Quantization of the rollout engine's Linear weights (fake-quantized: the engine computes in its dtype)."""
+
+    format: Literal["fp8_e4m3", "fp8_e5m2", "int8"]
+    granularity: Literal["tensor", "channel", "block"] = "channel"  # scale per tensor / output channel / block
+    block_size: int = Field(128, gt=0)  # block edge for granularity=block (vLLM: 128x128)
+    activations: Literal["none", "fp8_per_token"] = "none"  # dynamic per-token FP8 inputs of each quantized Linear
+    exclude: list[str] = []  # module-name globs kept in the engine dtype, e.g. "model.layers.0.*", "*.mlp.down_proj"
+    exclude_layers: list[int] = []  # decoder layer indices kept in the engine dtype
+    include_embeddings: bool = False  # also quantize embed_tokens and lm_head (vLLM never does)
+
+    @model_validator(mode="after")
+    def _int8_is_per_channel(self) -> WeightsRecipe:
+        if self.format == "int8" and self.granularity != "channel":
+            raise ValueError("format int8 supports only granularity: channel")
+        if self.format == "int8" and self.activations != "none":
+            raise ValueError("activations: fp8_per_token needs an fp8 weight format, not int8")
+        return self
+
+
+class KVCacheConfig(Strict):
+    """KV-cache storage dtype. FP8 K/V are quantized with scale 1.0 as they enter the cache (vLLM's default)."""
+
+    dtype: Literal["auto", "fp8_e4m3", "fp8_e5m2"] = "auto"  # auto = the engine dtype
+    skip_layers: list[int] = []  # layers whose cache stays in the engine dtype
+
+
+class NoiseConfig(Strict):
+    """Relative Gaussian weight noise: w += relative_std * rms(w) * N(0, 1), per tensor, on the engine's copy."""
+
+    relative_std: float = Field(0.0, ge=0)
+    seed: int = 0
+
+
+class VLLMOptions(Strict):
+    """Options passed to vllm.LLM (only for engine: vllm)."""
+
+    gpu_memory_utilization: float = Field(0.5, gt=0, le=1)
+    kv_cache_memory_bytes: int | None = Field(None, gt=0)  # fixed KV-cache size; on CPU sets VLLM_CPU_KVCACHE_SPACE
+    max_model_len: int | None = Field(None, gt=0)
+    enforce_eager: bool = True
+
+
+class RolloutConfig(Strict):
+    """A rollout config (a candidate): how the rollout engine runs."""
+
+    engine: Literal["hf", "vllm"] = "hf"
+    dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"
+    device: str = "cpu"  # hf engine only: "cpu", "cuda", "cuda:N"
+    weights: WeightsRecipe | None = None  # None = weights in the engine dtype
+    kv_cache: KVCacheConfig = KVCacheConfig()
+    noise: NoiseConfig = NoiseConfig()
+    weights_from: str | None = None  # checkpoint dir to load instead of the student's (stale weights)
+    vllm: VLLMOptions = VLLMOptions()
+
+    @property
+    def is_perturbed(self) -> bool:
+        """True when anything beyond the dtype differs from the plain student."""
+        return (
+            self.weights is not None
+            or self.kv_cache.dtype != "auto"
+            or self.noise.relative_std > 0
+            or self.weights_from is not None
+        )
+
+
+class MeasureConfig(Strict):
+    """`admitcheck measure`: one candidate's mismatch against the reference, beside the noise floor."""
+
+    pair: PairConfig
+    probe: ProbeConfig
+    sampling: SamplingConfig = SamplingConfig()
+    reference: ReferenceConfig = ReferenceConfig()
+    rollout: RolloutConfig
+    floor: bool = True  # also measure the engine in the reference's configuration (the noise floor)
+    full_logprobs: bool = True  # compare full distributions too (kl_exact); costs (B, T, V) memory
+    confidence: float = Field(0.95, gt=0, lt=1)
+
+
+# ------------------------------------------------------------------------------------------------ calibration
+
+
+class TrainConfig(Strict):
+    """The OPD training recipe of every calibration run (REFERENCE §1, §3.6): the budget belongs to this recipe."""
+
+    prompts: str  # JSONL train prompts
+    steps: int = Field(100, gt=0)  # optimizer steps per run
+    batch_size: int = Field(32, gt=0)  # rollouts per step
+    max_new_tokens: int = Field(32, gt=0)  # response cap during training, tokens
+    lr: float = Field(3e-4, gt=0)  # AdamW learning rate
+    weight_decay: float = Field(0.0, ge=0)
+    grad_clip: float | None = Field(1.0, gt=0)  # global grad-norm clip; null = off
+    loss: Literal["pg", "gkd_reverse_kl"] = "pg"  # sampled-token policy gradient, or full-vocabulary reverse KL
+    student_logprobs: Literal["trainer", "rollout"] = "trainer"  # advantage from trainer recompute (verl) or engine
+    tis_cap: float | None = Field(None, gt=0)  # truncated importance sampling: weight min(pi/mu, C); null = plain ratio
+    temperature: float = Field(1.0, gt=0)  # rollout sampling temperature during training
+
+
+class EvalConfig(Strict):
+    """Quality: held-out reverse KL student->teacher per token on the student's own samples (reference precision)."""
+
+    prompts: str  # JSONL eval prompts
+    num_prompts: int = Field(128, gt=0)
+    max_new_tokens: int = Field(32, gt=0)
+    batch_size: int = Field(64, gt=0)
+    every: int = Field(0, ge=0)  # also evaluate every N steps (0 = only start and end)
+    seed: int = 12345  # eval sampling seed, the same for every run
+
+
+class AutoNoiseLevels(Strict):
+    """An automatic grid of weight-noise sizes whose measured mismatch spans [min_mismatch, max_mismatch]."""
+
+    count: int = Field(6, ge=2)  # noise levels besides the baseline
+    min_mismatch: float = Field(1e-4, gt=0)  # nats/token, k3
+    max_mismatch: float = Field(1.0, gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> AutoNoiseLevels:
+        if self.max_mismatch <= self.min_mismatch:
+            raise ValueError("max_mismatch must be greater than min_mismatch")
+        return self
+
+
+class LevelConfig(Strict):
+    """One extra calibration level: a named rollout config, a fixed noise size, or a staleness."""
+
+    name: str = Field(min_length=1)
+    rollout: RolloutConfig | None = None  # a real precision recipe
+    relative_std: float | None = Field(None, gt=0)  # weight noise of this relative size
+    staleness: int | None = Field(None, gt=0)  # rollouts from weights this many optimizer steps old
+    seeds: int = Field(1, gt=0)
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> LevelConfig:
+        given = [k for k in ("rollout", "relative_std", "staleness") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"a level sets exactly one of rollout, relative_std, staleness (got {given or 'none'})")
+        return self
+
+
+class LevelsConfig(Strict):
+    auto_noise: AutoNoiseLevels | None = AutoNoiseLevels()  # null = no automatic grid
+    extra: list[LevelConfig] = []
+    baseline_seeds: int = Field(3, ge=3)  # seeds of the unperturbed run (the seed-noise band)
+    seeds: int = Field(1, gt=0)  # seeds of each automatic level
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> LevelsConfig:
+        if self.auto_noise is None and not self.extra:
+            raise ValueError("no levels: set auto_noise or list levels under extra")
+        names = [lv.name for lv in self.extra]
+        if len(set(names)) != len(names):
+            raise ValueError("level names under extra must be unique")
+        return self
+
+
+class ToleranceConfig(Strict):
+    """τ, the quality cost allowed: max(relative * baseline quality, k * baseline seed std), or a fixed value."""
+
+    relative: float = Field(0.05, gt=0)
+    seed_std_multiple: float = Field(2.0, ge=0)
+    absolute: float | None = Field(None, gt=0)  # nats/token; overrides the two rules above
+
+
+class CalibrateConfig(Strict):
+    """`admitcheck calibrate`: short OPD runs at controlled mismatch levels -> curve -> budget."""
+
+    pair: PairConfig
+    probe: ProbeConfig  # how each level's mismatch is measured: a screen must use the same protocol
+    sampling: SamplingConfig = SamplingConfig()
+    reference: ReferenceConfig = ReferenceConfig()
+    metric: MetricName = "k3"
+    rollout: RolloutConfig = RolloutConfig(dtype="float32")  # the unperturbed engine the levels perturb
+    train: TrainConfig
+    eval: EvalConfig
+    levels: LevelsConfig = LevelsConfig()
+    tolerance: ToleranceConfig = ToleranceConfig()
+    bootstrap: int = Field(500, ge=50)  # bootstrap resamples for the budget interval
+    confidence: float = Field(0.95, gt=0, lt=1)
+    output: str | None = None  # artifact path; default calibrations/<pair name>.yaml next to the config
+    seed: int = 0  # base seed of the runs (run seed = seed + replicate index)
+
+
+# ------------------------------------------------------------------------------------------------ screening
+
+
+class CandidateConfig(Strict):
+    """One named candidate: a rollout config, or a staleness (rollouts k optimizer steps behind)."""
+
+    name: str = Field(min_length=1)
+    rollout: RolloutConfig | None = None
+    staleness: int | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _one(self) -> CandidateConfig:
+        if (self.rollout is None) == (self.staleness is None):
+            raise ValueError("a candidate sets exactly one of rollout or staleness")
+        return self
+
+
+class ScreenProbeConfig(ProbeConfig):
+    """Sequential probing: at least min_prompts, then more batches until decided, at most num_prompts."""
+
+    min_prompts: int = Field(32, gt=0)
+
+    @model_validator(mode="after")
+    def _min_le_max(self) -> ScreenProbeConfig:
+        if self.min_prompts > self.num_prompts:
+            raise ValueError("probe.min_prompts must be <= probe.num_prompts")
+        return self
+
+
+class PolicyConfig(Strict):
+    confidence: float = Field(0.95, gt=0, lt=1)  # two-sided level of the bounds compared with the budget
+    undecided: Literal["reject", "admit"] = "reject"  # what a marginal (still undecided at the maximum) gets
+
+
+class CapacityConfig(Strict):
+    """Memory the KV-capacity column assumes (REFERENCE §4)."""
+
+    gpu_memory_gib: float = Field(80.0, gt=0)
+    utilization: float = Field(0.9, gt=0, le=1)
+    activation_reserve_gib: float = Field(2.0, ge=0)
+    model_config_path: str | None = None  # config.json of the deployed model; default: the student's
+
+
+class LogsSource(Strict):
+    path: str  # JSONL (rollout_logprobs, trainer_logprobs[, mask]) per sequence, or Parquet with those columns
+
+
+class ScreenConfig(Strict):
+    """`admitcheck screen`: verdicts for candidates against a calibration."""
+
+    pair: PairConfig
+    calibration: str  # the calibration artifact (YAML)
+    probe: ScreenProbeConfig
+    sampling: SamplingConfig = SamplingConfig()
+    reference: ReferenceConfig = ReferenceConfig()
+    candidates: list[CandidateConfig] = Field(min_length=1)
+    policy: PolicyConfig = PolicyConfig()
+    capacity: CapacityConfig = CapacityConfig()
+    source: Literal["engine", "logs"] = "engine"
+    logs: LogsSource | None = None
+    full_logprobs: bool = True
+
+    @model_validator(mode="after")
+    def _check(self) -> ScreenConfig:
+        names = [c.name for c in self.candidates]
+        if len(set(names)) != len(names):
+            raise ValueError("candidate names must be unique")
+        if self.source == "logs" and self.logs is None:
+            raise ValueError("source: logs needs a logs: {path: ...} section")
+        return self

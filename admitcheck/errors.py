@@ -1,0 +1,36 @@
+"""Errors a user can cause. `cli.py` catches `AdmitcheckError` once and prints `file: field: message`, exit 2/3.
+
+raise ConfigError("probe.max_new_tokens must be > 0", file="run.yaml", field="probe.max_new_tokens")
+"""
+
+from __future__ import annotations
+
+
+class AdmitcheckError(Exception):
+    """Base of every error a user can cause; `exit_code` is what the CLI exits with."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, file: str | None = None, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.file = file
+        self.field = field
+
+    def __str__(self) -> str:
+        parts = [p for p in (self.file, self.field) if p]
+        return ": ".join([*parts, self.message])
+
+
+class ConfigError(AdmitcheckError):
+    """A config file, prompt file, model dir or log file that cannot be used as given (exit 2)."""
+
+
+class CalibrationError(AdmitcheckError):
+    """A missing, corrupt or incompatible calibration artifact or ledger (exit 2)."""
+
+
+class EngineError(AdmitcheckError):
+    """The rollout engine failed at run time: it would not start, ran out of memory (exit 3)."""
+
+    exit_code = 3

@@ -1,0 +1,271 @@
+"""The file-system edge: configs, prompt sets, models, tokenizers, atomic writes and fingerprints.
+
+    cfg = load_config("examples/toy_measure.yaml", MeasureConfig)   # ConfigError names file and field
+    prompts = read_prompts(cfg.probe.prompts)                        # [{"prompt": ..., "answer": ...}, ...]
+    write_text_atomic("calibrations/toy.yaml", text)                 # never leaves a half-written file
+
+Every user-causable failure here is a `ConfigError` naming the file and, where there is one, the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from admitcheck.errors import ConfigError
+
+M = TypeVar("M", bound=BaseModel)
+
+# Keys that hold paths anywhere in a config; resolved against the config file's directory.
+_PATH_KEYS = {"prompts", "weights_from", "calibration", "output", "path", "model_config_path"}
+_MODEL_KEYS = {"student", "teacher", "tokenizer"}  # may also be hub ids already in the local cache
+
+
+def read_yaml(path: str | Path) -> Any:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError("file not found", file=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read: {exc}", file=str(path)) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"malformed YAML: {where}{problem}", file=str(path)) from None
+
+
+def _resolve_paths(data: Any, base: Path, key: str | None = None) -> Any:
+    """Recursively make the path-valued keys absolute (relative to `base`); model ids are kept when not a path."""
+    if isinstance(data, dict):
+        return {k: _resolve_paths(v, base, k) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_resolve_paths(v, base, key) for v in data]
+    relative = isinstance(data, str) and data and not os.path.isabs(data)
+    if relative and (key in _PATH_KEYS or (key in _MODEL_KEYS and (base / data).exists())):
+        return str((base / data).resolve())
+    return data
+
+
+def validation_error(exc: ValidationError, file: str) -> ConfigError:
+    """The first pydantic error as one ConfigError naming the dotted field path."""
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key (check the spelling; see the config reference in README.md)"
+    elif err["type"] == "missing":
+        msg = "required field is missing"
+    more = len(exc.errors()) - 1
+    if more:
+        msg += f" (and {more} more error{'s' if more > 1 else ''})"
+    return ConfigError(msg, file=file, field=loc)
+
+
+def load_config(path: str | Path, model: type[M], overrides: dict | None = None) -> M:
+    """Parse and validate a YAML config; relative paths become absolute against the file's directory."""
+    path = Path(path)
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError("expected a mapping of sections at the top level", file=str(path))
+    data = _resolve_paths(data, path.resolve().parent)
+    if overrides:
+        data = {**data, **overrides}
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc, str(path)) from None
+
+
+def read_prompts(path: str | Path, limit: int | None = None, *, field: str = "probe.prompts") -> list[dict]:
+    """A JSONL prompt set: one object per line with a string "prompt" (and optional "answer")."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("prompts file not found", file=str(path), field=field)
+    rows: list[dict] = []
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"line {lineno}: not valid JSON ({exc.msg})", file=str(path), field=field) from None
+            if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or not row["prompt"]:
+                raise ConfigError(
+                    f'line {lineno}: expected an object with a non-empty string "prompt"', file=str(path), field=field
+                )
+            rows.append(row)
+            if limit is not None and len(rows) >= limit:
+                break
+    if not rows:
+        raise ConfigError("prompts file holds no prompts", file=str(path), field=field)
+    return rows
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write via a temp file in the same dir and os.replace, so readers never see a partial file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def append_jsonl(path: str | Path, record: dict) -> None:
+    """Append one JSON line and fsync (a ledger entry survives a crash right after this returns)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps(record, sort_keys=True) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    path = Path(path)
+    out = []
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if line.strip():
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise ConfigError(f"line {lineno}: not valid JSON ({exc.msg})", file=str(path)) from None
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- fingerprints
+
+
+def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with Path(path).open("rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fingerprint_dir(path: str | Path, patterns: tuple[str, ...]) -> str:
+    """sha256 over the (name, content hash) of the files in `path` matching any pattern, sorted by name."""
+    path = Path(path)
+    h = hashlib.sha256()
+    files = sorted({p for pat in patterns for p in path.glob(pat) if p.is_file()})
+    for p in files:
+        h.update(p.name.encode())
+        h.update(sha256_file(p).encode())
+    return h.hexdigest()
+
+
+def fingerprint_model(path: str | Path) -> dict[str, str]:
+    """{"config": ..., "weights": ...} hashes of an HF model dir."""
+    return {
+        "config": fingerprint_dir(path, ("config.json",)),
+        "weights": fingerprint_dir(path, ("*.safetensors", "*.bin")),
+    }
+
+
+def fingerprint_tokenizer(path: str | Path) -> str:
+    return fingerprint_dir(path, ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.*"))
+
+
+# ----------------------------------------------------------------------------------------------- models
+
+
+def load_tokenizer(path: str | Path, *, file: str | None = None, field: str = "pair.tokenizer"):
+    """AutoTokenizer from a local dir (offline); a ConfigError when it is not one."""
+    from transformers import AutoTokenizer
+
+    path = Path(path)
+    if not path.is_dir():
+        raise ConfigError(f"tokenizer dir not found: {path}", file=file, field=field)
+    try:
+        tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except Exception as exc:  # transformers raises many types for a dir that is not a tokenizer
+        raise ConfigError(f"not a tokenizer dir: {path} ({type(exc).__name__})", file=file, field=field) from None
+    if tok.eos_token_id is None:
+        raise ConfigError(f"tokenizer in {path} defines no eos_token", file=file, field=field)
+    return tok
+
+
+def load_causal_lm(
+    path: str | Path,
+    dtype: str = "float32",
+    device: str = "cpu",
+    *,
+    file: str | None = None,
+    field: str = "pair.student",
+):
+    """AutoModelForCausalLM from a local dir in `dtype` on `device`, in eval mode; a ConfigError when it is not one."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise ConfigError(f"not a model dir (no config.json): {path}", file=file, field=field)
+    try:
+        hf_config = AutoConfig.from_pretrained(str(path), local_files_only=True)
+    except Exception as exc:
+        raise ConfigError(f"unreadable config.json in {path} ({exc})", file=file, field=field) from None
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype), local_files_only=True)
+    except ValueError as exc:
+        kind = getattr(hf_config, "model_type", "?")
+        raise ConfigError(
+            f"not a causal LM (model_type {kind!r}): {path} ({exc})".split("\n")[0], file=file, field=field
+        ) from None
+    except (OSError, RuntimeError) as exc:
+        raise ConfigError(f"cannot load model from {path}: {exc}".split("\n")[0], file=file, field=field) from None
+    return model.to(device).eval()
+
+
+def check_causal_lm(path: str | Path, *, file: str | None = None, field: str = "pair.teacher") -> dict:
+    """Check, without loading weights, that `path` is a causal-LM dir; returns its config.json as a dict."""
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise ConfigError(f"not a model dir (no config.json): {path}", file=file, field=field)
+    try:
+        cfg = AutoConfig.from_pretrained(str(path), local_files_only=True)
+    except Exception as exc:
+        raise ConfigError(f"unreadable config.json in {path} ({exc})".split("\n")[0], file=file, field=field) from None
+    archs = getattr(cfg, "architectures", None) or []
+    if cfg.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and not any(a.endswith("ForCausalLM") for a in archs):
+        raise ConfigError(f"not a causal LM (model_type {cfg.model_type!r}): {path}", file=file, field=field)
+    if not any(path.glob("*.safetensors")) and not any(path.glob("*.bin")):
+        raise ConfigError(f"model dir has no weights (*.safetensors): {path}", file=file, field=field)
+    return cfg.to_dict()

