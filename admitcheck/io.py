@@ -230,25 +230,19 @@ def load_causal_lm(
 ):
     """AutoModelForCausalLM from a local dir in `dtype` on `device`, in eval mode; a ConfigError when it is not one."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    path = Path(path)
-    if not (path / "config.json").is_file():
-        raise ConfigError(f"not a model dir (no config.json): {path}", file=file, field=field)
-    try:
-        hf_config = AutoConfig.from_pretrained(str(path), local_files_only=True)
-    except Exception as exc:
-        raise ConfigError(f"unreadable config.json in {path} ({exc})", file=file, field=field) from None
+    check_causal_lm(path, file=file, field=field)
     try:
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype), local_files_only=True)
-    except ValueError as exc:
-        kind = getattr(hf_config, "model_type", "?")
-        raise ConfigError(
-            f"not a causal LM (model_type {kind!r}): {path} ({exc})".split("\n")[0], file=file, field=field
-        ) from None
-    except (OSError, RuntimeError) as exc:
+    except (OSError, ValueError, RuntimeError) as exc:
         raise ConfigError(f"cannot load model from {path}: {exc}".split("\n")[0], file=file, field=field) from None
-    return model.to(device).eval()
+    try:
+        return model.to(device).eval()
+    except (RuntimeError, AssertionError) as exc:  # e.g. "cuda" on a machine without CUDA
+        raise ConfigError(
+            f"cannot move the model to device {device!r}: {exc}".split("\n")[0], file=file, field=field
+        ) from None
 
 
 def check_causal_lm(path: str | Path, *, file: str | None = None, field: str = "pair.teacher") -> dict:

@@ -56,6 +56,19 @@ def load_pair_tokenizer(pair: PairConfig, *, file: str | None = None, check_teac
     return PairTokens(tok, int(tok.eos_token_id), int(pad), len(tok))
 
 
+def check_devices(config, *, file: str | None = None) -> None:
+    """A CUDA device asked for on a machine without one is a config error, named by its field."""
+    fields = [("reference.device", config.reference.device)]
+    rollout = getattr(config, "rollout", None)
+    if rollout is not None and rollout.engine == "hf":
+        fields.append(("rollout.device", rollout.device))
+    for name, device in fields:
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise ConfigError(f"device {device!r} asked for, but no CUDA GPU is available here", file=file, field=name)
+        if not (device == "cpu" or device.startswith("cuda") or device == "mps"):
+            raise ConfigError(f"unknown device {device!r} (use cpu, cuda or cuda:N)", file=file, field=name)
+
+
 def tokenize_prompts(tokens: PairTokens, prompts: list[dict], *, file: str | None = None) -> list[list[int]]:
     out = []
     for i, row in enumerate(prompts):
@@ -238,6 +251,7 @@ def measure(
 ) -> MismatchReport:
     """The candidate's mismatch metrics beside the noise floor, on `config.probe`."""
     t0 = time.perf_counter()
+    check_devices(config, file=config_file)
     tokens = load_pair_tokenizer(config.pair, file=config_file)
     prompts = io.read_prompts(config.probe.prompts, limit=config.probe.num_prompts)
     prompt_ids = tokenize_prompts(tokens, prompts, file=config.probe.prompts)

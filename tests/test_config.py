@@ -1,0 +1,131 @@
+"""Config schemas: every shipped YAML parses; typos, wrong types and bad values name the file and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from admitcheck import io
+from admitcheck.config import CalibrateConfig, MeasureConfig, RolloutConfig, ScreenConfig, WeightsRecipe
+from admitcheck.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMAS = {"measure": MeasureConfig, "calibrate": CalibrateConfig, "screen": ScreenConfig}
+
+
+def schema_for(path: Path):
+    data = io.read_yaml(path)
+    if "candidates" in data:
+        return ScreenConfig
+    if "train" in data:
+        return CalibrateConfig
+    return MeasureConfig
+
+
+def shipped_configs() -> list[Path]:
+    return sorted((ROOT / "examples").rglob("*.yaml"))  # recursive: a config in a subfolder is covered too
+
+
+def test_examples_exist():
+    assert len(shipped_configs()) >= 2
+
+
+@pytest.mark.parametrize("path", shipped_configs(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_shipped_config_parses(path: Path):
+    cfg = io.load_config(path, schema_for(path))
+    assert cfg.pair.student  # paths resolved against the file's directory
+    assert Path(cfg.probe.prompts).is_absolute()
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "cfg.yaml"
+    p.write_text(text)
+    return p
+
+
+GOOD = """
+pair: {student: s, teacher: t}
+probe: {prompts: p.jsonl, num_prompts: 4, max_new_tokens: 8}
+rollout: {engine: hf, dtype: bfloat16}
+"""
+
+
+def test_good_config_resolves_paths(tmp_path):
+    cfg = io.load_config(write(tmp_path, GOOD), MeasureConfig)
+    assert cfg.probe.prompts == str((tmp_path / "p.jsonl").resolve())
+    assert cfg.pair.student == "s"  # not a path that exists: kept as given (could be a cached hub id)
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "words"),
+    [
+        (GOOD.replace("max_new_tokens: 8", "max_new_tokens: 0"), "probe.max_new_tokens", "greater than 0"),
+        (GOOD.replace("max_new_tokens: 8", "max_new_token: 8"), "probe.max_new_token", "unknown key"),
+        (GOOD.replace("num_prompts: 4", "num_prompts: many"), "probe.num_prompts", "integer"),
+        (GOOD.replace("engine: hf", "engine: sglang"), "rollout.engine", "'hf' or 'vllm'"),
+        (GOOD.replace("pair: {student: s, teacher: t}", "pair: {student: s}"), "pair.teacher", "missing"),
+        (GOOD + "rollout2: {}\n", "rollout2", "unknown key"),
+        (GOOD + "sampling: {top_p: 1.5}\n", "sampling.top_p", "less than or equal to 1"),
+    ],
+)
+def test_bad_values_name_the_field(tmp_path, text, field, words):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        io.load_config(path, MeasureConfig)
+    assert info.value.file == str(path)
+    assert info.value.field == field
+    assert words in info.value.message
+
+
+def test_malformed_yaml_gives_line(tmp_path):
+    path = write(tmp_path, "pair: {student: s\nprobe: [\n")
+    with pytest.raises(ConfigError, match="malformed YAML: line"):
+        io.load_config(path, MeasureConfig)
+
+
+def test_missing_file():
+    with pytest.raises(ConfigError, match="file not found"):
+        io.load_config("/nonexistent/admitcheck.yaml", MeasureConfig)
+
+
+def test_top_level_must_be_mapping(tmp_path):
+    with pytest.raises(ConfigError, match="mapping"):
+        io.load_config(write(tmp_path, "- a\n- b\n"), MeasureConfig)
+
+
+def test_cross_field_rules():
+    with pytest.raises(ValueError, match="int8"):
+        WeightsRecipe(format="int8", granularity="block")
+    assert not RolloutConfig().is_perturbed
+    assert RolloutConfig(noise={"relative_std": 0.1}).is_perturbed
+
+
+def test_prompts_file_errors(tmp_path):
+    p = tmp_path / "p.jsonl"
+    p.write_text('{"prompt": "1 2 ="}\n{"prompt": oops}\n')
+    with pytest.raises(ConfigError, match="line 2: not valid JSON") as info:
+        io.read_prompts(p)
+    assert info.value.field == "probe.prompts"
+    p.write_text('{"answer": "3"}\n')
+    with pytest.raises(ConfigError, match='line 1: expected an object with a non-empty string "prompt"'):
+        io.read_prompts(p)
+    p.write_text("\n")
+    with pytest.raises(ConfigError, match="no prompts"):
+        io.read_prompts(p)
+    with pytest.raises(ConfigError, match="not found"):
+        io.read_prompts(tmp_path / "missing.jsonl")
+
+
+def test_atomic_write_keeps_old_file_on_failure(tmp_path, monkeypatch):
+    target = tmp_path / "a.yaml"
+    io.write_text_atomic(target, "old\n")
+
+    def boom(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("os.replace", boom)
+    with pytest.raises(OSError):
+        io.write_text_atomic(target, "new\n")
+    assert target.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["a.yaml"]  # no temp file left behind
