@@ -289,3 +289,10 @@ def measure(
             **common,
         )
     return MismatchReport(candidate, floor, config.sampling, config.probe, config.reference, time.perf_counter() - t0)
+
+
+def check_pair(pair: PairConfig, *, file: str | None = None) -> PairTokens:
+    """Validate a pair without loading weights: both dirs are causal LMs with weights, tokenizers agree."""
+    io.check_causal_lm(pair.student, file=file, field="pair.student")
+    io.check_causal_lm(pair.teacher, file=file, field="pair.teacher")
+    return load_pair_tokenizer(pair, file=file)
