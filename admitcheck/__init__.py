@@ -19,7 +19,7 @@ _API = {
     "measure": ("admitcheck.measure", "measure"),
     "calibrate": ("admitcheck.calibrate", "calibrate"),
     "screen": ("admitcheck.screen", "screen"),
-    "load_calibration": ("admitcheck.calibrate", "load_calibration"),
+    "load_calibration": ("admitcheck.artifact", "load_calibration"),
     "mismatch_metrics": ("admitcheck.metrics", "mismatch_metrics"),
 }
 

@@ -180,5 +180,180 @@ def render_toy(summary) -> None:
     out.print(table)
 
 
+# --------------------------------------------------------------------------------------------------- calibrate
+
+
+@app.command()
+def calibrate(
+    config: ConfigArg,
+    jobs: Annotated[int, typer.Option("--jobs", help="Run levels in this many parallel processes.")] = 1,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run short OPD trainings at controlled mismatch levels and write the pair's mismatch budget (resumable)."""
+
+    def body() -> int:
+        from admitcheck import io
+        from admitcheck.calibrate import calibrate as run_calibrate
+        from admitcheck.config import CalibrateConfig
+
+        cfg = io.load_config(config, CalibrateConfig)
+        cal = run_calibrate(cfg, config_file=str(config), jobs=jobs, progress=_progress())
+        if as_json:
+            print(json.dumps(cal.to_dict(), indent=2, default=str))
+        else:
+            render_calibration(cal)
+        return 0
+
+    _guard(body)
+
+
+def render_calibration(cal) -> None:
+    runs = Table(title="calibration runs (mismatch and quality in nats/token)")
+    for c in ("level", "seed", "mismatch", "95% CI", "quality", "quality cost"):
+        runs.add_column(c, justify="right" if c != "level" else "left")
+    for r in cal.run_rows():
+        runs.add_row(
+            str(r["level"]),
+            str(r["seed"]),
+            _fmt(r["mismatch"]),
+            _interval(r.get("mismatch_interval")),
+            _fmt(r["quality"]),
+            _fmt(r["quality_cost"]),
+        )
+    out.print(runs)
+    summary = Table(title=f"mismatch budget: {cal.path}")
+    summary.add_column("field")
+    summary.add_column("value")
+    for k, v in cal.summary_rows():
+        summary.add_row(k, v)
+    out.print(summary)
+
+
+# --------------------------------------------------------------------------------------------------- screen
+
+
+@app.command()
+def screen(
+    config: ConfigArg,
+    as_json: JsonOpt = False,
+    junit: Annotated[
+        Path | None, typer.Option("--junit", help="Write a JUnit XML report here (one testcase per candidate).")
+    ] = None,
+    markdown: Annotated[
+        Path | None,
+        typer.Option("--markdown", help="Write a Markdown report here (also appended to $GITHUB_STEP_SUMMARY)."),
+    ] = None,
+    candidate: Annotated[
+        list[str] | None, typer.Option("--candidate", help="Screen only this candidate (repeatable).")
+    ] = None,
+    from_logs: Annotated[
+        Path | None, typer.Option("--from-logs", help="Screen a pipeline's logged log-probs (JSONL or Parquet).")
+    ] = None,
+) -> None:
+    """Admit or reject each candidate rollout config against the calibration's mismatch budget (exit 1: rejected)."""
+
+    def body() -> int:
+        from admitcheck import io
+        from admitcheck.config import ScreenConfig
+        from admitcheck.report import to_json, verdict_table, write_reports
+        from admitcheck.screen import screen as run_screen
+
+        cfg = io.load_config(config, ScreenConfig)
+        result = run_screen(
+            cfg, config_file=str(config), candidates=candidate or None, from_logs=from_logs, progress=_progress()
+        )
+        write_reports(result, junit_path=junit, markdown_path=markdown)
+        if as_json:
+            print(to_json(result))
+        else:
+            out.print(verdict_table(result))
+        return result.exit_code
+
+    _guard(body)
+
+
+# --------------------------------------------------------------------------------------------------- validate
+
+
+def _schema_for(data: Any):
+    from admitcheck.config import CalibrateConfig, MeasureConfig, ScreenConfig
+
+    if isinstance(data, dict) and ("candidates" in data or "calibration" in data):
+        return ScreenConfig
+    if isinstance(data, dict) and "train" in data:
+        return CalibrateConfig
+    return MeasureConfig
+
+
+@app.command()
+def validate(
+    config: ConfigArg,
+    as_json: JsonOpt = False,
+    candidate: Annotated[
+        list[str] | None, typer.Option("--candidate", help="Check only this candidate (repeatable).")
+    ] = None,
+) -> None:
+    """Check a measure, calibrate or screen config: schema, files, and calibration compatibility. Loads no model."""
+
+    def body() -> int:
+        from admitcheck import io
+        from admitcheck.config import ScreenConfig
+
+        schema = _schema_for(io.read_yaml(config))
+        cfg = io.load_config(config, schema)
+        if schema is ScreenConfig:
+            from admitcheck.screen import validate as validate_screen
+
+            info = validate_screen(cfg, config_file=str(config), candidates=candidate or None)
+        else:
+            from admitcheck.measure import check_pair
+
+            check_pair(cfg.pair, file=str(config))
+            prompt_sets = [("probe.prompts", cfg.probe.prompts)]
+            if hasattr(cfg, "train"):
+                prompt_sets += [("train.prompts", cfg.train.prompts), ("eval.prompts", cfg.eval.prompts)]
+            counts = {f: len(io.read_prompts(p, field=f)) for f, p in prompt_sets}
+            info = {"kind": schema.__name__, "pair": cfg.pair.name or Path(cfg.pair.student).name, "prompts": counts}
+        if as_json:
+            print(json.dumps(info, indent=2, default=str))
+        else:
+            out.print(f"[green]ok[/green]: {config} ({schema.__name__.removesuffix('Config').lower()} config)")
+            if isinstance(info, dict):
+                for k, v in info.items():
+                    if not isinstance(v, (dict, list)) or k in ("candidates", "prompts"):
+                        out.print(f"  {k}: {v}")
+        return 0
+
+    _guard(body)
+
+
+# --------------------------------------------------------------------------------------------------- demo
+
+
+@app.command()
+def demo(
+    directory: Annotated[Path, typer.Option("--dir", help="Where the toy pair is built (or reused).")] = Path("toy"),
+    reports: Annotated[Path, typer.Option("--reports", help="Where the demo writes its reports.")] = Path("reports"),
+    recalibrate: Annotated[
+        bool, typer.Option("--recalibrate", help="Run the quick calibration even if the shipped one matches.")
+    ] = False,
+) -> None:
+    """The built-in toy pair end to end: build, calibrate (or reuse calibrations/toy.yaml), screen 8 candidates."""
+
+    def body() -> int:
+        from admitcheck.demo import run_demo
+
+        result = run_demo(directory, reports, recalibrate=recalibrate, say=err.print, progress=_progress())
+        render_toy(result.toy)
+        render_calibration(result.calibration)
+        from admitcheck.report import verdict_table
+
+        out.print(verdict_table(result.screen))
+        out.print(f"reports: {', '.join(str(p) for p in result.report_paths)}")
+        return 0
+
+    _guard(body)
+
+
 def main() -> None:  # pragma: no cover - console entry point
     app()

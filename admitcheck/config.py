@@ -158,6 +158,7 @@ class EvalConfig(Strict):
 
     prompts: str  # JSONL eval prompts
     num_prompts: int = Field(128, gt=0)
+    samples: int = Field(1, gt=0)  # responses sampled per prompt (the quality is their token mean: less eval noise)
     max_new_tokens: int = Field(32, gt=0)
     batch_size: int = Field(64, gt=0)
     every: int = Field(0, ge=0)  # also evaluate every N steps (0 = only start and end)

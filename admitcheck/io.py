@@ -76,15 +76,19 @@ def load_config(path: str | Path, model: type[M], overrides: dict | None = None)
     """Parse and validate a YAML config; relative paths become absolute against the file's directory."""
     path = Path(path)
     data = read_yaml(path)
-    if not isinstance(data, dict):
-        raise ConfigError("expected a mapping of sections at the top level", file=str(path))
-    data = _resolve_paths(data, path.resolve().parent)
     if overrides:
-        data = {**data, **overrides}
+        data = {**data, **overrides} if isinstance(data, dict) else data
+    return config_from_data(data, model, base=path.resolve().parent, file=str(path))
+
+
+def config_from_data(data: Any, model: type[M], *, base: Path, file: str) -> M:
+    """Validate an already-parsed config mapping (paths relative to `base`); errors name `file` and the field."""
+    if not isinstance(data, dict):
+        raise ConfigError("expected a mapping of sections at the top level", file=file)
     try:
-        return model.model_validate(data)
+        return model.model_validate(_resolve_paths(data, base))
     except ValidationError as exc:
-        raise validation_error(exc, str(path)) from None
+        raise validation_error(exc, file) from None
 
 
 def read_prompts(path: str | Path, limit: int | None = None, *, field: str = "probe.prompts") -> list[dict]:

@@ -162,7 +162,13 @@ def measure_engine(
     total = (len(prompt_ids) + probe.batch_size - 1) // probe.batch_size
     for i, chunk in batches(prompt_ids, probe.batch_size):
         rollouts = engine.sample(chunk, sampling, probe.seed + first_batch + i, probe.max_new_tokens, return_full=full)
-        scores = score(reference_model, rollouts.prompt_ids, rollouts.token_ids, rollouts.mask, sampling, full=full)
+        # The reference replays the engine's kept set when the engine reports it (REFERENCE §2: same temperature
+        # and same kept set); otherwise (vLLM, full=False) it applies the same top-k/top-p to its own logits.
+        truncating = sampling.top_k > 0 or sampling.top_p < 1.0
+        kept = torch.isfinite(rollouts.full_logprobs) if truncating and rollouts.full_logprobs is not None else None
+        scores = score(
+            reference_model, rollouts.prompt_ids, rollouts.token_ids, rollouts.mask, sampling, full=full, kept=kept
+        )
         acc.add(rollouts, scores.logprobs, scores.full_logprobs)
         if progress:
             progress(label, i + 1, total)

@@ -1,0 +1,381 @@
+"""The calibration artifact: `calibrations/<name>.yaml`, the `Calibration` that reads it, and compatibility checks.
+
+    cal = load_calibration("calibrations/toy.yaml")      # CalibrationError naming file and field when unusable
+    cal.budget.value, cal.budget.interval, cal.budget.kind  # nats/token (curve.Budget)
+    cal.predict_cost(0.01)                                  # quality cost the stored fit predicts, nats/token
+    cal.protocol, cal.pair_fingerprint                      # what a screen must match
+    ok, reason = calibration_matches(calibrate_config, cal) # may a demo reuse it for this config?
+
+Schema (version 1), written by `admitcheck.calibrate`: schema_version; name; metric; pair (model config and
+weight hashes of student and teacher, tokenizer hash, prompt-set hashes); protocol (the mismatch measurement:
+sampling, probe, reference dtype); recipe (the OPD training recipe the budget belongs to); quality (definition,
+baseline); tolerance; levels; auto_noise (the grid measurement); runs (level, seed, mismatch with interval,
+quality, cost, steps); curve (form, params); budget (value, kind, interval); provenance (versions, created_at,
+the resolved config with paths relative to the artifact). Units: mismatch and quality in nats/token.
+"""
+
+from __future__ import annotations
+
+import io as _stdio
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from admitcheck import io
+from admitcheck.config import CalibrateConfig, PairConfig, ProbeConfig, ReferenceConfig, SamplingConfig
+from admitcheck.curve import Budget, CurveFit
+from admitcheck.errors import AdmitcheckError, CalibrationError
+
+SCHEMA_VERSION = 1
+# Recipe fields that define the training recipe a budget belongs to (steps, levels and seeds are effort, not recipe).
+RECIPE_KEYS = (
+    "loss",
+    "student_logprobs",
+    "lr",
+    "tis_cap",
+    "temperature",
+    "grad_clip",
+    "weight_decay",
+    "max_new_tokens",
+)
+_NUM = (int, float)
+_REQUIRED: dict[str, type | tuple[type, ...]] = {
+    "schema_version": int,
+    "name": str,
+    "metric": str,
+    "pair.student.config": str,
+    "pair.student.weights": str,
+    "pair.teacher.config": str,
+    "pair.teacher.weights": str,
+    "pair.tokenizer": str,
+    "pair.prompts.probe": str,
+    "protocol": dict,
+    "recipe": dict,
+    "recipe.loss": str,
+    "recipe.student_logprobs": str,
+    "recipe.seed": int,
+    "tolerance.value": _NUM,
+    "runs": list,
+    "curve.form": str,
+    "curve.params.plateau": _NUM,
+    "curve.params.x50": _NUM,
+    "curve.params.steepness": _NUM,
+    "budget.value": _NUM,
+    "budget.kind": str,
+    "budget.interval": list,
+    "provenance": dict,
+}
+
+
+def fingerprint_pair(pair: PairConfig, probe: ProbeConfig | None = None) -> dict[str, Any]:
+    """Hashes of what makes a pair: student and teacher {config, weights}, tokenizer, and the probe prompt set."""
+    out: dict[str, Any] = {
+        "student": io.fingerprint_model(pair.student),
+        "teacher": io.fingerprint_model(pair.teacher),
+        "tokenizer": io.fingerprint_tokenizer(pair.tokenizer or pair.student),
+    }
+    if probe is not None:
+        out["probe_prompts"] = io.sha256_file(probe.prompts)
+    return out
+
+
+def protocol_keys(sampling: SamplingConfig, probe: ProbeConfig, reference: ReferenceConfig) -> dict[str, Any]:
+    """The measurement protocol as flat keys: what changes the measured mismatch's expectation (the prompt set is
+    in the pair fingerprint; probe count, batch size and seed change only its noise, so they are not here)."""
+    return {
+        "protocol.sampling.temperature": sampling.temperature,
+        "protocol.sampling.top_p": sampling.top_p,
+        "protocol.sampling.top_k": sampling.top_k,
+        "protocol.probe.max_new_tokens": probe.max_new_tokens,
+        "protocol.reference.dtype": reference.dtype,
+    }
+
+
+def protocol_of_screen(config: Any) -> dict[str, Any]:
+    """`protocol_keys` of a ScreenConfig (or any config with sampling, probe and reference)."""
+    return protocol_keys(config.sampling, config.probe, config.reference)
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out |= _flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v}
+    return out
+
+
+def _get(d: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(d, dict) or part not in d:
+            raise KeyError(dotted)
+        d = d[part]
+    return d
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A calibration artifact (its YAML as `data`) and where it lives; accessors for screen and the CLI."""
+
+    data: dict[str, Any]
+    path: Path | None = None
+
+    @property
+    def name(self) -> str:
+        return self.data["name"]
+
+    pair_name = name
+
+    @property
+    def metric(self) -> str:
+        return self.data["metric"]
+
+    @property
+    def protocol(self) -> dict[str, Any]:
+        """Flat `protocol.*` keys, comparable with `protocol_of_screen`."""
+        p = self.data["protocol"]
+        return protocol_keys(
+            SamplingConfig(**p["sampling"]), ProbeConfig(prompts="-", **p["probe"]), ReferenceConfig(**p["reference"])
+        )
+
+    @property
+    def pair_fingerprint(self) -> dict[str, Any]:
+        """student, teacher, tokenizer and probe_prompts hashes, as `fingerprint_pair(pair, probe)` gives them."""
+        p = self.data["pair"]
+        return {
+            "student": p["student"],
+            "teacher": p["teacher"],
+            "tokenizer": p["tokenizer"],
+            "probe_prompts": p["prompts"]["probe"],
+        }
+
+    @property
+    def recipe(self) -> dict[str, Any]:
+        return self.data["recipe"]
+
+    @property
+    def tolerance(self) -> float:
+        return float(self.data["tolerance"]["value"])
+
+    @property
+    def runs(self) -> list[dict[str, Any]]:
+        return self.data["runs"]
+
+    @property
+    def curve(self) -> CurveFit:
+        c = self.data["curve"]
+        xs = tuple(float(r["fit_x"]) for r in self.runs)
+        return CurveFit(
+            c["form"],
+            {k: float(v) for k, v in c["params"].items()},
+            float(c.get("residual_std", math.nan)),
+            xs,
+            tuple(float(r["quality_cost"]) for r in self.runs),
+        )
+
+    @property
+    def budget(self) -> Budget:
+        b = self.data["budget"]
+        lo, hi = (float(v) for v in b["interval"])
+        return Budget(
+            float(b["value"]),
+            b["kind"],
+            (lo, hi),
+            self.tolerance,
+            bool(b.get("extrapolated", False)),
+            int(b.get("n_boot", 0)),
+        )
+
+    def predict_cost(self, x: Any) -> Any:
+        """Quality cost (nats/token) the stored fit predicts at mismatch x (nats/token); 0 at x = 0."""
+        return self.curve.predict(x)
+
+    def train_prompts(self) -> Path:
+        """The recipe's train prompt set (stored relative to the artifact), checked against its hash."""
+        rel = self.recipe.get("prompts")
+        path = Path(rel) if self.path is None or Path(rel).is_absolute() else (self.path.parent / rel).resolve()
+        if not path.is_file() or io.sha256_file(path) != self.data["pair"]["prompts"].get("train"):
+            raise CalibrationError(
+                f"train prompts {path} missing or not the set this calibration trained on",
+                file=str(self.path),
+                field="recipe.prompts",
+            )
+        return path
+
+    def summary_rows(self) -> list[tuple[str, str]]:
+        """(field, value) rows for a table: the budget and what it belongs to."""
+        b, r, q = self.budget, self.recipe, self.data["quality"]
+        kind = {
+            "point": "",
+            "lower_bound": " (lower bound: no level reached τ)",
+            "upper_bound": " (upper bound: even the smallest level exceeded τ)",
+        }[b.kind]
+        return [
+            ("pair", self.name),
+            (
+                "recipe",
+                f"loss={r['loss']} student_logprobs={r['student_logprobs']} lr={r['lr']:g} "
+                f"tis_cap={r['tis_cap']} steps={r['steps']}",
+            ),
+            (
+                "baseline quality",
+                f"{q['baseline_mean']:.4g} ± {q['baseline_std']:.2g} nats/token "
+                f"({q['baseline_seeds']} seeds; start {q['start']:.4g}, "
+                f"improvement {100 * q['improvement']:.0f}%)",
+            ),
+            ("tolerance τ", f"{self.tolerance:.4g} nats/token ({self.data['tolerance']['rule']})"),
+            (f"budget ({self.metric})", f"{b.value:.3g} nats/token{kind}"),
+            (f"{100 * self.data['budget']['confidence']:.0f}% interval", f"[{b.interval[0]:.3g}, {b.interval[1]:.3g}]"),
+            ("runs", str(len(self.runs))),
+        ]
+
+    def run_rows(self) -> list[dict[str, Any]]:
+        """One row per run: level, seed, mismatch (with interval), quality, quality cost."""
+        keys = ("level", "seed", "mismatch", "mismatch_interval", "quality", "quality_cost", "steps")
+        return [{k: r.get(k) for k in keys} for r in self.runs]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": str(self.path) if self.path else None, **self.data}
+
+
+def plain(data: Any) -> Any:
+    """Plain JSON/YAML types (str subclasses such as torch's version, tuples, numpy scalars become builtins)."""
+    return json.loads(json.dumps(data, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
+
+
+def dump_calibration(data: dict[str, Any]) -> str:
+    return yaml.safe_dump(plain(data), sort_keys=False, allow_unicode=True, width=120)
+
+
+def write_calibration(data: dict[str, Any], path: str | Path) -> Calibration:
+    """Write the artifact atomically (and its PNG beside it when matplotlib is installed)."""
+    path = Path(path)
+    data = plain(data)
+    io.write_text_atomic(path, dump_calibration(data))
+    cal = Calibration(data, path)
+    png = plot_calibration(cal)
+    if png is not None:
+        io.write_bytes_atomic(path.with_suffix(".png"), png)
+    return cal
+
+
+def load_calibration(path: str | Path) -> Calibration:
+    """Read and check an artifact; a CalibrationError naming the file and the first missing or bad field."""
+    path = Path(path)
+    try:
+        data = io.read_yaml(path)
+    except AdmitcheckError as exc:
+        raise CalibrationError(exc.message, file=str(path)) from None
+    if not isinstance(data, dict):
+        raise CalibrationError("not a calibration artifact (expected a mapping)", file=str(path), field="(top level)")
+    version = data.get("schema_version")
+    if version is not None and version != SCHEMA_VERSION:
+        raise CalibrationError(
+            f"unsupported schema_version {version!r} (this admitcheck reads {SCHEMA_VERSION})",
+            file=str(path),
+            field="schema_version",
+        )
+    for key, kind in _REQUIRED.items():
+        try:
+            value = _get(data, key)
+        except KeyError:
+            raise CalibrationError("required field is missing", file=str(path), field=key) from None
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise CalibrationError(
+                f"expected {getattr(kind, '__name__', 'a number')}, got {value!r}", file=str(path), field=key
+            )
+    if data["budget"]["kind"] not in ("point", "lower_bound", "upper_bound"):
+        raise CalibrationError(f"unknown budget kind {data['budget']['kind']!r}", file=str(path), field="budget.kind")
+    for i, run in enumerate(data["runs"]):
+        for key in ("level", "seed", "mismatch", "fit_x", "quality", "quality_cost"):
+            if not isinstance(run, dict) or key not in run:
+                raise CalibrationError("required field is missing", file=str(path), field=f"runs.{i}.{key}")
+    return Calibration(data, path)
+
+
+def calibration_matches(config: CalibrateConfig, artifact: Calibration | str | Path) -> tuple[bool, str]:
+    """(True, "") when `artifact` is valid for `config`: same pair (models, tokenizer, all prompt sets), protocol,
+    metric and training recipe (`RECIPE_KEYS`, the base rollout); else (False, the first differing field).
+
+    Steps, levels, seeds, eval size and tolerance are calibration effort: they may differ (so a quick demo setting
+    can reuse a fuller shipped calibration of the same pair and recipe).
+    """
+    cal = artifact if isinstance(artifact, Calibration) else load_calibration(artifact)
+    p = cal.data["pair"]
+    theirs = _flat({"pair": {k: p[k] for k in ("student", "teacher", "tokenizer")}, "prompts": p["prompts"]})
+    mine = _flat({"pair": fingerprint_pair(config.pair), "prompts": prompt_hashes(config)})
+    theirs |= cal.protocol | {"metric": cal.metric} | _flat({"recipe": _recipe_core(cal.recipe)})
+    mine |= protocol_keys(config.sampling, config.probe, config.reference) | {"metric": config.metric}
+    mine |= _flat({"recipe": _recipe_core(recipe_of(config))})
+    for key in sorted(set(mine) | set(theirs)):
+        if mine.get(key) != theirs.get(key):
+            return False, f"{key}: artifact has {theirs.get(key)!r}, config has {mine.get(key)!r}"
+    return True, ""
+
+
+def prompt_hashes(config: CalibrateConfig) -> dict[str, str]:
+    return {
+        "probe": io.sha256_file(config.probe.prompts),
+        "train": io.sha256_file(config.train.prompts),
+        "eval": io.sha256_file(config.eval.prompts),
+    }
+
+
+def recipe_of(config: CalibrateConfig) -> dict[str, Any]:
+    """The training recipe as stored (train prompts path excluded: `calibrate` stores it relative to the artifact)."""
+    train = config.train.model_dump(mode="json", exclude={"prompts"})
+    return {**train, "rollout": config.rollout.model_dump(mode="json"), "seed": config.seed}
+
+
+def _recipe_core(recipe: dict[str, Any]) -> dict[str, Any]:
+    return {k: recipe.get(k) for k in RECIPE_KEYS} | {"rollout": recipe.get("rollout")}
+
+
+def plot_calibration(cal: Calibration) -> bytes | None:
+    """PNG bytes: runs with mismatch error bars, the fit, τ and the budget (None without matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        import numpy as np
+    except ImportError:
+        return None
+    runs, b = cal.runs, cal.budget
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+    for kind, color in (
+        ("baseline", "tab:gray"),
+        ("noise", "tab:blue"),
+        ("rollout", "tab:green"),
+        ("staleness", "tab:purple"),
+    ):
+        rs = [r for r in runs if r.get("kind", "noise") == kind]
+        if not rs:
+            continue
+        x = np.array([r["fit_x"] for r in rs])
+        lo = np.array([max(r["mismatch_interval"][0], 1e-300) if kind != "baseline" else r["fit_x"] for r in rs])
+        hi = np.array([r["mismatch_interval"][1] if kind != "baseline" else r["fit_x"] for r in rs])
+        err = np.clip(np.stack([x - np.minimum(lo, x), np.maximum(hi, x) - x]), 0, None)
+        label = f"{kind} (x = floor, plotted at {x[0]:.2g})" if kind == "baseline" else kind
+        ax.errorbar(x, [r["quality_cost"] for r in rs], xerr=err, fmt="o", color=color, label=label, capsize=2)
+    xs = np.array([r["fit_x"] for r in runs])
+    grid = np.geomspace(xs.min() / 3, xs.max() * 3, 300)
+    ax.plot(grid, cal.predict_cost(grid), color="black", lw=1.5, label="fit")
+    ax.axhline(cal.tolerance, color="tab:red", ls="--", lw=1, label=f"τ = {cal.tolerance:.3g}")
+    if math.isfinite(b.value) and b.value > 0:
+        ax.axvline(b.value, color="tab:orange", lw=1.5, label=f"budget {b.value:.3g} ({b.kind})")
+        lo, hi = b.interval
+        if b.kind == "point" and math.isfinite(hi) and lo > 0:
+            ax.axvspan(lo, hi, color="tab:orange", alpha=0.15, label="budget 95% CI")
+    ax.set_xscale("log")
+    ax.set_xlabel(f"mismatch {cal.metric} (nats/token)")
+    ax.set_ylabel("quality cost (nats/token)")
+    ax.set_title(f"calibration: {cal.name} ({cal.recipe['loss']}, lr {cal.recipe['lr']:g})")
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    buf = _stdio.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()

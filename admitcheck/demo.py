@@ -1,0 +1,97 @@
+"""`admitcheck demo`: the embedded default end to end on the built-in toy pair.
+
+    result = run_demo("toy", "reports")      # build (or reuse) the pair, calibrate (or reuse), screen, write reports
+    result.screen.exit_code, result.report_paths
+
+Steps: build the toy pair into `toy_dir` (cached); use the shipped `calibrations/toy.yaml` when it was made for this
+very pair and protocol (same fingerprints: the toy build is deterministic), else run the quick calibration
+(`examples/toy_calibrate_quick.yaml`, a few minutes on 2 cores) into `reports/`; screen the example candidates
+(`examples/toy_screen.yaml`) against it; write the JSON and Markdown reports. The example configs live in the
+repository (`examples/`), so the demo runs from a source checkout (`./dev.sh demo`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from admitcheck import io
+from admitcheck.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+SHIPPED = ROOT / "calibrations" / "toy.yaml"
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    toy: Any  # toy.ToyPairSummary
+    calibration: Any  # artifact.Calibration
+    screen: Any  # screen.ScreenResult
+    reused_calibration: bool
+    report_paths: list[Path]
+
+
+def _retarget(data: Any, toy_dir: Path) -> Any:
+    """Point an example's `../toy/...` paths at `toy_dir`."""
+    if isinstance(data, dict):
+        return {k: _retarget(v, toy_dir) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_retarget(v, toy_dir) for v in data]
+    if isinstance(data, str) and data.startswith("../toy/"):
+        return str(toy_dir / data.removeprefix("../toy/"))
+    return data
+
+
+def example_config(name: str, schema: type, toy_dir: Path, **overrides: Any):
+    """An example config from examples/, retargeted at `toy_dir`, with top-level overrides."""
+    path = EXAMPLES / name
+    if not path.is_file():
+        raise ConfigError("example config not found: run the demo from a source checkout of admitcheck", file=str(path))
+    data = _retarget(io.read_yaml(path), toy_dir.resolve())
+    data.update(overrides)
+    return io.config_from_data(data, schema, base=EXAMPLES, file=str(path))
+
+
+def run_demo(
+    toy_dir: str | Path = "toy",
+    reports_dir: str | Path = "reports",
+    *,
+    recalibrate: bool = False,
+    say: Callable[[str], None] = lambda _: None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> DemoResult:
+    from admitcheck.artifact import calibration_matches, load_calibration
+    from admitcheck.calibrate import calibrate
+    from admitcheck.config import CalibrateConfig, ScreenConfig
+    from admitcheck.report import write_reports
+    from admitcheck.screen import screen
+    from admitcheck.toy import build_toy_pair
+
+    toy_dir, reports_dir = Path(toy_dir).resolve(), Path(reports_dir).resolve()
+    say(f"[bold]1/3[/bold] toy pair in {toy_dir}")
+    toy = build_toy_pair(toy_dir)
+
+    full = example_config("toy_calibrate.yaml", CalibrateConfig, toy_dir)
+    if recalibrate or not SHIPPED.is_file():
+        reuse, why = False, "--recalibrate" if recalibrate else f"{SHIPPED} not found"
+    else:
+        reuse, why = calibration_matches(full, SHIPPED)
+    if reuse:
+        say(f"[bold]2/3[/bold] reusing the shipped calibration {SHIPPED} (same pair fingerprints and protocol)")
+        cal_path = SHIPPED
+        calibration = load_calibration(SHIPPED)
+    else:
+        cal_path = reports_dir / "toy_quick.yaml"
+        say(f"[bold]2/3[/bold] quick calibration into {cal_path} (shipped one not used: {why})")
+        quick = example_config("toy_calibrate_quick.yaml", CalibrateConfig, toy_dir, output=str(cal_path))
+        calibration = calibrate(quick, config_file=str(EXAMPLES / "toy_calibrate_quick.yaml"), progress=progress)
+
+    say("[bold]3/3[/bold] screening the example candidates")
+    cfg = example_config("toy_screen.yaml", ScreenConfig, toy_dir, calibration=str(cal_path))
+    result = screen(cfg, config_file=str(EXAMPLES / "toy_screen.yaml"), progress=progress)
+    paths = [reports_dir / "demo_screen.json", reports_dir / "demo_screen.md"]
+    write_reports(result, json_path=paths[0], markdown_path=paths[1], step_summary=False)
+    return DemoResult(toy, calibration, result, reuse, paths)

@@ -1,0 +1,281 @@
+"""Calibration levels and one run of a level: its engine, its mismatch measured as a screen measures it, its OPD run.
+
+    ctx = load_context(cfg, "examples/toy_calibrate.yaml")     # pair, prompts, models; checked, cached per process
+    ks = measure_grid(ctx, cfg, [0.01, 0.1])                    # k3 (nats/token) of two weight-noise sizes
+    record = run_one(ctx, cfg, Level("noise-1", "noise", 1, relative_std=0.01), seed=0)
+    record["mismatch"], record["quality"]                       # x and final quality, nats/token
+
+A run's mismatch is `measure.measure_engine` on the probe set (the screen's sampling, seeds and metric) with the
+level's engine at the run's starting weights (noise draw 0, the one the first training step uses) against the
+reference (the student in reference precision); for staleness k, the engine in the reference's configuration on
+the starting student against the student after k real OPD steps (`opd.stale_student`, as `screen` does). Everything
+runs with one torch thread (`one_thread`) so that runs are bit-identical in this process and in worker processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from admitcheck import io, opd
+from admitcheck.config import CalibrateConfig, NoiseConfig, RolloutConfig, SamplingConfig
+from admitcheck.errors import ConfigError
+from admitcheck.measure import PairTokens, floor_rollout, load_pair_tokenizer, measure_engine, tokenize_prompts
+
+LevelKind = Literal["baseline", "noise", "rollout", "staleness"]
+GRID_STDS = (1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0)  # relative weight-noise sizes measured to place the auto grid
+FULL_ROWS_BYTES = 1 << 28  # compare full distributions (kl_exact) only when a probe batch's (B, T, V) fits in this
+
+
+@dataclass(frozen=True)
+class Level:
+    """One calibration perturbation of the rollout engine."""
+
+    name: str
+    kind: LevelKind
+    seeds: int  # runs (replicates) of this level
+    relative_std: float = 0.0  # weight noise, relative to each tensor's RMS
+    rollout: RolloutConfig | None = None  # a named rollout config (kind "rollout")
+    staleness: int = 0  # optimizer steps the engine's weights lag behind (kind "staleness")
+    target: float | None = None  # the k3 the auto grid aimed at, nats/token
+
+    def spec(self) -> dict[str, Any]:
+        """What determines this level's runs (not its name): the ledger's key."""
+        rollout = self.rollout.model_dump(mode="json") if self.rollout is not None else None
+        return {"kind": self.kind, "relative_std": self.relative_std, "rollout": rollout, "staleness": self.staleness}
+
+    def engine_rollout(self, base: RolloutConfig, seed: int) -> RolloutConfig:
+        """The rollout config of the run's engine; weight noise is seeded by the run seed."""
+        if self.kind == "noise":
+            return base.model_copy(update={"noise": NoiseConfig(relative_std=self.relative_std, seed=seed)})
+        return self.rollout if self.kind == "rollout" and self.rollout is not None else base
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"name": self.name, "kind": self.kind, "seeds": self.seeds}
+        if self.kind == "noise":
+            out |= {"relative_std": self.relative_std, "target": self.target}
+        elif self.kind == "rollout":
+            out["rollout"] = self.spec()["rollout"]
+        elif self.kind == "staleness":
+            out["staleness"] = self.staleness
+        return out
+
+
+def resolve_levels(config: CalibrateConfig, grid: dict[str, Any] | None) -> list[Level]:
+    """Baseline, the automatic noise grid (σ from `grid`), then the extra levels, in that order."""
+    levels = [Level("baseline", "baseline", config.levels.baseline_seeds)]
+    auto = config.levels.auto_noise
+    if auto is not None and grid is not None:
+        targets = np.geomspace(auto.min_mismatch, auto.max_mismatch, auto.count)
+        for i, (target, std) in enumerate(zip(targets, noise_for_mismatch(grid, targets)), start=1):
+            levels.append(Level(f"noise-{i}", "noise", config.levels.seeds, relative_std=std, target=float(target)))
+    for lv in config.levels.extra:
+        if lv.rollout is not None:
+            levels.append(Level(lv.name, "rollout", lv.seeds, rollout=lv.rollout))
+        elif lv.relative_std is not None:
+            levels.append(Level(lv.name, "noise", lv.seeds, relative_std=lv.relative_std))
+        else:
+            levels.append(Level(lv.name, "staleness", lv.seeds, staleness=lv.staleness))
+    return levels
+
+
+def noise_for_mismatch(grid: dict[str, Any], targets: Any) -> list[float]:
+    """σ whose k3 is each target: piecewise-linear in (log σ, log k3) through the grid, made monotone, extended
+    past its ends with the end slopes (at least 1). Rounded to 4 significant digits (stable run keys)."""
+    s = np.log(np.asarray(grid["relative_std"], dtype=np.float64))  # (n,)
+    k = np.maximum.accumulate(np.log(np.maximum(np.asarray(grid["mismatch"], dtype=np.float64), 1e-30)))  # (n,)
+    k = k + 1e-9 * np.arange(k.size)  # strictly increasing for the inverse
+    out = []
+    for t in np.log(np.asarray(targets, dtype=np.float64)):
+        if t < k[0]:
+            slope = max((k[1] - k[0]) / (s[1] - s[0]), 1.0)
+            ls = s[0] + (t - k[0]) / slope
+        elif t > k[-1]:
+            slope = max((k[-1] - k[-2]) / (s[-1] - s[-2]), 1.0)
+            ls = s[-1] + (t - k[-1]) / slope
+        else:
+            ls = float(np.interp(t, k, s))
+        out.append(float(f"{math.exp(ls):.4g}"))
+    return out
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """torch.set_num_threads(1) for the block: identical numerics in-process and in workers, whatever the machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@dataclass
+class RunContext:
+    """What every run of a calibration shares (loaded once per process)."""
+
+    tokens: PairTokens
+    student: torch.nn.Module  # float32 starting weights on the trainer device; runs train deep copies
+    reference: torch.nn.Module  # the student in reference precision, for mismatch measurements
+    teacher: torch.nn.Module
+    train_ids: list[list[int]]
+    probe_ids: list[list[int]]
+    eval_ids: list[list[int]]
+    eval_answers: list[str] | None
+
+
+_CACHE: dict[str, RunContext] = {}
+
+
+def load_context(config: CalibrateConfig, config_file: str | None = None) -> RunContext:
+    """Check and load the pair, prompt sets and models (ConfigError naming the field); cached per process."""
+    key = json.dumps([config.model_dump(mode="json", include={"pair", "probe", "train", "eval", "reference"})])
+    if key in _CACHE:
+        return _CACHE[key]
+    _check_engines(config, config_file)
+    tokens = load_pair_tokenizer(config.pair, file=config_file)
+    sets = {}
+    for name, section in (("train", config.train), ("probe", config.probe), ("eval", config.eval)):
+        limit = section.num_prompts if name != "train" else None
+        sets[name] = io.read_prompts(section.prompts, limit=limit, field=f"{name}.prompts")
+    ids = {k: tokenize_prompts(tokens, rows, file=getattr(config, k).prompts) for k, rows in sets.items()}
+    dev, dtype = config.reference.device, config.reference.dtype
+    student = io.load_causal_lm(config.pair.student, "float32", dev, file=config_file, field="pair.student")
+    reference = io.load_causal_lm(config.pair.student, dtype, dev, file=config_file, field="pair.student")
+    teacher = io.load_causal_lm(config.pair.teacher, "float32", dev, file=config_file, field="pair.teacher")
+    answers = [str(r["answer"]) for r in sets["eval"]] if all("answer" in r for r in sets["eval"]) else None
+    ctx = RunContext(tokens, student, reference, teacher, ids["train"], ids["probe"], ids["eval"], answers)
+    _CACHE.clear()
+    _CACHE[key] = ctx
+    return ctx
+
+
+def _check_engines(config: CalibrateConfig, file: str | None) -> None:
+    """Runs re-sync the engine from the trainer every step: the HF engine, no fixed checkpoint."""
+    rollouts = [("rollout", config.rollout)]
+    rollouts += [(f"levels.extra.{i}.rollout", lv.rollout) for i, lv in enumerate(config.levels.extra) if lv.rollout]
+    for where, r in rollouts:
+        if r.engine != "hf":
+            raise ConfigError(
+                "calibration runs use the hf engine (it is re-synced from the trainer after every "
+                "step); measure a vllm config with `screen`",
+                file=file,
+                field=f"{where}.engine",
+            )
+        if r.weights_from is not None:
+            raise ConfigError(
+                "a calibration level cannot sample from a fixed checkpoint; use a staleness level",
+                file=file,
+                field=f"{where}.weights_from",
+            )
+
+
+def _engine(ctx: RunContext, model: torch.nn.Module, rollout: RolloutConfig):
+    from admitcheck.engines.hf import HFEngine
+
+    return HFEngine(model, rollout, eos_token_id=ctx.tokens.eos_token_id, pad_token_id=ctx.tokens.pad_token_id)
+
+
+def _measure(ctx: RunContext, config: CalibrateConfig, engine, reference) -> dict[str, Any]:
+    """The engine's mismatch against `reference` on the probe set, as `screen` measures it."""
+    probe = config.probe
+    full = probe.batch_size * probe.max_new_tokens * ctx.tokens.vocab_size * 4 <= FULL_ROWS_BYTES
+    acc = measure_engine(engine, reference, ctx.probe_ids, probe, config.sampling, full=full)
+    m = acc.metrics(config.confidence)
+    lo, hi = m.intervals[config.metric]
+    return {
+        "mismatch": float(m.values[config.metric]),
+        "mismatch_interval": [float(lo), float(hi)],
+        "k3": float(m.values["k3"]),
+        "kl_exact": float(m.values["kl_exact"]) if "kl_exact" in m.values else None,
+        "probe_tokens": acc.num_tokens,
+    }
+
+
+def measure_grid(
+    ctx: RunContext, config: CalibrateConfig, stds: list[float], progress: Callable | None = None
+) -> list[float]:
+    """k3 (nats/token) of the base engine with weight noise of each relative size, noise seed config.seed."""
+    out = []
+    with one_thread():
+        for i, std in enumerate(stds):
+            rollout = config.rollout.model_copy(update={"noise": NoiseConfig(relative_std=std, seed=config.seed)})
+            engine = _engine(ctx, ctx.student, rollout)
+            out.append(_measure(ctx, config, engine, ctx.reference)["k3"])
+            engine.close()
+            if progress:
+                progress("auto-noise grid", i + 1, len(stds))
+    return out
+
+
+def level_mismatch(ctx: RunContext, config: CalibrateConfig, level: Level, seed: int) -> dict[str, Any]:
+    """The run's x: its engine at the starting weights (staleness: θ0 against θk) measured on the probe set."""
+    if level.kind != "staleness":
+        engine = _engine(ctx, ctx.student, level.engine_rollout(config.rollout, seed))
+        reference = ctx.reference
+    else:
+        stale = opd.stale_student(
+            ctx.student, ctx.teacher, ctx.train_ids, config.train, config.rollout, level.staleness, seed, ctx.tokens
+        )
+        reference = opd.cast_parameters(stale, config.reference.dtype)
+        engine = _engine(ctx, ctx.student, floor_rollout(config.rollout, config.reference))
+    try:
+        return _measure(ctx, config, engine, reference)
+    finally:
+        engine.close()
+
+
+def run_one(ctx: RunContext, config: CalibrateConfig, level: Level, seed: int) -> dict[str, Any]:
+    """Measure the level's mismatch, then one OPD run under it; a JSON-ready record of both (no timings in keys
+    that the artifact keeps, so a resumed calibration writes the same artifact)."""
+    t0 = time.perf_counter()
+    with one_thread():
+        torch.manual_seed(seed)
+        x = level_mismatch(ctx, config, level, seed)
+        student = copy.deepcopy(ctx.student)
+        engine = _engine(ctx, student, level.engine_rollout(config.rollout, seed))
+        sampling = SamplingConfig(temperature=config.train.temperature)
+        evaluator = opd.QualityEvaluator(
+            ctx.teacher, ctx.eval_ids, ctx.eval_answers, config.eval, ctx.tokens, sampling, config.reference
+        )
+        try:
+            result = opd.train(
+                student,
+                ctx.teacher,
+                engine,
+                ctx.train_ids,
+                config.train,
+                evaluator,
+                eval_every=config.eval.every,
+                staleness=level.staleness,
+                seed=seed,
+            )
+        finally:
+            engine.close()
+    steps = result.steps
+    return {
+        "seed": seed,
+        "relative_std": level.relative_std if level.kind == "noise" else None,
+        "staleness": level.staleness or None,
+        **x,
+        "quality": result.final.reverse_kl,
+        "quality_start": result.initial.reverse_kl,
+        "accuracy": result.final.accuracy,
+        "accuracy_start": result.initial.accuracy,
+        "steps": len(steps),
+        "evals": [[q.step, q.reverse_kl, q.accuracy] for q in result.evals],
+        "in_run_k3_mean": sum(s.k3 for s in steps) / len(steps),
+        "loss_first": steps[0].loss,
+        "loss_last": steps[-1].loss,
+        "seconds": round(time.perf_counter() - t0, 2),
+        "seconds_by_phase": {k: round(v, 2) for k, v in result.seconds().items()},
+    }

@@ -1,0 +1,251 @@
+"""Screen reports: one JSON document, JUnit XML (one testcase per candidate), Markdown, and a rich table.
+
+    result = screen(cfg)
+    print(to_json(result))                               # valid JSON: non-finite numbers become null
+    io.write_text_atomic("screen.xml", to_junit_xml(result))
+    io.write_text_atomic("screen.md", to_markdown(result))
+    console.print(verdict_table(result))                 # rich Table; the CLI prints it
+    write_reports(result, json_path="r.json", junit_path="r.xml", markdown_path="r.md")  # + $GITHUB_STEP_SUMMARY
+
+JUnit: a rejected candidate is a <failure> (type REJECT), an admitted one passes; a marginal verdict carries a
+`marginal` property either way. Numbers are nats/token (k3) unless a column says otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from admitcheck.screen import ScreenResult, Verdict
+
+
+def fmt(x: Any, digits: int = 3) -> str:
+    """Compact number: 3 significant digits, scientific below 1e-3 and above 1e4; '-' for None."""
+    if x is None:
+        return "-"
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return str(x)
+    if isinstance(x, int):
+        return str(x)
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    if x == 0:
+        return "0"
+    if abs(x) < 1e-3 or abs(x) >= 1e4:
+        return f"{x:.{digits - 1}e}"
+    return f"{x:.{digits}g}"
+
+
+def fmt_interval(ci: Any) -> str:
+    return f"[{fmt(ci[0])}, {fmt(ci[1])}]" if ci is not None else "-"
+
+
+def _finite(obj: Any) -> Any:
+    """JSON-safe: tuples to lists, non-finite floats to None (strict JSON has no NaN or Infinity)."""
+    if isinstance(obj, dict):
+        return {str(k): _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):  # numpy scalars
+        return _finite(obj.item())
+    return obj
+
+
+def to_json(result: ScreenResult) -> str:
+    """One JSON document: verdicts, calibration, floor, policy, timings; non-finite numbers are null."""
+    return json.dumps(_finite(result.to_dict()), indent=2, allow_nan=False)
+
+
+def _capacity_ratio(v: Verdict) -> float | None:
+    return v.capacity.get("ratio_vs_bf16") if v.capacity else None
+
+
+def _verdict_word(v: Verdict) -> str:
+    return v.decision + (" (marginal)" if v.marginal else "")
+
+
+def to_junit_xml(result: ScreenResult) -> str:
+    """JUnit XML: one <testcase> per candidate in one <testsuite>; rejections are <failure>s."""
+    pair = result.calibration.get("pair") or "pair"
+    failures = sum(not v.admitted for v in result.verdicts)
+    suites = ET.Element(
+        "testsuites",
+        name="admitcheck screen",
+        tests=str(len(result.verdicts)),
+        failures=str(failures),
+        errors="0",
+        time=f"{result.seconds_total:.3f}",
+    )
+    suite = ET.SubElement(
+        suites,
+        "testsuite",
+        name=f"admitcheck.screen.{pair}",
+        tests=str(len(result.verdicts)),
+        failures=str(failures),
+        errors="0",
+        skipped="0",
+        time=f"{result.seconds_total:.3f}",
+    )
+    for v in result.verdicts:
+        case = ET.SubElement(
+            suite, "testcase", classname=f"admitcheck.screen.{pair}", name=v.name, time=f"{v.seconds:.3f}"
+        )
+        props = ET.SubElement(case, "properties")
+        for key, value in (
+            ("decision", v.decision),
+            ("marginal", str(v.marginal).lower()),
+            ("k3", fmt(v.k3)),
+            ("k3_interval", fmt_interval(v.k3_interval)),
+            ("budget", fmt(v.budget)),
+            ("budget_kind", v.budget_kind),
+            ("margin", fmt(v.margin)),
+            ("probes", str(v.probes)),
+            ("kv_capacity_vs_bf16", fmt(_capacity_ratio(v))),
+        ):
+            ET.SubElement(props, "property", name=key, value=value)
+        if not v.admitted:
+            failure = ET.SubElement(case, "failure", type="REJECT", message=v.reason)
+            failure.text = _detail(v)
+        ET.SubElement(case, "system-out").text = _detail(v)
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+def _detail(v: Verdict) -> str:
+    return (
+        f"{_verdict_word(v)}: {v.reason}\n"
+        f"k3 {fmt(v.k3)} {fmt_interval(v.k3_interval)} vs budget {fmt(v.budget)} {fmt_interval(v.budget_interval)} "
+        f"({v.budget_kind}); margin {fmt(v.margin)}; predicted quality cost {fmt(v.quality_cost)} "
+        f"{fmt_interval(v.quality_cost_interval)}; floor {fmt(v.floor_k3)}; {v.probes} probes, {v.tokens} tokens, "
+        f"{v.seconds:.1f} s"
+    )
+
+
+_COLUMNS = (
+    "candidate",
+    "verdict",
+    "k3",
+    "k3 CI",
+    "budget",
+    "margin",
+    "pred. cost",
+    "floor",
+    "KV × BF16",
+    "probes",
+    "tokens",
+    "s",
+)
+
+
+def _row(v: Verdict) -> list[str]:
+    return [
+        v.name,
+        _verdict_word(v),
+        fmt(v.k3),
+        fmt_interval(v.k3_interval),
+        fmt(v.budget),
+        fmt(v.margin),
+        fmt(v.quality_cost),
+        fmt(v.floor_k3),
+        fmt(_capacity_ratio(v)),
+        str(v.probes),
+        str(v.tokens),
+        f"{v.seconds:.1f}",
+    ]
+
+
+def _headline(result: ScreenResult) -> str:
+    c = result.calibration
+    n_ok = sum(v.admitted for v in result.verdicts)
+    return (
+        f"{n_ok}/{len(result.verdicts)} admitted against budget {fmt(c['budget'])} nats/token "
+        f"{fmt_interval(c['budget_interval'])} ({c['budget_kind']}, τ = {fmt(c.get('tolerance'))}) "
+        f"from {c['path']}"
+    )
+
+
+def to_markdown(result: ScreenResult) -> str:
+    """A Markdown report: headline, verdict table, reasons (fits a GitHub step summary)."""
+    lines = [
+        "## admitcheck screen",
+        "",
+        _headline(result),
+        "",
+        "| " + " | ".join(_COLUMNS) + " |",
+        "|" + "|".join(["---"] * len(_COLUMNS)) + "|",
+    ]
+    for v in result.verdicts:
+        cells = _row(v)
+        cells[1] = f"**{cells[1]}**" if v.admitted else f"❌ **{cells[1]}**"
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    lines += [
+        "",
+        "k3 and budget in nats/token; CI at the per-look confidence of the sequential test; "
+        "pred. cost = quality cost the calibration curve predicts at k3.",
+        "",
+    ]
+    lines += [f"- **{v.name}**: {v.reason}" for v in result.verdicts]
+    for kind, f in result.floor.items():
+        lines.append(f"- noise floor ({kind}, {f['dtype']}): k3 {fmt(f['k3'])} on {f['probes']} probes")
+    return "\n".join(lines) + "\n"
+
+
+def verdict_table(result: ScreenResult):
+    """A rich Table of the verdicts (the CLI prints it); names and verdicts never wrap, numbers fold."""
+    from rich.table import Table
+
+    table = Table(title="admitcheck screen", caption=_headline(result))
+    table.add_column("candidate", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    for c in ("k3 [CI]", "budget", "margin", "pred. cost", "floor", "KV × BF16", "probes", "s"):
+        table.add_column(c, justify="right")
+    for v in result.verdicts:
+        style = "green" if v.admitted else "red"
+        table.add_row(
+            v.name,
+            f"[{style}]{_verdict_word(v)}[/{style}]",
+            f"{fmt(v.k3)} {fmt_interval(v.k3_interval)}",
+            fmt(v.budget),
+            fmt(v.margin),
+            fmt(v.quality_cost),
+            fmt(v.floor_k3),
+            fmt(_capacity_ratio(v)),
+            str(v.probes),
+            f"{v.seconds:.1f}",
+        )
+    return table
+
+
+def write_reports(
+    result: ScreenResult,
+    *,
+    json_path: str | Path | None = None,
+    junit_path: str | Path | None = None,
+    markdown_path: str | Path | None = None,
+    step_summary: bool = True,
+) -> list[str]:
+    """Write the asked-for reports atomically; append the Markdown to $GITHUB_STEP_SUMMARY when it is set.
+
+    Returns the paths written.
+    """
+    from admitcheck import io
+
+    written = []
+    for path, render in ((json_path, to_json), (junit_path, to_junit_xml), (markdown_path, to_markdown)):
+        if path is not None:
+            io.write_text_atomic(path, render(result))
+            written.append(str(path))
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step_summary and summary:
+        with open(summary, "a", encoding="utf-8") as fh:  # GitHub collects every step's appends
+            fh.write(to_markdown(result))
+        written.append(summary)
+    return written

@@ -1,0 +1,624 @@
+"""Screening: measure candidate rollout configs sequentially and ADMIT or REJECT each against the budget B.
+
+    from admitcheck import io
+    from admitcheck.config import ScreenConfig
+    from admitcheck.screen import screen, validate
+    cfg = io.load_config("examples/toy_screen.yaml", ScreenConfig)
+    validate(cfg)                                      # inputs + calibration compatibility, loads no model
+    result = screen(cfg, candidates=["fp8_kv"])        # ScreenResult; result.exit_code is 0 or 1
+    v = result.verdicts[0]; v.decision, v.k3, v.k3_interval, v.budget, v.margin
+    screen(cfg, from_logs="rollouts.jsonl")            # one verdict from a pipeline's logged log-probs
+
+Sequential test (REFERENCE §3.4). Batch i samples probe prompts [i·bs, (i+1)·bs) with seed probe.seed + i, as
+`measure` does. After the batch that reaches probe.min_prompts and after every later one, the k3 interval over all
+sequences so far (ratio estimator with a delta-method t interval over sequences, `metrics.ratio_interval`) is
+compared with the threshold: upper bound below → ADMIT, lower bound above → REJECT. The repeated looks are paid for
+by spending α evenly over the K looks the probe settings allow (Bonferroni, `metrics.sequential_confidence`): each
+look uses level 1 − α/K, so the chance that any look errs is ≤ α whatever the stopping rule; the reported k3
+interval has that per-look level. Still undecided at probe.num_prompts: the verdict is `marginal`, the point
+estimate gives the leaning, and policy.undecided applies: `reject` (default) rejects every marginal verdict;
+`admit` lets the point estimate decide (k3 < threshold → ADMIT), so nothing is admitted with k3 above the budget.
+
+Threshold by budget kind (`curve.Budget`): "point" → B. "lower_bound" (no calibrated level reached τ: B ≥ b) → b,
+conservatively: only mismatch inside the calibrated range is admitted, and a rejection says B may be larger.
+"upper_bound" (even the smallest level cost more than τ: B ≤ b) → b for rejections; an interval below b cannot be
+admitted by the bounds (B is unknown below b), so sampling stops there and the verdict is marginal.
+margin = threshold − k3 upper bound (nats/token; > 0: the whole interval is under it); ratio_to_budget = k3 / threshold.
+Non-finite log-probs reject at once, with their count. A staleness-k candidate's mismatch is KL(π_θ0 ‖ π_θk) on
+tokens the start weights sample, θk = the student after k real OPD steps with the calibration's recipe.
+One reference model and one noise floor per engine kind (on the first-look probes) serve every candidate.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, Literal
+
+from admitcheck import io
+from admitcheck.config import CandidateConfig, RolloutConfig, ScreenConfig
+from admitcheck.errors import CalibrationError, ConfigError, EngineError
+
+Progress = Callable[[str, int, int], None]  # (label, batches done, batches at most)
+Decision = Literal["ADMIT", "REJECT"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One candidate's admission decision and the evidence behind it (mismatch k3 in nats/token)."""
+
+    name: str
+    decision: Decision
+    marginal: bool  # undecided at probe.num_prompts (or by a bound-only budget): policy.undecided applied
+    reason: str
+    k3: float
+    k3_interval: tuple[float, float]  # at confidence_per_look
+    budget: float  # the threshold compared with (module docstring: bound-only budgets)
+    budget_interval: tuple[float, float]
+    budget_kind: Literal["point", "lower_bound", "upper_bound"]
+    margin: float  # budget − k3 upper bound, nats/token
+    ratio_to_budget: float  # k3 / budget
+    quality_cost: float | None  # the calibration curve at k3, nats/token; None when k3 is not finite
+    quality_cost_interval: tuple[float, float] | None  # the curve at the k3 interval ends (it is monotone)
+    floor_k3: float | None  # the engine in the reference's configuration on the first-look probes
+    probes: int  # sequences measured
+    tokens: int
+    looks: int
+    confidence_per_look: float
+    metrics: dict[str, float] = field(default_factory=dict)
+    metric_intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
+    capacity: dict[str, Any] | None = None  # `capacity.kv_capacity` of the candidate, ratio_vs_bf16 first
+    seconds: float = 0.0  # engine start + measurement (+ OPD steps for staleness)
+    source: Literal["engine", "logs"] = "engine"
+
+    @property
+    def admitted(self) -> bool:
+        return self.decision == "ADMIT"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ScreenResult:
+    """`screen`'s result: one verdict per candidate, the calibration used, the noise floor, timings (s)."""
+
+    verdicts: list[Verdict]
+    calibration: dict[str, Any]  # path, pair, metric, budget, budget_interval, budget_kind, tolerance, recipe
+    floor: dict[str, dict[str, Any]]  # per engine kind: dtype, k3, k3_interval, probes, tokens, seconds
+    policy: dict[str, Any]
+    source: Literal["engine", "logs"]
+    seconds_setup: float  # tokenizer, reference model
+    seconds_total: float
+
+    @property
+    def all_admitted(self) -> bool:
+        return all(v.admitted for v in self.verdicts)
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every candidate is admitted, 1 when any is rejected."""
+        return 0 if self.all_admitted else 1
+
+    def to_dict(self) -> dict[str, Any]:
+        from admitcheck import __version__
+
+        return asdict(self) | {
+            "admitcheck": __version__,
+            "all_admitted": self.all_admitted,
+            "exit_code": self.exit_code,
+        }
+
+
+# ------------------------------------------------------------------------------------------ inputs and checks
+
+
+def select_candidates(config: ScreenConfig, names: list[str] | None) -> list[CandidateConfig]:
+    """The candidates `--candidate NAME` picks (all when None); an unknown name is a ConfigError listing the known."""
+    known = {c.name: c for c in config.candidates}
+    for n in names or []:
+        if n not in known:
+            raise ConfigError(f"unknown candidate {n!r} (known: {', '.join(known)})", field="--candidate")
+    return [known[n] for n in dict.fromkeys(names)] if names else list(config.candidates)
+
+
+def with_logs(config: ScreenConfig, path: str | Path) -> ScreenConfig:
+    """The config with `source: logs` reading `path` (what `--from-logs FILE` means)."""
+    data = config.model_dump() | {"source": "logs", "logs": {"path": str(Path(path).resolve())}}
+    return ScreenConfig.model_validate(data)
+
+
+def looks_plan(config: ScreenConfig, num_prompts: int) -> tuple[int, int, int]:
+    """(batches before the first look, batches at most, looks K) for `num_prompts` available probe prompts."""
+    bs = config.probe.batch_size
+    max_batches = math.ceil(min(config.probe.num_prompts, num_prompts) / bs)
+    first = min(math.ceil(config.probe.min_prompts / bs), max_batches)
+    return first, max_batches, max_batches - first + 1
+
+
+def check_compatibility(config: ScreenConfig, calibration: Any, *, config_file: str | None = None) -> None:
+    """A CalibrationError naming the first field where the screen's pair or protocol differs from the calibration.
+
+    Compared: student and teacher config and weight hashes, tokenizer hash, probe prompt-set hash, metric (k3),
+    sampling (temperature, top_p, top_k), probe.max_new_tokens, reference.dtype. From logs, only the pair's models,
+    tokenizer and the metric (the logs come from the pipeline's own prompts and sampling).
+    """
+    from admitcheck.artifact import fingerprint_pair, protocol_of_screen
+
+    logs = config.source == "logs"
+    mine = _flat(fingerprint_pair(config.pair, None if logs else config.probe), "pair.")
+    theirs = _flat(calibration.pair_fingerprint, "pair.")
+    if logs:
+        theirs = {k: v for k, v in theirs.items() if k in mine}
+    else:
+        mine |= protocol_of_screen(config)
+        theirs |= calibration.protocol
+    mine["metric"], theirs["metric"] = "k3", calibration.metric
+    for key in sorted(set(mine) | set(theirs), key=lambda k: (k != "metric", k)):
+        a, b = theirs.get(key), mine.get(key)
+        if a != b:
+            name = "probe.prompts" if key == "pair.probe_prompts" else key.removeprefix("protocol.")
+            raise CalibrationError(
+                f"differs from the calibration {calibration.path}: it has {_short(a)}, this screen {_short(b)}; use a "
+                "calibration of this pair and protocol, or screen with the calibration's settings",
+                file=config_file,
+                field=name,
+            )
+
+
+def _short(v: Any) -> str:
+    return f"{v[:12]}…" if isinstance(v, str) and len(v) == 64 else repr(v)  # sha256 hex digests shortened
+
+
+def _flat(d: dict[str, Any], prefix: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out |= _flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v}
+    return out
+
+
+def _check_inputs(config: ScreenConfig, chosen: list[CandidateConfig], file: str | None) -> None:
+    """Files and dirs the screen needs exist (before any hashing or loading)."""
+    for fld, d in (("pair.student", config.pair.student), ("pair.teacher", config.pair.teacher)):
+        if not (Path(d) / "config.json").is_file():
+            raise ConfigError(f"not a model dir (no config.json): {d}", file=file, field=fld)
+    if config.source == "engine":
+        _probe_prompts(config, file)  # a missing or empty prompt set is named before any hash comparison
+    for c in chosen:
+        if c.rollout is not None and c.rollout.weights_from and not Path(c.rollout.weights_from).is_dir():
+            raise ConfigError(
+                f"checkpoint dir not found: {c.rollout.weights_from}",
+                file=file,
+                field=f"candidates.{c.name}.rollout.weights_from",
+            )
+    cap = config.capacity.model_config_path
+    if cap and not Path(cap).is_file():
+        raise ConfigError(f"file not found: {cap}", file=file, field="capacity.model_config_path")
+
+
+def load_checked_calibration(config: ScreenConfig, *, config_file: str | None = None):
+    """`artifact.load_calibration(config.calibration)` after `check_compatibility`."""
+    from admitcheck.artifact import load_calibration
+
+    calibration = load_calibration(config.calibration)
+    check_compatibility(config, calibration, config_file=config_file)
+    return calibration
+
+
+def _probe_prompts(config: ScreenConfig, file: str | None) -> list[dict]:
+    prompts = io.read_prompts(config.probe.prompts, limit=config.probe.num_prompts)
+    if len(prompts) < config.probe.min_prompts:
+        raise ConfigError(
+            f"probe.min_prompts is {config.probe.min_prompts} but {config.probe.prompts} holds only "
+            f"{len(prompts)} prompts",
+            file=file,
+            field="probe.min_prompts",
+        )
+    return prompts
+
+
+def validate(
+    config: ScreenConfig, *, config_file: str | None = None, candidates: list[str] | None = None
+) -> dict[str, Any]:
+    """Inputs on disk, calibration compatibility, logs file; no model loads. Returns what a screen would run."""
+    from admitcheck.metrics import sequential_confidence
+
+    chosen = select_candidates(config, candidates)
+    _check_inputs(config, chosen, config_file)
+    calibration = load_checked_calibration(config, config_file=config_file)
+    if config.source == "logs":
+        from admitcheck.logs import read_logs
+
+        logs = read_logs(config.logs.path)
+        looks, probes = 1, logs.num_sequences
+    else:
+        probes = len(_probe_prompts(config, config_file))
+        looks = looks_plan(config, probes)[2]
+    return {
+        "calibration": _calibration_summary(calibration),
+        "candidates": [c.name for c in chosen],
+        "source": config.source,
+        "probes_available": probes,
+        "max_looks": looks,
+        "confidence_per_look": sequential_confidence(config.policy.confidence, looks),
+    }
+
+
+# ------------------------------------------------------------------------------------------------ screening
+
+
+@dataclass
+class _Context:
+    """What every candidate shares: the calibration, one reference, the probe prompts, the look plan, the floors."""
+
+    config: ScreenConfig
+    file: str | None
+    calibration: Any
+    tokens: Any = None
+    prompt_ids: list[list[int]] = field(default_factory=list)
+    reference: Any = None
+    plan: tuple[int, int, int] = (1, 1, 1)  # batches before the first look, batches at most, looks
+    confidence: float = 0.95  # per look
+    floors: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass
+class _Run:
+    """The sequential measurement of one engine: per-batch per-sequence sums, the padded log-probs, the state."""
+
+    per_sequence: list[dict] = field(default_factory=list)
+    acc: Any = None  # measure.Accumulator
+    looks: int = 0
+    state: str = "undecided"  # admit | reject | undecided | unresolvable | nonfinite
+    engine_nonfinite: int = 0  # non-finite log-probs from the engine (μ side), masked tokens
+    nonfinite: int = 0  # either side
+    probes: int = 0
+    tokens: int = 0
+
+
+def screen(
+    config: ScreenConfig,
+    *,
+    config_file: str | None = None,
+    candidates: list[str] | None = None,
+    from_logs: str | Path | None = None,
+    progress: Progress | None = None,
+) -> ScreenResult:
+    """Verdicts for the chosen candidates (all by default) against `config.calibration`; see the module docstring."""
+    t0 = time.perf_counter()
+    config = with_logs(config, from_logs) if from_logs is not None else config
+    chosen = select_candidates(config, candidates)
+    _check_inputs(config, chosen, config_file)
+    ctx = _Context(config, config_file, load_checked_calibration(config, config_file=config_file))
+    if config.source == "logs":
+        verdicts, setup = [_screen_logs(ctx, chosen)], 0.0
+    else:
+        _prepare(ctx)
+        setup = time.perf_counter() - t0
+        verdicts = [_screen_candidate(ctx, c, progress) for c in chosen]
+    return ScreenResult(
+        verdicts,
+        _calibration_summary(ctx.calibration),
+        ctx.floors,
+        config.policy.model_dump(),
+        config.source,
+        setup,
+        time.perf_counter() - t0,
+    )
+
+
+def _prepare(ctx: _Context) -> None:
+    from admitcheck.measure import check_devices, load_pair_tokenizer, tokenize_prompts
+    from admitcheck.metrics import sequential_confidence
+
+    cfg, file = ctx.config, ctx.file
+    check_devices(cfg, file=file)
+    ctx.tokens = load_pair_tokenizer(cfg.pair, file=file)
+    prompts = _probe_prompts(cfg, file)
+    ctx.prompt_ids = tokenize_prompts(ctx.tokens, prompts, file=cfg.probe.prompts)
+    ctx.plan = looks_plan(cfg, len(prompts))
+    ctx.confidence = sequential_confidence(cfg.policy.confidence, ctx.plan[2])
+    io.check_causal_lm(cfg.pair.teacher, file=file, field="pair.teacher")
+    ctx.reference = io.load_causal_lm(cfg.pair.student, cfg.reference.dtype, cfg.reference.device, file=file)
+
+
+def _engine_call(name: str, fn: Callable[[], Any]) -> Any:
+    """Run an engine (or reference) call; out-of-memory and crashes become an EngineError (exit 3) naming the
+    candidate. User errors (AdmitcheckError) pass through; bugs other than RuntimeError keep their traceback."""
+    import torch
+
+    try:
+        return fn()
+    except (MemoryError, torch.OutOfMemoryError) as exc:
+        raise EngineError(f"out of memory: {exc}".split("\n")[0], field=f"candidates.{name}") from exc
+    except RuntimeError as exc:
+        raise EngineError(f"engine failed: {exc}".split("\n")[0], field=f"candidates.{name}") from exc
+
+
+def _start_engine(ctx: _Context, rollout: RolloutConfig, name: str):
+    from admitcheck.engines import build_engine
+
+    ids = {"eos_token_id": ctx.tokens.eos_token_id, "pad_token_id": ctx.tokens.pad_token_id}
+    return _engine_call(name, partial(build_engine, rollout, ctx.config.pair.student, **ids))
+
+
+def _run_batches(
+    ctx: _Context, name: str, engine, reference, max_batches: int, threshold: float | None, progress: Progress | None
+) -> _Run:
+    """Sample, score and look, batch after batch, until decided (never when threshold is None) or max_batches."""
+    import torch
+
+    from admitcheck.measure import Accumulator
+    from admitcheck.metrics import combine, metrics_from_per_sequence, mismatch_metrics
+    from admitcheck.scorer import score
+
+    probe, sampling, full = ctx.config.probe, ctx.config.sampling, ctx.config.full_logprobs
+    run = _Run(acc=Accumulator())
+    for i in range(max_batches):
+        chunk = ctx.prompt_ids[i * probe.batch_size : (i + 1) * probe.batch_size]
+        call = partial(engine.sample, chunk, sampling, probe.seed + i, probe.max_new_tokens, return_full=full)
+        r = _engine_call(name, call)
+        s = _engine_call(
+            name,
+            partial(
+                score, reference, r.prompt_ids, r.token_ids, r.mask, sampling, full=full and r.full_logprobs is not None
+            ),
+        )
+        m = mismatch_metrics(
+            r.logprobs,
+            s.logprobs,
+            r.mask,
+            confidence=ctx.confidence,
+            reference_full=s.full_logprobs,
+            rollout_full=r.full_logprobs if s.full_logprobs is not None else None,
+        )
+        run.per_sequence.append(m.per_sequence)
+        run.acc.add(r, s.logprobs, None)  # (B, T) sides only: kl_exact comes from the per-sequence sums
+        run.engine_nonfinite += int((~torch.isfinite(r.logprobs) & r.mask).sum())
+        run.nonfinite += m.nonfinite
+        run.probes, run.tokens = run.acc.num_sequences, run.acc.num_tokens
+        if progress:
+            progress(name, i + 1, max_batches)
+        if run.nonfinite:
+            run.state = "nonfinite"
+            break
+        if threshold is None or i + 1 < ctx.plan[0]:
+            continue
+        run.looks += 1
+        pooled = metrics_from_per_sequence(combine(run.per_sequence), ctx.confidence)
+        run.state = _look(pooled.values["k3"], *pooled.intervals["k3"], threshold, ctx.calibration.budget.kind)
+        if run.state != "undecided":
+            break
+    return run
+
+
+def decision_interval(k3: float, lo: float, hi: float) -> tuple[float, float]:
+    """The k3 interval on the log scale from the symmetric one (delta method: se(log k3) = se / k3).
+
+    k3 is a mean of non-negative, right-skewed per-token terms; [k3·e^(−h/k3), k3·e^(h/k3)] with h = hi − k3 stays
+    positive and is wider above: its upper bound is ≥ hi (e^x ≥ 1 + x), so admission is never easier than with the
+    symmetric interval, while an estimate far above the budget gets a lower bound above 0 and is rejected sooner.
+    """
+    h = hi - k3
+    if not (math.isfinite(k3) and math.isfinite(h)) or k3 <= 0:
+        return lo, hi
+    return k3 * math.exp(-h / k3), k3 * math.exp(h / k3)
+
+
+def _look(k3: float, lo: float, hi: float, threshold: float, kind: str) -> str:
+    from admitcheck.metrics import decide
+
+    state = decide(k3, *decision_interval(k3, lo, hi), threshold)
+    return "unresolvable" if state == "admit" and kind == "upper_bound" else state
+
+
+def _final_metrics(run: _Run, confidence: float) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
+    """All metrics over every sequence measured (quantiles from the padded log-probs, kl_exact from the sums)."""
+    from admitcheck.metrics import combine, metrics_from_per_sequence
+
+    whole = run.acc.metrics(confidence)
+    pooled = metrics_from_per_sequence(combine(run.per_sequence), confidence)
+    values, intervals = dict(whole.values), dict(whole.intervals)
+    if "kl_exact" in pooled.values:
+        values["kl_exact"], intervals["kl_exact"] = pooled.values["kl_exact"], pooled.intervals["kl_exact"]
+    return values, intervals
+
+
+def _floor(ctx: _Context, rollout: RolloutConfig, progress: Progress | None) -> dict[str, Any]:
+    """The engine in the reference's configuration on the first-look probes, measured once per engine kind."""
+    from admitcheck.measure import floor_rollout
+
+    fr = floor_rollout(rollout, ctx.config.reference)
+    if fr.engine not in ctx.floors:
+        t0, label = time.perf_counter(), f"floor ({fr.engine})"
+        engine = _start_engine(ctx, fr, label)
+        try:
+            run = _run_batches(ctx, label, engine, ctx.reference, ctx.plan[0], None, progress)
+        finally:
+            engine.close()
+        values, intervals = _final_metrics(run, ctx.confidence)
+        ctx.floors[fr.engine] = {
+            "dtype": fr.dtype,
+            "k3": values["k3"],
+            "k3_interval": intervals["k3"],
+            "probes": run.probes,
+            "tokens": run.tokens,
+            "seconds": time.perf_counter() - t0,
+        }
+    return ctx.floors[fr.engine]
+
+
+def _screen_candidate(ctx: _Context, cand: CandidateConfig, progress: Progress | None) -> Verdict:
+    from admitcheck import opd
+    from admitcheck.measure import floor_rollout
+
+    rollout, reference = cand.rollout, ctx.reference
+    if cand.staleness is not None:  # θ0 samples in the reference's configuration; θk is the reference
+        rollout = floor_rollout(RolloutConfig(**ctx.calibration.recipe["rollout"]), ctx.config.reference)
+    floor = _floor(ctx, rollout, progress)
+    t0 = time.perf_counter()
+    if cand.staleness is not None:
+        start = ctx.reference if ctx.config.reference.dtype == "float32" else None
+        stale = partial(opd.stale_reference, ctx.calibration, ctx.config, cand.staleness, reference=start)
+        reference = _engine_call(cand.name, stale)
+    engine = _start_engine(ctx, rollout, cand.name)
+    try:
+        run = _run_batches(ctx, cand.name, engine, reference, ctx.plan[1], _threshold(ctx), progress)
+        allocated = getattr(engine, "kv_cache_report", None)  # vLLM: what the engine really allocated
+        allocated = allocated() if callable(allocated) and cand.staleness is None else None
+    finally:
+        engine.close()
+    values, intervals = _final_metrics(run, ctx.confidence)
+    capacity = _capacity(ctx, cand) | ({"engine_allocated": allocated} if allocated else {})
+    seconds = time.perf_counter() - t0
+    return _verdict(ctx, cand.name, values, intervals, run, floor["k3"], capacity, seconds, "engine")
+
+
+def _screen_logs(ctx: _Context, chosen: list[CandidateConfig]) -> Verdict:
+    """One verdict from a pipeline's logged log-probs: every sequence at once (one look, nominal confidence)."""
+    import numpy as np
+
+    from admitcheck.logs import read_logs
+    from admitcheck.metrics import mismatch_metrics
+
+    t0 = time.perf_counter()
+    logs = read_logs(ctx.config.logs.path)
+    ctx.confidence = ctx.config.policy.confidence
+    m = mismatch_metrics(logs.rollout_logprobs, logs.trainer_logprobs, logs.mask, confidence=ctx.confidence)
+    run = _Run(looks=1, nonfinite=m.nonfinite, probes=m.num_sequences, tokens=m.num_tokens)
+    run.engine_nonfinite = int((~np.isfinite(logs.rollout_logprobs) & logs.mask).sum())
+    k3, (lo, hi) = m.values["k3"], m.intervals["k3"]
+    run.state = "nonfinite" if m.nonfinite else _look(k3, lo, hi, _threshold(ctx), ctx.calibration.budget.kind)
+    one = chosen[0] if len(chosen) == 1 else None  # the logs belong to the one candidate selected, if any
+    name, capacity = (one.name, _capacity(ctx, one)) if one else (Path(logs.path).stem, None)
+    return _verdict(ctx, name, dict(m.values), dict(m.intervals), run, None, capacity, time.perf_counter() - t0, "logs")
+
+
+def _threshold(ctx: _Context) -> float:
+    return float(ctx.calibration.budget.value)
+
+
+def _capacity(ctx: _Context, cand: CandidateConfig) -> dict[str, Any]:
+    """KV-cache capacity of the candidate on the configured GPU (staleness changes no memory: plain BF16)."""
+    import json
+
+    from admitcheck.capacity import kv_capacity
+
+    cap, gib = ctx.config.capacity, 2**30
+    path = Path(cap.model_config_path or Path(ctx.config.pair.student) / "config.json")
+    try:
+        c = kv_capacity(
+            json.loads(path.read_text(encoding="utf-8")),
+            cand.rollout or RolloutConfig(),
+            int(cap.gpu_memory_gib * gib),
+            cap.utilization,
+            int(cap.activation_reserve_gib * gib),
+        )
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(
+            f"cannot size the KV cache from this model config ({type(exc).__name__}: {exc})",
+            file=str(path),
+            field="capacity.model_config_path",
+        ) from None
+    keys = (
+        "ratio_vs_bf16",
+        "kv_ratio_equal_memory",
+        "num_tokens",
+        "num_tokens_bf16",
+        "bytes_per_token",
+        "weight_bytes",
+        "fits",
+    )
+    return {k: getattr(c, k) for k in keys} | {"gpu_memory_gib": cap.gpu_memory_gib}
+
+
+def _verdict(
+    ctx: _Context,
+    name: str,
+    values: dict,
+    intervals: dict,
+    run: _Run,
+    floor_k3: float | None,
+    capacity: dict | None,
+    seconds: float,
+    source: str,
+) -> Verdict:
+    b, thr, policy = ctx.calibration.budget, _threshold(ctx), ctx.config.policy.undecided
+    k3, (lo, hi) = values["k3"], decision_interval(values["k3"], *intervals["k3"])
+    at = f"at {ctx.confidence:.4g}" + (" per look" if ctx.plan[2] > 1 and source == "engine" else "")
+    decision: Decision = "ADMIT" if run.state == "admit" else "REJECT"
+    if run.state == "nonfinite":
+        reason = (
+            f"engine produced {run.engine_nonfinite} non-finite log-probs"
+            if run.engine_nonfinite
+            else f"the reference gives {run.nonfinite} sampled tokens zero probability or non-finite log-probs "
+            "(k3 is infinite: the candidate samples outside the reference's top-k/top-p set)"
+        )
+    elif run.state == "admit":
+        reason = f"k3 upper bound {hi:.3g} < budget {thr:.3g} {at}"
+    elif run.state == "reject":
+        beyond = "; the budget is only known to be ≥ this (no level reached τ): calibrate further to decide beyond it"
+        reason = f"k3 lower bound {lo:.3g} > budget {thr:.3g} {at}" + (beyond if b.kind == "lower_bound" else "")
+    else:
+        decision = "ADMIT" if policy == "admit" and k3 < thr else "REJECT"
+        why = (
+            f"the budget is only known to be ≤ {thr:.3g} (even the smallest level exceeded τ)"
+            if run.state == "unresolvable"
+            else f"[{lo:.3g}, {hi:.3g}] {at} still contains the budget {thr:.3g} after {run.probes} probes"
+        )
+        reason = (
+            f"marginal: {why}; point estimate {k3:.3g} is {'below' if k3 < thr else 'above'} it; "
+            f"policy.undecided = {policy}"
+        )
+    cost, cost_ci = _predicted_cost(ctx.calibration, k3, lo, hi)
+    return Verdict(
+        name,
+        decision,
+        run.state in ("undecided", "unresolvable"),
+        reason,
+        k3,
+        (lo, hi),
+        thr,
+        tuple(b.interval),
+        b.kind,
+        thr - hi,
+        k3 / thr if thr > 0 else math.inf,
+        cost,
+        cost_ci,
+        floor_k3,
+        run.probes,
+        run.tokens,
+        run.looks,
+        ctx.confidence,
+        values,
+        intervals,
+        capacity,
+        seconds,
+        source,
+    )
+
+
+def _predicted_cost(calibration, k3: float, lo: float, hi: float):
+    """The calibration curve at k3 and at the interval ends (monotone curve); None where k3 is not finite."""
+    if not math.isfinite(k3):
+        return None, None
+    cost = [float(calibration.predict_cost(max(x, 0.0))) for x in (k3, lo if math.isfinite(lo) else 0.0)]
+    return cost[0], ((cost[1], float(calibration.predict_cost(hi))) if math.isfinite(hi) else None)
+
+
+def _calibration_summary(calibration) -> dict[str, Any]:
+    b, r = calibration.budget, calibration.recipe
+    return {
+        "path": str(calibration.path),
+        "pair": calibration.pair_name,
+        "metric": calibration.metric,
+        "budget": b.value,
+        "budget_interval": tuple(b.interval),
+        "budget_kind": b.kind,
+        "tolerance": b.tolerance,
+        "recipe": {k: r.get(k) for k in ("loss", "student_logprobs", "lr", "tis_cap", "temperature")},
+    }

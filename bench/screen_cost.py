@@ -1,0 +1,239 @@
+"""Screening cost and sequential efficiency on the toy pair (the performance figures of issue #4).
+
+    python bench/screen_cost.py                                   # builds (or reuses) the toy pair in ./toy
+    python bench/screen_cost.py --toy-dir toy --threads 1 --candidates fp8_kv heavy_noise
+
+1. Cost: one calibration run (one OPD training run of the calibration recipe with its mismatch measurement and
+   quality evaluations: the unit a calibration repeats for every level and seed) against screening one candidate
+   (all of `screen()`: tokenizer, reference model, floor, sequential measurement), in this process, same threads.
+   Target: ratio ≤ 5% (against a whole calibration, many runs, it is smaller still).
+2. Sequential efficiency: each candidate's k3 over the maximum probes, then screens against budgets 3× above and
+   3× below it. Target: decided with ≤ 25% of the maximum probes.
+3. Decision-interval check: one-sided miss rates of the k3 interval at the per-look level, at 1, 2 and 4 times
+   the first look's probes, by resampling sequences of the full measurement (nominal: (1 − level) / 2 per side).
+The screen settings are examples/toy_screen.yaml's; the calibration recipe is examples/toy_calibrate.yaml's when it
+exists, else the schema defaults. Budgets come from a stand-in artifact with the pair's real fingerprints (only the
+budget differs from a real calibration, and the screen reads nothing else). Prints tables, then one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def stand_in_artifact(path: Path, screen_cfg, cal_cfg, budget: float) -> Path:
+    """An artifact of this pair and protocol with budget `budget` (nats/token, a point with a ±2× interval)."""
+    from admitcheck import io
+    from admitcheck.artifact import SCHEMA_VERSION, dump_calibration, fingerprint_pair, prompt_hashes, recipe_of
+
+    fp = fingerprint_pair(screen_cfg.pair) | {"prompts": prompt_hashes(cal_cfg)}
+    data = {
+        "schema_version": SCHEMA_VERSION,
+        "name": "toy",
+        "metric": "k3",
+        "pair": fp,
+        "protocol": {
+            "sampling": screen_cfg.sampling.model_dump(),
+            "probe": {"max_new_tokens": screen_cfg.probe.max_new_tokens},
+            "reference": {"dtype": screen_cfg.reference.dtype},
+        },
+        "recipe": recipe_of(cal_cfg) | {"prompts": str(Path(cal_cfg.train.prompts).resolve())},
+        "tolerance": {"value": 0.05, "rule": "stand-in"},
+        "quality": {},
+        "runs": [
+            {
+                "level": "baseline",
+                "seed": 0,
+                "mismatch": 0.0,
+                "fit_x": budget / 100,
+                "quality": 1.0,
+                "quality_cost": 0.0,
+            }
+        ],
+        "curve": {"form": "log_logistic", "params": {"plateau": 1.0, "x50": budget * 3, "steepness": 2.0}},
+        "budget": {"value": budget, "kind": "point", "interval": [budget / 2, budget * 2], "confidence": 0.95},
+        "provenance": {"note": "bench stand-in"},
+    }
+    io.write_text_atomic(path, dump_calibration(data))
+    return path
+
+
+def configs(toy: Path, tmp: Path):
+    from admitcheck import io
+    from admitcheck.config import CalibrateConfig, ScreenConfig
+
+    paths = {"student": toy / "student", "teacher": toy / "teacher"}
+    pair = {"name": "toy", **{k: str(v) for k, v in paths.items()}}
+    screen_raw = io.read_yaml(ROOT / "examples" / "toy_screen.yaml")
+    screen_raw |= {"pair": pair, "calibration": str(tmp / "cal.yaml")}
+    screen_raw["probe"] |= {"prompts": str(toy / "prompts" / "probe.jsonl")}
+    screen_cfg = ScreenConfig.model_validate(screen_raw)
+    example = ROOT / "examples" / "toy_calibrate.yaml"
+    cal_raw = io.read_yaml(example) if example.is_file() else {}
+    cal_raw |= {"pair": pair, "probe": screen_raw["probe"] | {"num_prompts": screen_cfg.probe.num_prompts}}
+    cal_raw["probe"].pop("min_prompts")
+    for section in ("train", "eval"):
+        cal_raw[section] = cal_raw.get(section, {}) | {"prompts": str(toy / "prompts" / f"{section}.jsonl")}
+    cal_raw |= {"sampling": screen_raw.get("sampling", {}), "reference": screen_raw.get("reference", {})}
+    return screen_cfg, CalibrateConfig.model_validate({k: v for k, v in cal_raw.items() if k != "output"})
+
+
+def calibration_run_seconds(cal_cfg) -> float:
+    """One OPD run of the calibration (baseline level, seed 0), models already loaded, as `calibrate` runs it."""
+    from admitcheck.levels import Level, load_context, run_one
+
+    ctx = load_context(cal_cfg)
+    t0 = time.perf_counter()
+    run_one(ctx, cal_cfg, Level("baseline", "baseline", 1), seed=0)
+    return time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--toy-dir", default="toy", help="toy pair dir (built when missing)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads for both sides of the ratio")
+    ap.add_argument(
+        "--candidates",
+        nargs="*",
+        default=["bf16", "fp8_kv", "int8_weights", "heavy_noise"],
+        help="toy_screen.yaml candidates for parts 2 and 3 (part 1 screens the first)",
+    )
+    ap.add_argument("--skip-calibration-run", action="store_true", help="skip part 1's denominator")
+    args = ap.parse_args(argv)
+
+    import numpy as np
+    import torch
+
+    from admitcheck.metrics import ratio_interval, sequential_confidence
+    from admitcheck.screen import decision_interval, screen
+    from admitcheck.toy import build_toy_pair
+
+    torch.set_num_threads(args.threads)
+    build_toy_pair(args.toy_dir)
+    tmp = Path(tempfile.mkdtemp(prefix="screen_cost_"))
+    screen_cfg, cal_cfg = configs(Path(args.toy_dir).resolve(), tmp)
+    out: dict = {"threads": args.threads, "probe": screen_cfg.probe.model_dump(exclude={"prompts"})}
+
+    # 2 (first: it also gives part 1 its candidate's full-probe k3) -- full measurement, then budgets 3x away
+    max_probes = screen_cfg.probe.num_prompts
+    full = screen_cfg.model_copy(update={"probe": screen_cfg.probe.model_copy(update={"min_prompts": max_probes})})
+    stand_in_artifact(tmp / "cal.yaml", screen_cfg, cal_cfg, 1.0)
+    rows, per_seq = [], {}
+    for name in args.candidates:
+        ref = screen(full, candidates=[name]).verdicts[0]
+        per_seq[name] = ref
+        row = {"candidate": name, "k3_full": ref.k3, "probes_max": max_probes}
+        for label, factor in (("budget_3x_above", 3.0), ("budget_3x_below", 1 / 3)):
+            stand_in_artifact(tmp / "cal.yaml", screen_cfg, cal_cfg, ref.k3 * factor)
+            v = screen(screen_cfg, candidates=[name]).verdicts[0]
+            row[label] = {
+                "decision": v.decision,
+                "marginal": v.marginal,
+                "probes": v.probes,
+                "share_of_max": v.probes / max_probes,
+            }
+        rows.append(row)
+    out["sequential"] = rows
+
+    # 1 -- cost ratio: screen one candidate (everything screen() does) against one calibration run
+    first = args.candidates[0]
+    stand_in_artifact(tmp / "cal.yaml", screen_cfg, cal_cfg, per_seq[first].k3 * 3)
+    t0 = time.perf_counter()
+    screen(screen_cfg, candidates=[first])
+    screen_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    screen(full, candidates=[first])  # the worst case: every probe up to the maximum
+    screen_max_s = time.perf_counter() - t0
+    run_s = math.nan if args.skip_calibration_run else calibration_run_seconds(cal_cfg)
+    out["cost"] = {
+        "candidate": first,
+        "screen_seconds": screen_s,
+        "screen_seconds_max_probes": screen_max_s,
+        "calibration_run_seconds": run_s,
+        "ratio": screen_s / run_s,
+        "ratio_max_probes": screen_max_s / run_s,
+        "train_steps": cal_cfg.train.steps,
+    }
+
+    # 3 -- one-sided miss rates of the first-look decision interval, resampling the full measurement's sequences
+    import admitcheck.screen as S
+
+    first_n = screen_cfg.probe.min_prompts
+    conf = sequential_confidence(screen_cfg.policy.confidence, S.looks_plan(screen_cfg, max_probes)[2])
+    rng, cover = np.random.default_rng(0), []
+    for name in args.candidates:
+        m = _per_sequence(full, name)
+        s, n = m["k3"], m["num_tokens"]  # (num_prompts,) per-sequence sums and token counts
+        true = s.sum() / n.sum()
+        for size in (first_n, 2 * first_n, 4 * first_n):
+            miss = np.zeros(2)  # (low, high)
+            for _ in range(2000):
+                idx = rng.integers(0, s.size, size)
+                lo, hi = decision_interval(*ratio_interval(s[idx], n[idx], conf))
+                miss += (lo > true, hi < true)
+            cover.append(
+                {
+                    "candidate": name,
+                    "probes": size,
+                    "k3": float(true),
+                    "miss_low": miss[0] / 2000,
+                    "miss_high": miss[1] / 2000,
+                    "nominal_each_side": (1 - conf) / 2,
+                    "largest_sequence_share": float(np.sort(s)[-1] / s.sum()),
+                }
+            )
+    out["interval_check"] = cover
+    _print(out)
+    print(json.dumps(out))
+    return out
+
+
+def _per_sequence(cfg, name: str) -> dict:
+    """Per-sequence k3 sums of one candidate over the maximum probes (the screen's own measurement path)."""
+    import admitcheck.screen as S
+    from admitcheck.artifact import load_calibration
+
+    ctx = S._Context(cfg, None, load_calibration(cfg.calibration))
+    S._prepare(ctx)
+    cand = S.select_candidates(cfg, [name])[0]
+    engine = S._start_engine(ctx, cand.rollout, name)
+    run = S._run_batches(ctx, name, engine, ctx.reference, ctx.plan[1], None, None)
+    from admitcheck.metrics import combine
+
+    return combine(run.per_sequence)
+
+
+def _print(out: dict) -> None:
+    c = out["cost"]
+    print(
+        f"cost: one calibration run ({c['train_steps']} OPD steps) {c['calibration_run_seconds']:.1f} s; "
+        f"screen({c['candidate']}) {c['screen_seconds']:.2f} s -> {100 * c['ratio']:.2f}%, at the maximum probes "
+        f"{c['screen_seconds_max_probes']:.2f} s -> {100 * c['ratio_max_probes']:.2f}%"
+    )
+    print("sequential (probes used / max):")
+    for r in out["sequential"]:
+        a, b = r["budget_3x_above"], r["budget_3x_below"]
+        print(
+            f"  {r['candidate']:<14} k3 {r['k3_full']:.3g}  budget 3x above: {a['decision']} {a['probes']}/"
+            f"{r['probes_max']}  budget 3x below: {b['decision']}{' (marginal)' if b['marginal'] else ''} "
+            f"{b['probes']}/{r['probes_max']}"
+        )
+    print("decision interval (per-look level), one-sided miss rates, resampling the full measurement:")
+    for r in out["interval_check"]:
+        print(
+            f"  {r['candidate']:<14} {r['probes']:>4} probes  k3 {r['k3']:.3g}  low {r['miss_low']:.3f}  "
+            f"high {r['miss_high']:.3f} (nominal {r['nominal_each_side']:.4f})  "
+            f"largest sequence {100 * r['largest_sequence_share']:.0f}% of k3"
+        )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,250 @@
+"""admitcheck.opd: the OPD losses (closed forms), the loop's sync / staleness / determinism, quality evaluation.
+
+Tiny models built in-process (`make_tiny_pair`, shared with test_calibrate.py): a 2-layer, 64-wide teacher with a
+sharpened lm_head and a 2-layer, 32-wide student over the toy pair's 16-token vocabulary, both untrained.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from admitcheck import io, opd
+from admitcheck.config import EvalConfig, NoiseConfig, PairConfig, RolloutConfig, SamplingConfig, TrainConfig
+from admitcheck.engines.hf import HFEngine
+from admitcheck.measure import load_pair_tokenizer, tokenize_prompts
+
+
+def make_tiny_pair(root: Path, seed: int = 0) -> Path:
+    """teacher/, student/ (HF dirs with the toy tokenizer) and prompts/{train,probe,eval}.jsonl under `root`."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from admitcheck.toy import format_prompt, make_tokenizer
+
+    tok = make_tokenizer()
+    for name, hidden, model_seed, sharpen in (("teacher", 64, seed + 1, 40.0), ("student", 32, seed + 2, 1.0)):
+        config = LlamaConfig(
+            vocab_size=16, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
+            num_attention_heads=hidden // 32, num_key_value_heads=hidden // 32, head_dim=32,
+            max_position_embeddings=64, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        )  # fmt: skip
+        torch.manual_seed(model_seed)
+        model = LlamaForCausalLM(config).float()
+        with torch.no_grad():
+            model.lm_head.weight.mul_(sharpen)  # a confident teacher: the student has something to learn
+        model.save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+    rng = random.Random(seed)
+    for split, n in (("train", 64), ("probe", 16), ("eval", 16)):
+        rows = ["".join(rng.choice("0123456789") for _ in range(rng.randint(2, 5))) for _ in range(n)]
+        lines = [json.dumps({"prompt": format_prompt(d), "answer": " ".join(reversed(d))}) for d in rows]
+        (root / "prompts").mkdir(parents=True, exist_ok=True)
+        (root / "prompts" / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = make_tiny_pair(tmp_path_factory.mktemp("tiny_pair"))
+    tokens = load_pair_tokenizer(PairConfig(student=str(root / "student"), teacher=str(root / "teacher")))
+    train_rows = io.read_prompts(root / "prompts" / "train.jsonl")
+    eval_rows = io.read_prompts(root / "prompts" / "eval.jsonl")
+    return {
+        "root": root,
+        "tokens": tokens,
+        "student": io.load_causal_lm(root / "student"),
+        "teacher": io.load_causal_lm(root / "teacher"),
+        "train_ids": tokenize_prompts(tokens, train_rows),
+        "eval_ids": tokenize_prompts(tokens, eval_rows),
+        "answers": [r["answer"] for r in eval_rows],
+    }
+
+
+def _engine(tiny, model, rollout=None) -> HFEngine:
+    rollout = rollout or RolloutConfig(dtype="float32")
+    return HFEngine(model, rollout, eos_token_id=tiny["tokens"].eos_token_id, pad_token_id=tiny["tokens"].pad_token_id)
+
+
+def _cfg(**kw) -> TrainConfig:
+    return TrainConfig(**{"prompts": "-", "steps": 3, "batch_size": 8, "max_new_tokens": 6, **kw})
+
+
+# ------------------------------------------------------------------------------------------------ losses
+
+
+def _random_batch(seed: int = 0, B: int = 3, T: int = 5, V: int = 7):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(B, T, V, generator=g, requires_grad=True)
+    teacher_full = torch.log_softmax(torch.randn(B, T, V, generator=g), -1)
+    tokens = torch.randint(V, (B, T), generator=g)
+    mask = torch.ones(B, T, dtype=torch.bool)
+    mask[0, 3:] = False
+    rollout_lp = torch.log_softmax(torch.randn(B, T, V, generator=g), -1).gather(-1, tokens[..., None])[..., 0]
+    return logits, teacher_full, tokens, mask, rollout_lp
+
+
+@pytest.mark.parametrize("student_logprobs", ["trainer", "rollout"])
+@pytest.mark.parametrize("tis_cap", [None, 1.5])
+def test_pg_loss_gradient_is_the_importance_weighted_policy_gradient(student_logprobs, tis_cap) -> None:
+    logits, teacher_full, tokens, mask, mu = _random_batch()
+    full = torch.log_softmax(logits, -1)
+    lp = full.gather(-1, tokens[..., None])[..., 0]  # (B, T)
+    teacher_lp = teacher_full.gather(-1, tokens[..., None])[..., 0]
+    cfg = _cfg(student_logprobs=student_logprobs, tis_cap=tis_cap)
+    (grad,) = torch.autograd.grad(opd.opd_loss(cfg, lp, mu, teacher_lp, mask), logits)
+    # closed form: −Σ_t w_t A_t ∇log π_θ(y_t) / N with w = min(π/μ, C), A = −(log π_S − log π_T)
+    own = lp.detach() if student_logprobs == "trainer" else mu
+    w = torch.exp(lp.detach() - mu)
+    w = w.clamp(max=tis_cap) if tis_cap else w
+    coef = -(w * -(own - teacher_lp) * mask) / mask.sum()  # (B, T)
+    (want,) = torch.autograd.grad((coef * lp).sum(), logits)
+    torch.testing.assert_close(grad, want)
+
+
+def test_gkd_loss_is_the_exact_reverse_kl() -> None:
+    logits, teacher_full, tokens, mask, mu = _random_batch(1)
+    full = torch.log_softmax(logits, -1)
+    lp = full.gather(-1, tokens[..., None])[..., 0]
+    loss = opd.opd_loss(_cfg(loss="gkd_reverse_kl"), lp, mu, lp, mask, full, teacher_full)
+    p = full.exp()
+    want = ((p * (full - teacher_full)).sum(-1)[mask]).mean()
+    torch.testing.assert_close(loss, want)
+    (g1,) = torch.autograd.grad(loss, logits)
+    (g2,) = torch.autograd.grad(want, logits)
+    torch.testing.assert_close(g1, g2)
+
+
+def test_pg_gradient_estimates_the_reverse_kl_gradient() -> None:
+    """On-policy (μ = π_θ), the sampled-token PG gradient is an unbiased estimate of ∇ KL(π_θ ‖ π_T) per position."""
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(1, 1, 5, generator=g, requires_grad=True)
+    teacher = torch.log_softmax(torch.randn(1, 1, 5, generator=g), -1)
+    full = torch.log_softmax(logits, -1)
+    n = 20000
+    tokens = torch.multinomial(full.detach()[0, 0].exp(), n, replacement=True, generator=g).view(n, 1)
+    lp = full.expand(n, 1, 5).gather(-1, tokens[..., None])[..., 0]  # (n, 1)
+    t_lp = teacher.expand(n, 1, 5).gather(-1, tokens[..., None])[..., 0]
+    mask = torch.ones(n, 1, dtype=torch.bool)
+    (pg,) = torch.autograd.grad(opd.opd_loss(_cfg(), lp, lp.detach(), t_lp, mask), logits)
+    (exact,) = torch.autograd.grad((full.exp() * (full - teacher)).sum(), logits)
+    torch.testing.assert_close(pg, exact, atol=0.03, rtol=0.1)
+
+
+# ------------------------------------------------------------------------------------------------ the loop
+
+
+class RecordingEngine:
+    """An HF engine that records what it is synced to (noise step, and which weights)."""
+
+    def __init__(self, inner: HFEngine) -> None:
+        self.inner, self.syncs = inner, []
+
+    def sample(self, *args, **kwargs):
+        return self.inner.sample(*args, **kwargs)
+
+    def load_weights(self, weights, noise_step: int = 0) -> None:
+        self.syncs.append((noise_step, {k: v.clone() for k, v in weights.items()}))
+        self.inner.load_weights(weights, noise_step=noise_step)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _states(tiny, steps: int) -> list[dict[str, torch.Tensor]]:
+    """The student's weights after 0 … steps steps of the same seeded run (no staleness)."""
+    student = opd.cast_parameters(__import__("copy").deepcopy(tiny["student"]), "float32")
+    out = [{k: v.clone() for k, v in student.state_dict().items()}]
+    opd.train(student, tiny["teacher"], _engine(tiny, student), tiny["train_ids"], _cfg(steps=steps), seed=5,
+              on_step=lambda k, m: out.append({n: v.clone() for n, v in m.state_dict().items()}))  # fmt: skip
+    return out
+
+
+def test_engine_is_resynced_every_step_with_a_fresh_noise_draw(tiny) -> None:
+    import copy
+
+    student = copy.deepcopy(tiny["student"])
+    noisy = RolloutConfig(dtype="float32", noise=NoiseConfig(relative_std=0.01, seed=1))
+    engine = RecordingEngine(_engine(tiny, student, noisy))
+    result = opd.train(student, tiny["teacher"], engine, tiny["train_ids"], _cfg(steps=3), seed=5)
+    assert [s for s, _ in engine.syncs] == [1, 2, 3]
+    for key, value in engine.syncs[-1][1].items():  # the last sync holds the trained student's weights
+        torch.testing.assert_close(value, student.state_dict()[key])
+    assert len(result.steps) == 3 and all(s.k3 > 0 for s in result.steps)  # noise shows as in-run mismatch
+    assert all(s.seconds_rollout > 0 and s.seconds_backward > 0 for s in result.steps)
+
+
+def test_unperturbed_engine_matches_the_trainer(tiny) -> None:
+    import copy
+
+    student = copy.deepcopy(tiny["student"])
+    result = opd.train(student, tiny["teacher"], _engine(tiny, student), tiny["train_ids"], _cfg(steps=2), seed=5)
+    assert all(abs(s.k3) < 1e-9 and abs(s.k1) < 1e-6 for s in result.steps)
+
+
+def test_staleness_k_holds_the_weights_of_k_steps_earlier(tiny) -> None:
+    import copy
+
+    k, steps = 2, 4
+    clean = _states(tiny, steps)
+    student = copy.deepcopy(tiny["student"])
+    engine = RecordingEngine(_engine(tiny, student))
+    opd.train(student, tiny["teacher"], engine, tiny["train_ids"], _cfg(steps=steps), staleness=k, seed=5)
+    stale_run = _states_of_stale(tiny, k, steps)
+    for i, (_, synced) in enumerate(engine.syncs, start=1):  # after step i the engine holds θ_{max(0, i−k)}
+        want = stale_run[max(0, i - k)]
+        for key in want:
+            torch.testing.assert_close(synced[key], want[key])
+    assert not torch.equal(stale_run[1]["lm_head.weight"], clean[1]["lm_head.weight"]) or k == 0
+
+
+def _states_of_stale(tiny, k: int, steps: int) -> list[dict[str, torch.Tensor]]:
+    import copy
+
+    student = copy.deepcopy(tiny["student"])
+    out = [{n: v.clone() for n, v in student.state_dict().items()}]
+    opd.train(student, tiny["teacher"], _engine(tiny, student), tiny["train_ids"], _cfg(steps=steps), staleness=k,
+              seed=5, on_step=lambda i, m: out.append({n: v.clone() for n, v in m.state_dict().items()}))  # fmt: skip
+    return out
+
+
+def test_stale_student_is_the_first_k_steps_of_a_stale_run(tiny) -> None:
+    k = 2
+    run = _states_of_stale(tiny, k, 4)
+    stale = opd.stale_student(tiny["student"], tiny["teacher"], tiny["train_ids"], _cfg(steps=50),
+                              RolloutConfig(dtype="float32"), k, 5, tiny["tokens"])  # fmt: skip
+    for key, value in stale.state_dict().items():
+        torch.testing.assert_close(value, run[k][key], rtol=0, atol=0)
+
+
+def test_same_seed_same_run_and_another_seed_differs(tiny) -> None:
+    def losses(seed: int) -> list[float]:
+        import copy
+
+        student = copy.deepcopy(tiny["student"])
+        result = opd.train(student, tiny["teacher"], _engine(tiny, student), tiny["train_ids"], _cfg(), seed=seed)
+        return [s.loss for s in result.steps]
+
+    assert losses(1) == losses(1)
+    assert losses(1) != losses(2)
+
+
+def test_quality_is_zero_against_itself_and_training_improves_it(tiny) -> None:
+    import copy
+
+    sampling = SamplingConfig()
+    ecfg = EvalConfig(prompts="-", max_new_tokens=6, batch_size=16, samples=2)
+    self_eval = opd.QualityEvaluator(tiny["student"], tiny["eval_ids"], tiny["answers"], ecfg, tiny["tokens"], sampling)
+    q = self_eval(tiny["student"], 0)
+    assert abs(q.reverse_kl) < 1e-6 and q.num_tokens > 0 and 0 <= q.accuracy <= 1
+    evaluator = opd.QualityEvaluator(tiny["teacher"], tiny["eval_ids"], tiny["answers"], ecfg, tiny["tokens"],
+                                     sampling)  # fmt: skip
+    student = copy.deepcopy(tiny["student"])
+    cfg = _cfg(steps=12, loss="gkd_reverse_kl", lr=1e-2, batch_size=16)
+    result = opd.train(student, tiny["teacher"], _engine(tiny, student), tiny["train_ids"], cfg, evaluator,
+                       eval_every=6, seed=0)  # fmt: skip
+    assert [e.step for e in result.evals] == [0, 6, 12]
+    assert result.final.reverse_kl < 0.8 * result.initial.reverse_kl

@@ -1,0 +1,404 @@
+"""Screening: the sequential verdicts, compatibility checks, `--from-logs`, and the CLI's exit codes and outputs.
+
+The calibration here is hand-made (`write_artifact`): the real pair and prompt fingerprints, the screen's protocol,
+a chosen budget. Toy-pair tests are `slow` (the session fixture builds the pair once).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from admitcheck import io
+from admitcheck.config import PairConfig, ScreenConfig
+from admitcheck.errors import CalibrationError, ConfigError
+from admitcheck.screen import decision_interval, looks_plan
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+PROBE = {"min_prompts": 8, "num_prompts": 32, "batch_size": 8, "max_new_tokens": 16, "seed": 0}
+BF16 = {"name": "bf16", "rollout": {"engine": "hf", "dtype": "bfloat16"}}
+NOISE = {"name": "noise", "rollout": {"engine": "hf", "dtype": "float32", "noise": {"relative_std": 0.3}}}
+NAN = {"name": "nan", "rollout": {"engine": "hf", "dtype": "float16", "noise": {"relative_std": 1e6}}}  # fp16 overflow
+runner = CliRunner()
+
+
+def write_artifact(path: Path, toy: Path, budget: float = 0.05, kind: str = "point", **protocol) -> Path:
+    """A hand-made calibration artifact of the toy pair (schema of `admitcheck.artifact`), protocol = PROBE's."""
+    from admitcheck.artifact import SCHEMA_VERSION, dump_calibration, fingerprint_pair
+
+    pair = PairConfig(student=str(toy / "student"), teacher=str(toy / "teacher"))
+    fp = fingerprint_pair(pair)
+    fp["prompts"] = {k: io.sha256_file(toy / "prompts" / f"{k}.jsonl") for k in ("probe", "train", "eval")}
+    interval = {"point": [budget / 2, budget * 2], "lower_bound": [budget, math.inf], "upper_bound": [0.0, budget]}
+    sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": 0} | protocol.pop("sampling", {})
+    data = {
+        "schema_version": SCHEMA_VERSION,
+        "name": "toy",
+        "metric": protocol.pop("metric", "k3"),
+        "pair": fp,
+        "protocol": {
+            "sampling": sampling,
+            "probe": {"max_new_tokens": protocol.pop("max_new_tokens", 16)},
+            "reference": {"dtype": protocol.pop("reference_dtype", "float32")},
+        },
+        "recipe": {
+            "steps": 50,
+            "batch_size": 16,
+            "max_new_tokens": 16,
+            "lr": 3e-4,
+            "weight_decay": 0.0,
+            "grad_clip": 1.0,
+            "loss": "pg",
+            "student_logprobs": "trainer",
+            "tis_cap": None,
+            "temperature": 1.0,
+            "rollout": {"engine": "hf", "dtype": "float32"},
+            "seed": 0,
+            "prompts": os.path.relpath(toy / "prompts" / "train.jsonl", path.parent),
+        },
+        "quality": {"baseline_mean": 1.0, "baseline_std": 0.01, "baseline_seeds": 3, "start": 3.0, "improvement": 0.6},
+        "tolerance": {"value": 0.05, "rule": "hand-made"},
+        "runs": [
+            {
+                "level": "baseline",
+                "seed": 0,
+                "mismatch": 0.0,
+                "fit_x": budget / 100,
+                "quality": 1.0,
+                "quality_cost": 0.0,
+            }
+        ],
+        "curve": {"form": "log_logistic", "params": {"plateau": 1.0, "x50": budget * 5, "steepness": 2.0}},
+        "budget": {"value": budget, "kind": kind, "interval": interval[kind], "confidence": 0.95},
+        "provenance": {"note": "hand-made for tests"},
+    }
+    path.write_text(dump_calibration(data))
+    return path
+
+
+def write_config(path: Path, toy: Path, calibration: Path, candidates: list[dict], **overrides) -> Path:
+    cfg = {
+        "pair": {"name": "toy", "student": str(toy / "student"), "teacher": str(toy / "teacher")},
+        "calibration": str(calibration),
+        "probe": {"prompts": str(toy / "prompts" / "probe.jsonl"), **PROBE},
+        "candidates": candidates,
+    }
+    if "probe" in overrides:
+        cfg["probe"] |= overrides.pop("probe")
+    for dotted, value in overrides.items():
+        node = cfg
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def cli(*args: str):
+    from admitcheck.cli import app
+
+    return runner.invoke(app, list(args))
+
+
+def assert_user_error(result, *words: str, code: int = 2) -> None:
+    text = result.output
+    assert result.exit_code == code, text
+    assert "Traceback" not in text, text
+    flat = " ".join(text.translate({ord(c): " " for c in "│╭╮╰╯─"}).split())  # unwrap the rich panel
+    for w in words:
+        assert w in flat, (w, text)
+
+
+# --------------------------------------------------------------------------------------------- pure pieces
+
+
+def test_looks_plan_and_decision_interval():
+    cfg = ScreenConfig.model_validate(
+        {
+            "pair": {"student": "s", "teacher": "t"},
+            "calibration": "c.yaml",
+            "probe": {"prompts": "p", **PROBE},
+            "candidates": [BF16],
+        }
+    )
+    assert looks_plan(cfg, 1000) == (1, 4, 4)  # first look after batch 1, at most 4 batches, 4 looks
+    assert looks_plan(cfg, 20) == (1, 3, 3)  # a short prompt file caps the batches
+    lo, hi = decision_interval(0.01, 0.0, 0.02)  # symmetric ±0.01 -> log scale: positive, wider above
+    assert 0 < lo < 0.01 < 0.02 < hi and math.isclose(lo * hi, 0.01**2)
+    assert decision_interval(0.0, 0.0, 0.0) == (0.0, 0.0)
+    assert decision_interval(math.inf, math.inf, math.inf) == (math.inf, math.inf)
+
+
+@pytest.mark.parametrize("name", ["toy_screen.yaml", "toy_screen_logs.yaml", "qwen3_vllm_screen.yaml"])
+def test_examples_parse(name):
+    cfg = io.load_config(EXAMPLES / name, ScreenConfig)
+    if name == "toy_screen.yaml":
+        kinds = [c.name for c in cfg.candidates]
+        assert kinds == [
+            "bf16",
+            "fp8_w8a8_tensor",
+            "fp8_block",
+            "fp8_kv",
+            "fp8_kv_skip0",
+            "int8_weights",
+            "heavy_noise",
+            "stale_2",
+        ]
+        assert cfg.candidates[-1].staleness == 2 and cfg.candidates[4].rollout.kv_cache.skip_layers == [0]
+    if name == "toy_screen_logs.yaml":
+        assert cfg.source == "logs" and cfg.logs.path.endswith("rollouts.jsonl")
+
+
+# --------------------------------------------------------------------------------------------- library, toy pair
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, toy_pair_dir):
+    d = tmp_path_factory.mktemp("screen")
+    cal = write_artifact(d / "cal.yaml", toy_pair_dir, budget=0.05)
+    return d, cal
+
+
+@pytest.fixture(scope="module")
+def result(setup, toy_pair_dir):
+    from admitcheck.screen import screen
+
+    d, cal = setup
+    p = write_config(d / "screen.yaml", toy_pair_dir, cal, [BF16, NOISE, NAN, {"name": "stale", "staleness": 1}])
+    return screen(io.load_config(p, ScreenConfig), config_file=str(p))
+
+
+@pytest.mark.slow
+def test_verdicts(result):
+    v = {x.name: x for x in result.verdicts}
+    assert v["bf16"].decision == "ADMIT" and not v["bf16"].marginal
+    assert v["bf16"].k3_interval[1] < 0.05 and v["bf16"].margin > 0 and v["bf16"].probes == 8  # first look
+    assert v["noise"].decision == "REJECT" and v["noise"].k3_interval[0] > 0.05 and v["noise"].margin < 0
+    assert v["nan"].decision == "REJECT" and v["nan"].reason.startswith("engine produced")
+    assert "non-finite log-probs" in v["nan"].reason and v["nan"].quality_cost is None
+    assert v["stale"].k3 > 0 and v["stale"].capacity["ratio_vs_bf16"] == 1.0
+    assert v["bf16"].capacity["ratio_vs_bf16"] == 1.0 and v["noise"].capacity["ratio_vs_bf16"] == pytest.approx(
+        0.5, rel=1e-4
+    )
+    for x in (v["bf16"], v["noise"]):
+        assert x.floor_k3 is not None and x.floor_k3 < 1e-9 and x.tokens > x.probes > 0 and x.seconds > 0
+        assert x.quality_cost is not None and x.quality_cost_interval[0] <= x.quality_cost <= x.quality_cost_interval[1]
+        assert {"k1", "k3", "kl_exact", "abs_diff_p99", "ess"} <= set(x.metrics)
+    assert result.exit_code == 1 and result.floor["hf"]["probes"] == 8
+
+
+@pytest.mark.slow
+def test_marginal_follows_policy(setup, tmp_path, toy_pair_dir):
+    from admitcheck.screen import screen
+
+    _, cal = setup
+    probe = {**PROBE, "min_prompts": 32}  # one look, at the maximum
+    p = write_config(tmp_path / "s.yaml", toy_pair_dir, cal, [BF16], probe=probe)
+    cfg = io.load_config(p, ScreenConfig)
+    k3 = screen(cfg).verdicts[0].k3
+    edge = write_artifact(tmp_path / "edge.yaml", toy_pair_dir, budget=k3 * 1.01)  # inside any interval
+    for policy, decision in (("reject", "REJECT"), ("admit", "ADMIT")):
+        p = write_config(tmp_path / "s.yaml", toy_pair_dir, edge, [BF16], probe=probe, policy={"undecided": policy})
+        v = screen(io.load_config(p, ScreenConfig)).verdicts[0]
+        assert v.marginal and v.decision == decision and "marginal" in v.reason, v.reason
+    lower = write_artifact(tmp_path / "lower.yaml", toy_pair_dir, budget=k3 * 1.01, kind="upper_bound")
+    p = write_config(tmp_path / "s.yaml", toy_pair_dir, lower, [BF16], probe=probe)
+    v = screen(io.load_config(p, ScreenConfig)).verdicts[0]
+    assert v.budget_kind == "upper_bound" and v.marginal
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"sampling": {"temperature": 0.7}}, "sampling.temperature"),
+        ({"max_new_tokens": 32}, "probe.max_new_tokens"),
+        ({"reference_dtype": "bfloat16"}, "reference.dtype"),
+        ({"metric": "kl_exact"}, "metric"),
+    ],
+)
+def test_incompatible_protocol_names_the_field(tmp_path, toy_pair_dir, change, field):
+    from admitcheck.screen import validate
+
+    cal = write_artifact(tmp_path / "cal.yaml", toy_pair_dir, **change)
+    p = write_config(tmp_path / "s.yaml", toy_pair_dir, cal, [BF16])
+    with pytest.raises(CalibrationError) as exc:
+        validate(io.load_config(p, ScreenConfig), config_file=str(p))
+    assert exc.value.field == field
+
+
+@pytest.mark.slow
+def test_incompatible_pair_names_the_field(tmp_path, toy_pair_dir):
+    from admitcheck.screen import validate
+
+    cal = write_artifact(tmp_path / "cal.yaml", toy_pair_dir)
+    student = tmp_path / "student"
+    shutil.copytree(toy_pair_dir / "student", student)
+    cfg = json.loads((student / "config.json").read_text())
+    (student / "config.json").write_text(json.dumps({**cfg, "rms_norm_eps": 1e-5}))
+    p = write_config(tmp_path / "s.yaml", toy_pair_dir, cal, [BF16], **{"pair.student": str(student)})
+    with pytest.raises(CalibrationError) as exc:
+        validate(io.load_config(p, ScreenConfig))
+    assert exc.value.field == "pair.student.config"
+    prompts = tmp_path / "probe.jsonl"
+    prompts.write_text("".join((toy_pair_dir / "prompts" / "probe.jsonl").read_text().splitlines(True)[1:]))
+    p = write_config(tmp_path / "s.yaml", toy_pair_dir, cal, [BF16], **{"probe.prompts": str(prompts)})
+    with pytest.raises(CalibrationError) as exc:
+        validate(io.load_config(p, ScreenConfig))
+    assert exc.value.field == "probe.prompts"
+
+
+@pytest.mark.slow
+def test_from_logs_gives_the_same_metrics(setup, tmp_path, toy_pair_dir):
+    """Logs written from a direct measurement (same prompts, seeds, reference) screen to the same metrics."""
+    from admitcheck.config import SamplingConfig
+    from admitcheck.engines import build_engine
+    from admitcheck.logs import write_measurement_logs
+    from admitcheck.measure import load_pair_tokenizer, measure_engine, tokenize_prompts
+    from admitcheck.screen import screen
+
+    _, cal = setup
+    probe = {**PROBE, "min_prompts": 32}  # the engine screen then measures all 32 in one look, like the logs
+    p = write_config(tmp_path / "s.yaml", toy_pair_dir, cal, [NOISE], probe=probe, full_logprobs=False)
+    cfg = io.load_config(p, ScreenConfig)
+    tokens = load_pair_tokenizer(cfg.pair)
+    ids = tokenize_prompts(tokens, io.read_prompts(cfg.probe.prompts, limit=32))
+    reference = io.load_causal_lm(cfg.pair.student, "float32", "cpu")
+    engine = build_engine(
+        cfg.candidates[0].rollout, cfg.pair.student, eos_token_id=tokens.eos_token_id, pad_token_id=tokens.pad_token_id
+    )
+    acc = measure_engine(engine, reference, ids, cfg.probe, SamplingConfig(), full=False)
+    direct = acc.metrics(0.95)
+    assert write_measurement_logs(tmp_path / "logs.jsonl", acc) == 32
+
+    from_logs = screen(cfg, from_logs=tmp_path / "logs.jsonl").verdicts[0]
+    assert from_logs.source == "logs" and from_logs.name == "noise" and from_logs.probes == 32
+    for k, value in direct.values.items():
+        assert from_logs.metrics[k] == pytest.approx(value, rel=1e-12, abs=1e-15), k
+    engine_run = screen(cfg).verdicts[0]  # the same tokens, sampled and scored again
+    assert engine_run.k3 == pytest.approx(from_logs.k3, rel=1e-9)
+    assert engine_run.k3_interval == pytest.approx(from_logs.k3_interval, rel=1e-9)
+    assert engine_run.decision == from_logs.decision
+
+
+# --------------------------------------------------------------------------------------------- CLI
+
+
+@pytest.fixture(scope="module")
+def cli_config(setup, toy_pair_dir):
+    d, cal = setup
+    return write_config(d / "cli.yaml", toy_pair_dir, cal, [BF16, NOISE])
+
+
+@pytest.mark.slow
+def test_cli_exit_0_all_admitted_table(cli_config):
+    r = cli("screen", str(cli_config), "--candidate", "bf16")
+    assert r.exit_code == 0, r.output
+    assert "bf16" in r.stdout and "ADMIT" in r.stdout and "noise" not in r.stdout
+
+
+@pytest.mark.slow
+def test_cli_exit_1_every_output_format(cli_config, tmp_path, monkeypatch):
+    summary = tmp_path / "step_summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    junit, md = tmp_path / "r.xml", tmp_path / "r.md"
+    r = cli("screen", str(cli_config), "--json", "--junit", str(junit), "--markdown", str(md))
+    assert r.exit_code == 1, r.output
+    doc = json.loads(r.stdout)  # one JSON document on stdout, nothing else
+    assert [v["decision"] for v in doc["verdicts"]] == ["ADMIT", "REJECT"] and doc["exit_code"] == 1
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite.get("tests") == "2" and suite.get("failures") == "1" and suite.get("errors") == "0"
+    cases = {c.get("name"): c for c in suite.findall("testcase")}
+    assert cases["bf16"].find("failure") is None and cases["noise"].find("failure") is not None
+    assert "| noise |" in md.read_text() and summary.read_text() == md.read_text()
+
+
+@pytest.mark.slow
+def test_cli_from_logs_and_validate(cli_config, tmp_path):
+    lines = [{"rollout_logprobs": [-0.5, -0.1], "trainer_logprobs": [-0.5, -0.1]}] * 4
+    logs = tmp_path / "l.jsonl"
+    logs.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    r = cli("screen", str(cli_config), "--from-logs", str(logs), "--json")
+    assert r.exit_code == 0, r.output
+    v = json.loads(r.stdout)["verdicts"][0]
+    assert v["k3"] == 0.0 and v["source"] == "logs" and v["probes"] == 4
+    r = cli("validate", str(cli_config))
+    assert r.exit_code == 0, r.output
+
+
+@pytest.mark.slow
+def test_cli_exit_2_bad_inputs(setup, cli_config, tmp_path, toy_pair_dir):
+    _, cal = setup
+    assert_user_error(cli("screen", str(cli_config), "--candidate", "nope"), "--candidate", "unknown candidate")
+    missing = write_config(tmp_path / "a.yaml", toy_pair_dir, tmp_path / "none.yaml", [BF16])
+    for cmd in ("screen", "validate"):
+        assert_user_error(cli(cmd, str(missing)), "none.yaml", "file not found")
+    corrupt = tmp_path / "corrupt.yaml"
+    corrupt.write_text("budget: {value: [\n")
+    assert_user_error(
+        cli("validate", str(write_config(tmp_path / "b.yaml", toy_pair_dir, corrupt, [BF16]))),
+        "corrupt.yaml",
+        "malformed YAML",
+    )
+    shutil.copy(cal, tmp_path / "partial.yaml")
+    data = yaml.safe_load((tmp_path / "partial.yaml").read_text())
+    del data["budget"]
+    (tmp_path / "partial.yaml").write_text(yaml.safe_dump(data))
+    assert_user_error(
+        cli("validate", str(write_config(tmp_path / "c.yaml", toy_pair_dir, tmp_path / "partial.yaml", [BF16]))),
+        "budget",
+    )
+    other = write_artifact(tmp_path / "other.yaml", toy_pair_dir, max_new_tokens=64)
+    bad_cal = write_config(tmp_path / "d.yaml", toy_pair_dir, other, [BF16])
+    for cmd in ("screen", "validate"):
+        assert_user_error(cli(cmd, str(bad_cal)), "probe.max_new_tokens", "differs from the calibration")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    empty_probe = write_config(tmp_path / "e.yaml", toy_pair_dir, cal, [BF16], **{"probe.prompts": str(empty)})
+    assert_user_error(cli("screen", str(empty_probe)), "probe.prompts", "no prompts")
+    for rows, words in (
+        ([{"rollout_logprobs": [-1.0, -2.0], "trainer_logprobs": [-1.0]}], ["line 1", "has 1"]),
+        ([{"rollout_logprobs": ["a"], "trainer_logprobs": [-1.0]}], ["not a number"]),
+        ([{"rollout_logprobs": [-1.0], "trainer_logprobs": [0.7]}], ["positive log-prob"]),
+    ):
+        logs = tmp_path / "bad.jsonl"
+        logs.write_text("".join(json.dumps(x) + "\n" for x in rows))
+        assert_user_error(cli("screen", str(cli_config), "--from-logs", str(logs)), "bad.jsonl", *words)
+
+
+@pytest.mark.slow
+def test_cli_exit_3_engine_failure(cli_config, monkeypatch):
+    import torch
+
+    import admitcheck.engines
+
+    def boom(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+
+    monkeypatch.setattr(admitcheck.engines, "build_engine", boom)
+    assert_user_error(cli("screen", str(cli_config), "--candidate", "bf16"), "out of memory", code=3)
+
+
+def test_unknown_candidate_is_config_error():
+    from admitcheck.screen import select_candidates
+
+    cfg = ScreenConfig.model_validate(
+        {
+            "pair": {"student": "s", "teacher": "t"},
+            "calibration": "c.yaml",
+            "probe": {"prompts": "p", **PROBE},
+            "candidates": [BF16, NOISE],
+        }
+    )
+    assert [c.name for c in select_candidates(cfg, ["noise", "noise"])] == ["noise"]
+    with pytest.raises(ConfigError, match="known: bf16, noise"):
+        select_candidates(cfg, ["x"])
