@@ -32,43 +32,18 @@ from admitcheck.errors import AdmitcheckError, CalibrationError
 
 SCHEMA_VERSION = 1
 # Recipe fields that define the training recipe a budget belongs to (steps, levels and seeds are effort, not recipe).
-RECIPE_KEYS = (
-    "loss",
-    "student_logprobs",
-    "lr",
-    "tis_cap",
-    "temperature",
-    "grad_clip",
-    "weight_decay",
-    "max_new_tokens",
-)
+RECIPE_KEYS = ("loss", "student_logprobs", "lr", "lr_schedule", "tis_cap", "temperature", "grad_clip",
+               "weight_decay", "max_new_tokens")  # fmt: skip
 _NUM = (int, float)
 _REQUIRED: dict[str, type | tuple[type, ...]] = {
-    "schema_version": int,
-    "name": str,
-    "metric": str,
-    "pair.student.config": str,
-    "pair.student.weights": str,
-    "pair.teacher.config": str,
-    "pair.teacher.weights": str,
-    "pair.tokenizer": str,
-    "pair.prompts.probe": str,
-    "protocol": dict,
-    "recipe": dict,
-    "recipe.loss": str,
-    "recipe.student_logprobs": str,
-    "recipe.seed": int,
-    "tolerance.value": _NUM,
-    "runs": list,
-    "curve.form": str,
-    "curve.params.plateau": _NUM,
-    "curve.params.x50": _NUM,
-    "curve.params.steepness": _NUM,
-    "budget.value": _NUM,
-    "budget.kind": str,
-    "budget.interval": list,
-    "provenance": dict,
-}
+    "schema_version": int, "name": str, "metric": str,
+    "pair.student.config": str, "pair.student.weights": str, "pair.teacher.config": str,
+    "pair.teacher.weights": str, "pair.tokenizer": str, "pair.prompts.probe": str,
+    "protocol": dict, "recipe": dict, "recipe.loss": str, "recipe.student_logprobs": str, "recipe.seed": int,
+    "tolerance.value": _NUM, "runs": list,
+    "curve.form": str, "curve.params.plateau": _NUM, "curve.params.x50": _NUM, "curve.params.steepness": _NUM,
+    "budget.value": _NUM, "budget.kind": str, "budget.interval": list, "provenance": dict,
+}  # fmt: skip
 
 
 def fingerprint_pair(pair: PairConfig, probe: ProbeConfig | None = None) -> dict[str, Any]:
@@ -165,28 +140,17 @@ class Calibration:
 
     @property
     def curve(self) -> CurveFit:
-        c = self.data["curve"]
-        xs = tuple(float(r["fit_x"]) for r in self.runs)
-        return CurveFit(
-            c["form"],
-            {k: float(v) for k, v in c["params"].items()},
-            float(c.get("residual_std", math.nan)),
-            xs,
-            tuple(float(r["quality_cost"]) for r in self.runs),
-        )
+        c, runs = self.data["curve"], self.runs
+        resid = math.nan if c.get("residual_std") is None else float(c["residual_std"])
+        xs, ys = tuple(float(r["fit_x"]) for r in runs), tuple(float(r["quality_cost"]) for r in runs)
+        return CurveFit(c["form"], {k: float(v) for k, v in c["params"].items()}, resid, xs, ys)
 
     @property
     def budget(self) -> Budget:
         b = self.data["budget"]
         lo, hi = (float(v) for v in b["interval"])
-        return Budget(
-            float(b["value"]),
-            b["kind"],
-            (lo, hi),
-            self.tolerance,
-            bool(b.get("extrapolated", False)),
-            int(b.get("n_boot", 0)),
-        )
+        extra = (bool(b.get("extrapolated", False)), int(b.get("n_boot", 0)))
+        return Budget(float(b["value"]), b["kind"], (lo, hi), self.tolerance, *extra)
 
     def predict_cost(self, x: Any) -> Any:
         """Quality cost (nats/token) the stored fit predicts at mismatch x (nats/token); 0 at x = 0."""
@@ -288,6 +252,12 @@ def load_calibration(path: str | Path) -> Calibration:
             )
     if data["budget"]["kind"] not in ("point", "lower_bound", "upper_bound"):
         raise CalibrationError(f"unknown budget kind {data['budget']['kind']!r}", file=str(path), field="budget.kind")
+    try:
+        _ = Calibration(data, path).protocol
+    except (TypeError, ValueError, KeyError) as exc:
+        raise CalibrationError(
+            f"bad measurement protocol: {exc}".split("\n")[0], file=str(path), field="protocol"
+        ) from None
     for i, run in enumerate(data["runs"]):
         for key in ("level", "seed", "mismatch", "fit_x", "quality", "quality_cost"):
             if not isinstance(run, dict) or key not in run:
@@ -363,6 +333,9 @@ def plot_calibration(cal: Calibration) -> bytes | None:
     xs = np.array([r["fit_x"] for r in runs])
     grid = np.geomspace(xs.min() / 3, xs.max() * 3, 300)
     ax.plot(grid, cal.predict_cost(grid), color="black", lw=1.5, label="fit")
+    band = 2 * float(cal.data.get("quality", {}).get("baseline_std") or 0.0)
+    if band > 0:
+        ax.axhspan(-band, band, color="tab:gray", alpha=0.15, label=f"seed band ±{band:.2g} (2σ)")
     ax.axhline(cal.tolerance, color="tab:red", ls="--", lw=1, label=f"τ = {cal.tolerance:.3g}")
     if math.isfinite(b.value) and b.value > 0:
         ax.axvline(b.value, color="tab:orange", lw=1.5, label=f"budget {b.value:.3g} ({b.kind})")

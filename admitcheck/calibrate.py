@@ -208,14 +208,19 @@ def _execute(config: CalibrateConfig, config_file: str | None, ctx: RunContext, 
 
     with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=mp.get_context("spawn")) as pool:
         futures = {pool.submit(_worker, config, config_file, lv, seed): (lv, seed) for lv, seed in todo}
-        try:
-            for fut in as_completed(futures):
-                lv, seed = futures[fut]
-                yield fut.result() | {"kind": "run", "key": run_key(lv, seed)}
-        except BaseException:
-            for f in futures:
-                f.cancel()
-            raise
+        error: BaseException | None = None
+        for fut in as_completed(futures):  # after a failure, runs already going still finish into the ledger
+            if fut.cancelled():
+                continue
+            if fut.exception() is not None:
+                error = error or fut.exception()
+                for f in futures:
+                    f.cancel()
+                continue
+            lv, seed = futures[fut]
+            yield fut.result() | {"kind": "run", "key": run_key(lv, seed)}
+        if error is not None:
+            raise error
 
 
 def _worker(config: CalibrateConfig, config_file: str | None, level: Level, seed: int) -> dict[str, Any]:
@@ -312,25 +317,12 @@ def build_artifact(config, config_file, out: Path, levels, runs, grid, pair_fp) 
     }
 
 
+_RUN_KEYS = ("level", "kind", "seed", "relative_std", "staleness", "mismatch", "mismatch_interval", "kl_exact",
+             "fit_x", "quality", "quality_cost", "quality_start", "accuracy", "accuracy_start", "steps")  # fmt: skip
+
+
 def _run_entry(r: dict[str, Any]) -> dict[str, Any]:
-    keys = (
-        "level",
-        "kind",
-        "seed",
-        "relative_std",
-        "staleness",
-        "mismatch",
-        "mismatch_interval",
-        "kl_exact",
-        "fit_x",
-        "quality",
-        "quality_cost",
-        "quality_start",
-        "accuracy",
-        "accuracy_start",
-        "steps",
-    )
-    return {k: r.get(k) for k in keys}
+    return {k: r.get(k) for k in _RUN_KEYS}
 
 
 def _finite(v: float) -> float | None:
@@ -358,17 +350,12 @@ def _provenance(config: CalibrateConfig, out: Path) -> dict[str, Any]:
         except md.PackageNotFoundError:
             return None
 
-    resolved = config.model_dump(mode="json")
-    for section, key in (
-        ("pair", "student"),
-        ("pair", "teacher"),
-        ("pair", "tokenizer"),
-        ("probe", "prompts"),
-        ("train", "prompts"),
-        ("eval", "prompts"),
-        (None, "output"),
+    resolved = config.model_dump(mode="json")  # paths relative to the artifact, so the provenance is portable
+    for holder, key in (
+        [(resolved["pair"], k) for k in ("student", "teacher", "tokenizer")]
+        + [(resolved[s], "prompts") for s in ("probe", "train", "eval")]
+        + [(resolved, "output")]
     ):
-        holder = resolved[section] if section else resolved
         if holder.get(key) and Path(holder[key]).is_absolute():
             holder[key] = _relpath(holder[key], out.parent)
     return {

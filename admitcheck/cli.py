@@ -255,18 +255,27 @@ def screen(
     def body() -> int:
         from admitcheck import io
         from admitcheck.config import ScreenConfig
+        from admitcheck.errors import EngineError
         from admitcheck.report import to_json, verdict_table, write_reports
         from admitcheck.screen import screen as run_screen
 
         cfg = io.load_config(config, ScreenConfig)
-        result = run_screen(
-            cfg, config_file=str(config), candidates=candidate or None, from_logs=from_logs, progress=_progress()
-        )
+        failure = None
+        try:
+            result = run_screen(
+                cfg, config_file=str(config), candidates=candidate or None, from_logs=from_logs, progress=_progress()
+            )
+        except EngineError as exc:  # a candidate's engine failed: report the verdicts obtained, then exit 3
+            result, failure = getattr(exc, "partial", None), exc
+            if result is None:
+                raise
         write_reports(result, junit_path=junit, markdown_path=markdown)
         if as_json:
             print(to_json(result))
         else:
             out.print(verdict_table(result))
+        if failure is not None:
+            raise failure
         return result.exit_code
 
     _guard(body)

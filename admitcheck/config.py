@@ -93,7 +93,7 @@ class VLLMOptions(Strict):
     """Options passed to vllm.LLM (only for engine: vllm)."""
 
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1)
-    kv_cache_memory_bytes: int | None = Field(None, gt=0)  # fixed KV-cache size; on CPU sets VLLM_CPU_KVCACHE_SPACE
+    kv_cache_memory_bytes: int | None = Field(None, gt=0)  # fixed KV-cache size, bytes (CPU default: 1 GiB)
     max_model_len: int | None = Field(None, gt=0)
     enforce_eager: bool = True
 
@@ -145,6 +145,7 @@ class TrainConfig(Strict):
     batch_size: int = Field(32, gt=0)  # rollouts per step
     max_new_tokens: int = Field(32, gt=0)  # response cap during training, tokens
     lr: float = Field(3e-4, gt=0)  # AdamW learning rate
+    lr_schedule: Literal["constant", "cosine"] = "constant"  # cosine: lr · ½(1 + cos(π·step/steps)), to 0 at the end
     weight_decay: float = Field(0.0, ge=0)
     grad_clip: float | None = Field(1.0, gt=0)  # global grad-norm clip; null = off
     loss: Literal["pg", "gkd_reverse_kl"] = "pg"  # sampled-token policy gradient, or full-vocabulary reverse KL

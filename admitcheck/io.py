@@ -262,7 +262,14 @@ def check_causal_lm(path: str | Path, *, file: str | None = None, field: str = "
     except Exception as exc:
         raise ConfigError(f"unreadable config.json in {path} ({exc})".split("\n")[0], file=file, field=field) from None
     archs = getattr(cfg, "architectures", None) or []
-    if cfg.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and not any(a.endswith("ForCausalLM") for a in archs):
+    # `architectures` names the head the weights were saved with (BertModel is an encoder even though a BERT
+    # LM-head class exists); without it, fall back to whether the model type has a causal-LM class at all.
+    causal = (
+        any(a.endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")) for a in archs)
+        if archs
+        else cfg.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    )
+    if not causal:
         raise ConfigError(f"not a causal LM (model_type {cfg.model_type!r}): {path}", file=file, field=field)
     if not any(path.glob("*.safetensors")) and not any(path.glob("*.bin")):
         raise ConfigError(f"model dir has no weights (*.safetensors): {path}", file=file, field=field)

@@ -8,7 +8,8 @@
     write_reports(result, json_path="r.json", junit_path="r.xml", markdown_path="r.md")  # + $GITHUB_STEP_SUMMARY
 
 JUnit: a rejected candidate is a <failure> (type REJECT), an admitted one passes; a marginal verdict carries a
-`marginal` property either way. Numbers are nats/token (k3) unless a column says otherwise.
+`marginal` property either way; a candidate whose engine failed (`result.failures`, a partial result) is an <error>
+(type EngineError) and an ERROR row in the tables. Numbers are nats/token (k3) unless a column says otherwise.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from admitcheck.screen import ScreenResult, Verdict
+from admitcheck.admission import Verdict
+from admitcheck.screen import ScreenResult
 
 
 def fmt(x: Any, digits: int = 3) -> str:
@@ -76,23 +78,14 @@ def to_junit_xml(result: ScreenResult) -> str:
     """JUnit XML: one <testcase> per candidate in one <testsuite>; rejections are <failure>s."""
     pair = result.calibration.get("pair") or "pair"
     failures = sum(not v.admitted for v in result.verdicts)
-    suites = ET.Element(
-        "testsuites",
-        name="admitcheck screen",
-        tests=str(len(result.verdicts)),
-        failures=str(failures),
-        errors="0",
-        time=f"{result.seconds_total:.3f}",
-    )
+    counts = {
+        "tests": str(len(result.verdicts) + len(result.failures)),
+        "failures": str(failures),
+        "errors": str(len(result.failures)),
+    }
+    suites = ET.Element("testsuites", name="admitcheck screen", **counts, time=f"{result.seconds_total:.3f}")
     suite = ET.SubElement(
-        suites,
-        "testsuite",
-        name=f"admitcheck.screen.{pair}",
-        tests=str(len(result.verdicts)),
-        failures=str(failures),
-        errors="0",
-        skipped="0",
-        time=f"{result.seconds_total:.3f}",
+        suites, "testsuite", name=f"admitcheck.screen.{pair}", **counts, skipped="0", time=f"{result.seconds_total:.3f}"
     )
     for v in result.verdicts:
         case = ET.SubElement(
@@ -115,6 +108,9 @@ def to_junit_xml(result: ScreenResult) -> str:
             failure = ET.SubElement(case, "failure", type="REJECT", message=v.reason)
             failure.text = _detail(v)
         ET.SubElement(case, "system-out").text = _detail(v)
+    for name, message in result.failures.items():  # no verdict: the engine failed (a partial result)
+        case = ET.SubElement(suite, "testcase", classname=f"admitcheck.screen.{pair}", name=name, time="0.000")
+        ET.SubElement(case, "error", type="EngineError", message=message).text = message
     ET.indent(suites)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
 
@@ -162,12 +158,18 @@ def _row(v: Verdict) -> list[str]:
     ]
 
 
+def _error_row(name: str) -> list[str]:
+    """A Markdown row for a candidate without a verdict (its engine failed)."""
+    return [name, "❌ **ERROR**", *["-"] * (len(_COLUMNS) - 2)]
+
+
 def _headline(result: ScreenResult) -> str:
     c = result.calibration
     n_ok = sum(v.admitted for v in result.verdicts)
+    failed = f"; {len(result.failures)} failed (engine error)" if result.failures else ""
     return (
-        f"{n_ok}/{len(result.verdicts)} admitted against budget {fmt(c['budget'])} nats/token "
-        f"{fmt_interval(c['budget_interval'])} ({c['budget_kind']}, τ = {fmt(c.get('tolerance'))}) "
+        f"{n_ok}/{len(result.verdicts) + len(result.failures)} admitted{failed} against budget {fmt(c['budget'])} "
+        f"nats/token {fmt_interval(c['budget_interval'])} ({c['budget_kind']}, τ = {fmt(c.get('tolerance'))}) "
         f"from {c['path']}"
     )
 
@@ -186,6 +188,8 @@ def to_markdown(result: ScreenResult) -> str:
         cells = _row(v)
         cells[1] = f"**{cells[1]}**" if v.admitted else f"❌ **{cells[1]}**"
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    for name in result.failures:
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in _error_row(name)) + " |")
     lines += [
         "",
         "k3 and budget in nats/token; CI at the per-look confidence of the sequential test; "
@@ -193,6 +197,7 @@ def to_markdown(result: ScreenResult) -> str:
         "",
     ]
     lines += [f"- **{v.name}**: {v.reason}" for v in result.verdicts]
+    lines += [f"- **{name}**: ERROR, no verdict: {message}" for name, message in result.failures.items()]
     for kind, f in result.floor.items():
         lines.append(f"- noise floor ({kind}, {f['dtype']}): k3 {fmt(f['k3'])} on {f['probes']} probes")
     return "\n".join(lines) + "\n"
@@ -221,6 +226,8 @@ def verdict_table(result: ScreenResult):
             str(v.probes),
             f"{v.seconds:.1f}",
         )
+    for name in result.failures:
+        table.add_row(name, "[red]ERROR[/red]", *["-"] * (len(table.columns) - 2))
     return table
 
 

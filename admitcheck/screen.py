@@ -9,29 +9,21 @@
     v = result.verdicts[0]; v.decision, v.k3, v.k3_interval, v.budget, v.margin
     screen(cfg, from_logs="rollouts.jsonl")            # one verdict from a pipeline's logged log-probs
 
-Sequential test (REFERENCE §3.4). Batch i samples probe prompts [i·bs, (i+1)·bs) with seed probe.seed + i, as
-`measure` does. After the batch that reaches probe.min_prompts and after every later one, the k3 interval over all
-sequences so far (ratio estimator with a delta-method t interval over sequences, `metrics.ratio_interval`) is
-compared with the threshold: upper bound below → ADMIT, lower bound above → REJECT. The repeated looks are paid for
-by spending α evenly over the K looks the probe settings allow (Bonferroni, `metrics.sequential_confidence`): each
-look uses level 1 − α/K, so the chance that any look errs is ≤ α whatever the stopping rule; the reported k3
-interval has that per-look level. Still undecided at probe.num_prompts: the verdict is `marginal`, the point
-estimate gives the leaning, and policy.undecided applies: `reject` (default) rejects every marginal verdict;
-`admit` lets the point estimate decide (k3 < threshold → ADMIT), so nothing is admitted with k3 above the budget.
+This module orchestrates; the decision rule (look plan, per-look confidence, decision interval, verdict by budget kind
+and policy) is `admitcheck.admission`, pure. Batch i samples probe prompts [i·bs, (i+1)·bs) with seed probe.seed + i,
+as `measure` does; after the batch that reaches probe.min_prompts and after every later one, the k3 interval over all
+sequences so far (`metrics.ratio_interval`) is one look of `admission.look`, until decided or probe.num_prompts.
+A staleness-k candidate's mismatch is KL(π_θ0 ‖ π_θk) on tokens the start weights sample, θk = the student after k
+real OPD steps with the calibration's recipe. One reference model and one noise floor per engine kind (on the
+first-look probes) serve every candidate.
 
-Threshold by budget kind (`curve.Budget`): "point" → B. "lower_bound" (no calibrated level reached τ: B ≥ b) → b,
-conservatively: only mismatch inside the calibrated range is admitted, and a rejection says B may be larger.
-"upper_bound" (even the smallest level cost more than τ: B ≤ b) → b for rejections; an interval below b cannot be
-admitted by the bounds (B is unknown below b), so sampling stops there and the verdict is marginal.
-margin = threshold − k3 upper bound (nats/token; > 0: the whole interval is under it); ratio_to_budget = k3 / threshold.
-Non-finite log-probs reject at once, with their count. A staleness-k candidate's mismatch is KL(π_θ0 ‖ π_θk) on
-tokens the start weights sample, θk = the student after k real OPD steps with the calibration's recipe.
-One reference model and one noise floor per engine kind (on the first-look probes) serve every candidate.
+A candidate whose engine fails (EngineError: vLLM would not start, out of memory) does not lose the others: the rest
+are screened, then `screen` raises an EngineError (exit 3) naming the first failed candidate, with the partial
+ScreenResult (verdicts obtained, `failures` by name) in its `partial` attribute, for the reports.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -40,47 +32,24 @@ from pathlib import Path
 from typing import Any, Literal
 
 from admitcheck import io
+from admitcheck.admission import (
+    Decision,
+    Evidence,
+    Verdict,
+    confidence_per_look,
+    decision_interval,
+    look,
+    looks_plan,
+    threshold_of,
+    verdict,
+)
 from admitcheck.config import CandidateConfig, RolloutConfig, ScreenConfig
 from admitcheck.errors import CalibrationError, ConfigError, EngineError
 
+# Re-exported: the verdict and the look plan were defined here before `admission` (cli, report, bench use them).
+__all__ = ["Decision", "ScreenResult", "Verdict", "decision_interval", "looks_plan", "screen", "validate"]
+
 Progress = Callable[[str, int, int], None]  # (label, batches done, batches at most)
-Decision = Literal["ADMIT", "REJECT"]
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """One candidate's admission decision and the evidence behind it (mismatch k3 in nats/token)."""
-
-    name: str
-    decision: Decision
-    marginal: bool  # undecided at probe.num_prompts (or by a bound-only budget): policy.undecided applied
-    reason: str
-    k3: float
-    k3_interval: tuple[float, float]  # at confidence_per_look
-    budget: float  # the threshold compared with (module docstring: bound-only budgets)
-    budget_interval: tuple[float, float]
-    budget_kind: Literal["point", "lower_bound", "upper_bound"]
-    margin: float  # budget − k3 upper bound, nats/token
-    ratio_to_budget: float  # k3 / budget
-    quality_cost: float | None  # the calibration curve at k3, nats/token; None when k3 is not finite
-    quality_cost_interval: tuple[float, float] | None  # the curve at the k3 interval ends (it is monotone)
-    floor_k3: float | None  # the engine in the reference's configuration on the first-look probes
-    probes: int  # sequences measured
-    tokens: int
-    looks: int
-    confidence_per_look: float
-    metrics: dict[str, float] = field(default_factory=dict)
-    metric_intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
-    capacity: dict[str, Any] | None = None  # `capacity.kv_capacity` of the candidate, ratio_vs_bf16 first
-    seconds: float = 0.0  # engine start + measurement (+ OPD steps for staleness)
-    source: Literal["engine", "logs"] = "engine"
-
-    @property
-    def admitted(self) -> bool:
-        return self.decision == "ADMIT"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -94,15 +63,16 @@ class ScreenResult:
     source: Literal["engine", "logs"]
     seconds_setup: float  # tokenizer, reference model
     seconds_total: float
+    failures: dict[str, str] = field(default_factory=dict)  # candidate name -> its engine failure (no verdict)
 
     @property
     def all_admitted(self) -> bool:
-        return all(v.admitted for v in self.verdicts)
+        return not self.failures and all(v.admitted for v in self.verdicts)
 
     @property
     def exit_code(self) -> int:
-        """0 when every candidate is admitted, 1 when any is rejected."""
-        return 0 if self.all_admitted else 1
+        """0 when every candidate is admitted, 1 when any is rejected, 3 when any candidate's engine failed."""
+        return 3 if self.failures else 0 if self.all_admitted else 1
 
     def to_dict(self) -> dict[str, Any]:
         from admitcheck import __version__
@@ -130,14 +100,6 @@ def with_logs(config: ScreenConfig, path: str | Path) -> ScreenConfig:
     """The config with `source: logs` reading `path` (what `--from-logs FILE` means)."""
     data = config.model_dump() | {"source": "logs", "logs": {"path": str(Path(path).resolve())}}
     return ScreenConfig.model_validate(data)
-
-
-def looks_plan(config: ScreenConfig, num_prompts: int) -> tuple[int, int, int]:
-    """(batches before the first look, batches at most, looks K) for `num_prompts` available probe prompts."""
-    bs = config.probe.batch_size
-    max_batches = math.ceil(min(config.probe.num_prompts, num_prompts) / bs)
-    first = min(math.ceil(config.probe.min_prompts / bs), max_batches)
-    return first, max_batches, max_batches - first + 1
 
 
 def check_compatibility(config: ScreenConfig, calibration: Any, *, config_file: str | None = None) -> None:
@@ -221,12 +183,29 @@ def _probe_prompts(config: ScreenConfig, file: str | None) -> list[dict]:
     return prompts
 
 
+def check_engines(chosen: list[CandidateConfig], file: str | None) -> None:
+    """A ConfigError naming `candidates.<name>.rollout...` when this machine's vLLM cannot run a candidate (vLLM
+    candidates only; imports vllm, loads no model), so a screen stops before anything is measured."""
+    for c in chosen:
+        if c.rollout is None or c.rollout.engine != "vllm":
+            continue
+        from admitcheck.engines import vllm as vllm_engine
+
+        check = getattr(vllm_engine, "check_rollout", None)
+        if check is None:
+            return
+        try:
+            check(c.rollout)
+        except ConfigError as exc:
+            where = f"candidates.{c.name}.{exc.field or 'rollout'}"
+            raise ConfigError(exc.message, file=file, field=where) from None
+
+
 def validate(
     config: ScreenConfig, *, config_file: str | None = None, candidates: list[str] | None = None
 ) -> dict[str, Any]:
-    """Inputs on disk, calibration compatibility, logs file; no model loads. Returns what a screen would run."""
-    from admitcheck.metrics import sequential_confidence
-
+    """Inputs on disk, calibration compatibility, engine support, logs file; no model loads. Returns what a screen
+    would run."""
     chosen = select_candidates(config, candidates)
     _check_inputs(config, chosen, config_file)
     calibration = load_checked_calibration(config, config_file=config_file)
@@ -236,6 +215,7 @@ def validate(
         logs = read_logs(config.logs.path)
         looks, probes = 1, logs.num_sequences
     else:
+        check_engines(chosen, config_file)
         probes = len(_probe_prompts(config, config_file))
         looks = looks_plan(config, probes)[2]
     return {
@@ -244,7 +224,7 @@ def validate(
         "source": config.source,
         "probes_available": probes,
         "max_looks": looks,
-        "confidence_per_look": sequential_confidence(config.policy.confidence, looks),
+        "confidence_per_look": confidence_per_look(config.policy.confidence, looks),
     }
 
 
@@ -264,6 +244,7 @@ class _Context:
     plan: tuple[int, int, int] = (1, 1, 1)  # batches before the first look, batches at most, looks
     confidence: float = 0.95  # per look
     floors: dict[str, dict[str, Any]] = field(default_factory=dict)
+    failed_floors: dict[str, EngineError] = field(default_factory=dict)  # engine kind -> why its floor failed
 
 
 @dataclass
@@ -273,7 +254,7 @@ class _Run:
     per_sequence: list[dict] = field(default_factory=list)
     acc: Any = None  # measure.Accumulator
     looks: int = 0
-    state: str = "undecided"  # admit | reject | undecided | unresolvable | nonfinite
+    state: str = "undecided"  # admission.LookState: admit | reject | undecided | unresolvable | nonfinite
     engine_nonfinite: int = 0  # non-finite log-probs from the engine (μ side), masked tokens
     nonfinite: int = 0  # either side
     probes: int = 0
@@ -294,13 +275,20 @@ def screen(
     chosen = select_candidates(config, candidates)
     _check_inputs(config, chosen, config_file)
     ctx = _Context(config, config_file, load_checked_calibration(config, config_file=config_file))
+    verdicts: list[Verdict] = []
+    failures: dict[str, str] = {}
     if config.source == "logs":
         verdicts, setup = [_screen_logs(ctx, chosen)], 0.0
     else:
+        check_engines(chosen, config_file)
         _prepare(ctx)
         setup = time.perf_counter() - t0
-        verdicts = [_screen_candidate(ctx, c, progress) for c in chosen]
-    return ScreenResult(
+        for c in chosen:
+            try:
+                verdicts.append(_screen_candidate(ctx, c, progress))
+            except EngineError as exc:  # this candidate has no verdict; the others keep theirs
+                failures[c.name] = _failure_message(exc, c.name)
+    result = ScreenResult(
         verdicts,
         _calibration_summary(ctx.calibration),
         ctx.floors,
@@ -308,12 +296,32 @@ def screen(
         config.source,
         setup,
         time.perf_counter() - t0,
+        failures,
     )
+    if failures:
+        raise _partial_failure(result, config_file)
+    return result
+
+
+def _failure_message(exc: EngineError, name: str) -> str:
+    """The engine error on one line, with where it happened when that is not the candidate itself (its floor)."""
+    where = (exc.field or "").removeprefix(f"candidates.{name}").lstrip(".").removeprefix("candidates.")
+    return f"{where}: {exc.message}" if where else exc.message
+
+
+def _partial_failure(result: ScreenResult, file: str | None) -> EngineError:
+    """EngineError (exit 3) naming the first failed candidate; `partial` carries the result for the reports."""
+    name, message = next(iter(result.failures.items()))
+    others = [n for n in result.failures if n != name]
+    kept = ", ".join(v.name for v in result.verdicts) or "none"
+    also = f"; also failed: {', '.join(others)}" if others else ""
+    exc = EngineError(f"{message}{also} (verdicts obtained: {kept})", file=file, field=f"candidates.{name}")
+    exc.partial = result  # what was measured survives the failure
+    return exc
 
 
 def _prepare(ctx: _Context) -> None:
     from admitcheck.measure import check_devices, load_pair_tokenizer, tokenize_prompts
-    from admitcheck.metrics import sequential_confidence
 
     cfg, file = ctx.config, ctx.file
     check_devices(cfg, file=file)
@@ -321,7 +329,7 @@ def _prepare(ctx: _Context) -> None:
     prompts = _probe_prompts(cfg, file)
     ctx.prompt_ids = tokenize_prompts(ctx.tokens, prompts, file=cfg.probe.prompts)
     ctx.plan = looks_plan(cfg, len(prompts))
-    ctx.confidence = sequential_confidence(cfg.policy.confidence, ctx.plan[2])
+    ctx.confidence = confidence_per_look(cfg.policy.confidence, ctx.plan[2])
     io.check_causal_lm(cfg.pair.teacher, file=file, field="pair.teacher")
     ctx.reference = io.load_causal_lm(cfg.pair.student, cfg.reference.dtype, cfg.reference.device, file=file)
 
@@ -390,30 +398,10 @@ def _run_batches(
             continue
         run.looks += 1
         pooled = metrics_from_per_sequence(combine(run.per_sequence), ctx.confidence)
-        run.state = _look(pooled.values["k3"], *pooled.intervals["k3"], threshold, ctx.calibration.budget.kind)
+        run.state = look(pooled.values["k3"], *pooled.intervals["k3"], threshold, ctx.calibration.budget.kind)
         if run.state != "undecided":
             break
     return run
-
-
-def decision_interval(k3: float, lo: float, hi: float) -> tuple[float, float]:
-    """The k3 interval on the log scale from the symmetric one (delta method: se(log k3) = se / k3).
-
-    k3 is a mean of non-negative, right-skewed per-token terms; [k3·e^(−h/k3), k3·e^(h/k3)] with h = hi − k3 stays
-    positive and is wider above: its upper bound is ≥ hi (e^x ≥ 1 + x), so admission is never easier than with the
-    symmetric interval, while an estimate far above the budget gets a lower bound above 0 and is rejected sooner.
-    """
-    h = hi - k3
-    if not (math.isfinite(k3) and math.isfinite(h)) or k3 <= 0:
-        return lo, hi
-    return k3 * math.exp(-h / k3), k3 * math.exp(h / k3)
-
-
-def _look(k3: float, lo: float, hi: float, threshold: float, kind: str) -> str:
-    from admitcheck.metrics import decide
-
-    state = decide(k3, *decision_interval(k3, lo, hi), threshold)
-    return "unresolvable" if state == "admit" and kind == "upper_bound" else state
 
 
 def _final_metrics(run: _Run, confidence: float) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
@@ -433,13 +421,19 @@ def _floor(ctx: _Context, rollout: RolloutConfig, progress: Progress | None) -> 
     from admitcheck.measure import floor_rollout
 
     fr = floor_rollout(rollout, ctx.config.reference)
+    if fr.engine in ctx.failed_floors:  # failed once: every candidate of this engine kind fails the same way
+        raise ctx.failed_floors[fr.engine]
     if fr.engine not in ctx.floors:
         t0, label = time.perf_counter(), f"floor ({fr.engine})"
-        engine = _start_engine(ctx, fr, label)
         try:
-            run = _run_batches(ctx, label, engine, ctx.reference, ctx.plan[0], None, progress)
-        finally:
-            engine.close()
+            engine = _start_engine(ctx, fr, label)
+            try:
+                run = _run_batches(ctx, label, engine, ctx.reference, ctx.plan[0], None, progress)
+            finally:
+                engine.close()
+        except EngineError as exc:
+            ctx.failed_floors[fr.engine] = exc
+            raise
         values, intervals = _final_metrics(run, ctx.confidence)
         ctx.floors[fr.engine] = {
             "dtype": fr.dtype,
@@ -492,14 +486,14 @@ def _screen_logs(ctx: _Context, chosen: list[CandidateConfig]) -> Verdict:
     run = _Run(looks=1, nonfinite=m.nonfinite, probes=m.num_sequences, tokens=m.num_tokens)
     run.engine_nonfinite = int((~np.isfinite(logs.rollout_logprobs) & logs.mask).sum())
     k3, (lo, hi) = m.values["k3"], m.intervals["k3"]
-    run.state = "nonfinite" if m.nonfinite else _look(k3, lo, hi, _threshold(ctx), ctx.calibration.budget.kind)
+    run.state = "nonfinite" if m.nonfinite else look(k3, lo, hi, _threshold(ctx), ctx.calibration.budget.kind)
     one = chosen[0] if len(chosen) == 1 else None  # the logs belong to the one candidate selected, if any
     name, capacity = (one.name, _capacity(ctx, one)) if one else (Path(logs.path).stem, None)
     return _verdict(ctx, name, dict(m.values), dict(m.intervals), run, None, capacity, time.perf_counter() - t0, "logs")
 
 
 def _threshold(ctx: _Context) -> float:
-    return float(ctx.calibration.budget.value)
+    return threshold_of(ctx.calibration.budget)
 
 
 def _capacity(ctx: _Context, cand: CandidateConfig) -> dict[str, Any]:
@@ -545,69 +539,14 @@ def _verdict(
     floor_k3: float | None,
     capacity: dict | None,
     seconds: float,
-    source: str,
+    source: Literal["engine", "logs"],
 ) -> Verdict:
-    b, thr, policy = ctx.calibration.budget, _threshold(ctx), ctx.config.policy.undecided
-    k3, (lo, hi) = values["k3"], decision_interval(values["k3"], *intervals["k3"])
-    at = f"at {ctx.confidence:.4g}" + (" per look" if ctx.plan[2] > 1 and source == "engine" else "")
-    decision: Decision = "ADMIT" if run.state == "admit" else "REJECT"
-    if run.state == "nonfinite":
-        reason = (
-            f"engine produced {run.engine_nonfinite} non-finite log-probs"
-            if run.engine_nonfinite
-            else f"the reference gives {run.nonfinite} sampled tokens zero probability or non-finite log-probs "
-            "(k3 is infinite: the candidate samples outside the reference's top-k/top-p set)"
-        )
-    elif run.state == "admit":
-        reason = f"k3 upper bound {hi:.3g} < budget {thr:.3g} {at}"
-    elif run.state == "reject":
-        beyond = "; the budget is only known to be ≥ this (no level reached τ): calibrate further to decide beyond it"
-        reason = f"k3 lower bound {lo:.3g} > budget {thr:.3g} {at}" + (beyond if b.kind == "lower_bound" else "")
-    else:
-        decision = "ADMIT" if policy == "admit" and k3 < thr else "REJECT"
-        why = (
-            f"the budget is only known to be ≤ {thr:.3g} (even the smallest level exceeded τ)"
-            if run.state == "unresolvable"
-            else f"[{lo:.3g}, {hi:.3g}] {at} still contains the budget {thr:.3g} after {run.probes} probes"
-        )
-        reason = (
-            f"marginal: {why}; point estimate {k3:.3g} is {'below' if k3 < thr else 'above'} it; "
-            f"policy.undecided = {policy}"
-        )
-    cost, cost_ci = _predicted_cost(ctx.calibration, k3, lo, hi)
-    return Verdict(
-        name,
-        decision,
-        run.state in ("undecided", "unresolvable"),
-        reason,
-        k3,
-        (lo, hi),
-        thr,
-        tuple(b.interval),
-        b.kind,
-        thr - hi,
-        k3 / thr if thr > 0 else math.inf,
-        cost,
-        cost_ci,
-        floor_k3,
-        run.probes,
-        run.tokens,
-        run.looks,
-        ctx.confidence,
-        values,
-        intervals,
-        capacity,
-        seconds,
-        source,
-    )
-
-
-def _predicted_cost(calibration, k3: float, lo: float, hi: float):
-    """The calibration curve at k3 and at the interval ends (monotone curve); None where k3 is not finite."""
-    if not math.isfinite(k3):
-        return None, None
-    cost = [float(calibration.predict_cost(max(x, 0.0))) for x in (k3, lo if math.isfinite(lo) else 0.0)]
-    return cost[0], ((cost[1], float(calibration.predict_cost(hi))) if math.isfinite(hi) else None)
+    counts = {k: getattr(run, k) for k in ("state", "looks", "probes", "tokens", "nonfinite", "engine_nonfinite")}
+    max_looks = ctx.plan[2] if source == "engine" else 1  # "per look" in the reason only for a sequential screen
+    e = Evidence(values=values, intervals=intervals, confidence=ctx.confidence, max_looks=max_looks, **counts)
+    cal, policy = ctx.calibration, ctx.config.policy.undecided
+    extra = {"floor_k3": floor_k3, "capacity": capacity, "seconds": seconds, "source": source}
+    return verdict(name, e, cal.budget, policy, cal.predict_cost, **extra)
 
 
 def _calibration_summary(calibration) -> dict[str, Any]:

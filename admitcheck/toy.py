@@ -1,21 +1,19 @@
-"""The built-in toy pair: a digit-reversal teacher and an under-trained student, saved as standard HF model dirs.
+"""The built-in toy pair: a digit-reversal teacher and a weaker, noisier student, saved as standard HF model dirs.
 
-    summary = build_toy_pair("toy", seed=0)      # ~60 s on 2 CPU cores the first time; cached after that
+    summary = build_toy_pair("toy", seed=0)      # 40-110 s on 2 CPU cores (shared or not); cached after that
     summary.teacher_accuracy, summary.student_accuracy, summary.reverse_kl_student_to_teacher
     tok = AutoTokenizer.from_pretrained("toy/student")
     tok("3 1 4 1 5 =")["input_ids"]              # [1, 7, 5, 8, 5, 9, 14]: <bos>, the digits, "="
     check_answer("3 1 4 1 5 =", "5 1 4 1 3")     # True
 
-Task: a prompt of n digits (n in [min_digits, max_digits], space-separated, leading zeros allowed) then "=", the
-answer is the digits reversed, then <eos> (so engines see "stop" finishes and response lengths vary with n). The
-tokenizer is char-level over 16 tokens: <pad>=0, <bos>=1, <eos>=2, <unk>=3, "0".."9"=4..13, "="=14, "|"=15
-(reserved); whitespace only separates. The teacher (Llama, 2 layers × 128) is trained to ~100% greedy accuracy.
-The student (2 × 64) is trained on answers with 15% of the digits replaced at random: it has learned the algorithm
-(its greedy answers are mostly right) but its temperature-1 samples, the ones OPD trains on, are right only ~30% of
-the time, at a reverse KL to the teacher of ~1 nat/token. A short sampled-token OPD run (100 steps, batch 32, AdamW
-3e-4, clip 1.0) cuts that KL by 50-80%, so the pair has clear, fast room to improve — which is what calibration
-needs. (A student that is merely under-trained, stopped mid-way through SFT, was tried: PG-OPD at lr 3e-4 made it
-worse before better, too slowly to calibrate on.) Deterministic given the seed (training runs on one thread).
+Task: n digits (n in [min_digits, max_digits], space-separated, leading zeros allowed) then "="; the answer is the
+digits reversed, then <eos> (engines see "stop" finishes; response lengths vary with n). Char-level tokenizer over 16
+tokens: <pad>=0, <bos>=1, <eos>=2, <unk>=3, "0".."9"=4..13, "="=14, "|"=15 (reserved); whitespace only separates.
+Teacher: Llama 2 layers × 128, ~100% greedy accuracy. Student: 2 × 64, trained on answers with 15% of the digits
+replaced at random — it has learned the algorithm (greedy answers mostly right) but its temperature-1 samples, which
+OPD trains on, are right only ~30% of the time, at ~1.1 nats/token reverse KL to the teacher. Sampled-token PG-OPD
+(100 steps, batch 32, AdamW 3e-4, clip 1.0) cuts that KL by 50-80%. (A student merely stopped mid-way through clean
+SFT got worse under PG-OPD at lr 3e-4 before it got better: too slow to calibrate on.) Deterministic given the seed.
 
 Layout of `dir`: teacher/ and student/ (config, safetensors, tokenizer), prompts/{train,probe,eval}.jsonl (disjoint,
 one {"prompt": ..., "answer": ...} per line) and toy_pair.json (recipe hash + summary, the build cache).
@@ -36,7 +34,7 @@ import torch
 
 from admitcheck import io
 
-TOY_RECIPE_VERSION = 1  # bump when the build changes in a way the recipe fields do not show
+TOY_RECIPE_VERSION = 2  # bump when the build changes in a way the recipe fields do not show
 VOCAB = ("<pad>", "<bos>", "<eos>", "<unk>", *"0123456789", "=", "|")
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 DIGIT0_ID, EQ_ID = 4, 14  # id of "0"; id of "="
@@ -61,6 +59,15 @@ class ToyRecipe:
     student_target_noise: float = 0.15  # share of answer digits replaced at random in the student's SFT data
     batch_size: int = 64  # sequences per SFT step
     max_new_tokens: int = 32  # decode cap for the summary's accuracy and KL, tokens
+
+    def __post_init__(self) -> None:
+        distinct = sum(10**n for n in range(self.min_digits, self.max_digits + 1))  # possible prompts
+        if self.teacher_hidden % 32 or self.student_hidden % 32:
+            raise ValueError("teacher_hidden and student_hidden must be multiples of 32 (head_dim 32)")
+        if not 1 <= self.min_digits <= self.max_digits or distinct < 2 * (
+            self.num_train + self.num_probe + self.num_eval
+        ):
+            raise ValueError("min_digits..max_digits must give 2x (num_train + num_probe + num_eval) distinct prompts")
 
 
 @dataclass(frozen=True)
@@ -112,8 +119,8 @@ def task_accuracy(prompts: list[str], response_texts: list[str]) -> float:
 
 
 def toy_response_text(tokenizer, ids: list[int]) -> str:
-    """Response ids -> answer text: cut at the first <eos>, special tokens dropped ('5 1 4 1 3')."""
-    ids = list(ids)
+    """Response ids (list or 1-D tensor) -> answer text: cut at the first <eos>, special tokens dropped."""
+    ids = [int(i) for i in ids]
     if EOS_ID in ids:
         ids = ids[: ids.index(EOS_ID)]
     return tokenizer.decode(ids, skip_special_tokens=True).strip()
@@ -121,7 +128,7 @@ def toy_response_text(tokenizer, ids: list[int]) -> str:
 
 def encode_prompt(prompt: str) -> list[int]:
     """Prompt text -> ids exactly as the saved tokenizer gives them (<bos> first), without loading it."""
-    return [BOS_ID] + [VOCAB.index(c) if c in VOCAB else UNK_ID for c in prompt.split()]
+    return [BOS_ID] + [VOCAB.index(c) if c in VOCAB else UNK_ID for c in prompt if not c.isspace()]
 
 
 def make_tokenizer():
@@ -145,7 +152,7 @@ def make_tokenizer():
 
 def _make_splits(recipe: ToyRecipe, seed: int) -> dict[str, list[str]]:
     """Disjoint digit strings for eval, probe and train (drawn in that order, so eval is stable under num_train)."""
-    rng, seen, out = random.Random(seed), set(), {}
+    rng, seen, out = random.Random(seed), set(), {}  # every draw from this one rng: a pure function of the seed
     for split, n in (("eval", recipe.num_eval), ("probe", recipe.num_probe), ("train", recipe.num_train)):
         rows = []
         while len(rows) < n:
@@ -224,7 +231,7 @@ def _by_length(prompt_ids: list[list[int]]) -> list[list[int]]:
 @torch.no_grad()
 def generate(model, prompt_ids: list[list[int]], max_new_tokens: int = 32, *, temperature: float = 0.0,
              seed: int = 0) -> list[list[int]]:  # fmt: skip
-    """Responses as id lists (<eos> included when emitted): greedy at temperature 0, else sampled at it.
+    """Responses as id lists (<eos> included when emitted): greedy at temperature 0, else sampled at `temperature`.
 
     A plain decode loop without a KV cache (the toy sequences are < 30 tokens); the real engines live in engines/.
     """
@@ -308,6 +315,17 @@ def build_toy_pair(
     d, key = Path(dir), recipe_hash(recipe, seed)
     if not force and (hit := _cached(d, key)) is not None:
         return hit
+    # One torch thread: the weights then do not depend on the machine's core count, and these tiny ops run
+    # ~10x faster than with 2 threads when other jobs share the cores (OpenMP oversubscription).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _build(d, recipe, seed, key)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _build(d: Path, recipe: ToyRecipe, seed: int, key: str) -> ToyPairSummary:
     t0 = time.perf_counter()
     (d / "toy_pair.json").unlink(missing_ok=True)  # a crash mid-build must not leave a valid-looking cache
     for sub in ("teacher", "student", "prompts"):
@@ -318,18 +336,10 @@ def build_toy_pair(
         io.write_text_atomic(d / "prompts" / f"{split}.jsonl", "\n".join(lines) + "\n")
     held_out = set(splits["eval"]) | set(splits["probe"])
 
-    # One torch thread: the weights then do not depend on the machine's core count, and these tiny ops run
-    # ~10x faster than with 2 threads when other jobs share the cores (OpenMP oversubscription).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        teacher = make_model(recipe.teacher_hidden, recipe.num_layers, seed)
-        _sft(teacher, recipe, recipe.teacher_steps, recipe.teacher_lr, held_out, seed + 1)
-        student = make_model(recipe.student_hidden, recipe.num_layers, seed + 2)
-        _sft(student, recipe, recipe.student_steps, recipe.student_lr, held_out, seed + 3, recipe.student_target_noise)
-    finally:
-        torch.set_num_threads(threads)
-
+    teacher = make_model(recipe.teacher_hidden, recipe.num_layers, seed)
+    _sft(teacher, recipe, recipe.teacher_steps, recipe.teacher_lr, held_out, seed + 1)
+    student = make_model(recipe.student_hidden, recipe.num_layers, seed + 2)
+    _sft(student, recipe, recipe.student_steps, recipe.student_lr, held_out, seed + 3, recipe.student_target_noise)
     tok = make_tokenizer()
     for name, model in (("teacher", teacher), ("student", student)):
         model.save_pretrained(d / name)  # safetensors, float32
@@ -354,10 +364,3 @@ def build_toy_pair(
     meta = {"recipe_hash": key, "recipe": asdict(recipe), "version": TOY_RECIPE_VERSION, "summary": summary.to_dict()}
     io.write_text_atomic(d / "toy_pair.json", json.dumps(meta, indent=2) + "\n")
     return summary
-
-
-__all__ = [
-    "ToyPairSummary", "ToyRecipe", "build_toy_pair", "check_answer", "encode_prompt", "expected_answer",
-    "format_prompt", "generate", "make_tokenizer", "reverse_kl_student_to_teacher", "task_accuracy",
-    "toy_response_text",
-]  # fmt: skip

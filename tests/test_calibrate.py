@@ -27,10 +27,10 @@ from admitcheck.levels import Level, noise_for_mismatch
 
 # Golden numbers of `tiny_config` (seed 0), CPU float32, one torch thread; tolerance for platform rounding.
 GOLDEN = {
-    "baseline_mean": None,
-    "tolerance": None,
-    "budget": None,
-    "noise_2_mismatch": None,
+    "baseline_mean": 6.584248317518184,  # nats/token
+    "tolerance": 0.1,  # nats/token (absolute in the config)
+    "budget": 0.0071849902653947015,  # nats/token, k3
+    "noise_2_mismatch": 1.1087063321853916,  # nats/token, k3
 }
 GOLDEN_RTOL = 1e-4
 
@@ -46,6 +46,7 @@ def tiny_config_dict(root: Path, out: Path) -> dict:
                  "batch_size": 32},
         "levels": {"auto_noise": {"count": 2, "min_mismatch": 1e-3, "max_mismatch": 1.0},
                    "extra": [{"name": "stale-1", "staleness": 1}]},
+        "tolerance": {"absolute": 0.1},
         "bootstrap": 50,
         "output": str(out),
     }  # fmt: skip
@@ -202,7 +203,9 @@ def _synthetic(costs: list[float]) -> tuple[list[Level], list[dict]]:
      ([0.5, 0.7, 0.9, 1.0, 1.0], "upper_bound")],
 )  # fmt: skip
 def test_degenerate_budgets_are_explicit(costs, kind) -> None:
-    cfg = CalibrateConfig.model_validate(tiny_config_dict(Path("/nonexistent"), Path("/nonexistent/x.yaml")))
+    data = tiny_config_dict(Path("/nonexistent"), Path("/nonexistent/x.yaml"))
+    data.pop("tolerance")  # the default: max(5% of the baseline quality, 2 × seed std)
+    cfg = CalibrateConfig.model_validate(data)
     levels, runs = _synthetic(costs)
     f = fit_runs(cfg, levels, runs)
     b = f["budget"]

