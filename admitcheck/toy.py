@@ -9,11 +9,12 @@
 Task: n digits (n in [min_digits, max_digits], space-separated, leading zeros allowed) then "="; the answer is the
 digits reversed, then <eos> (engines see "stop" finishes; response lengths vary with n). Char-level tokenizer over 16
 tokens: <pad>=0, <bos>=1, <eos>=2, <unk>=3, "0".."9"=4..13, "="=14, "|"=15 (reserved); whitespace only separates.
-Teacher: Llama 2 layers × 128, ~100% greedy accuracy. Student: 2 × 64, trained on answers with 15% of the digits
-replaced at random — it has learned the algorithm (greedy answers mostly right) but its temperature-1 samples, which
-OPD trains on, are right only ~30% of the time, at ~1.1 nats/token reverse KL to the teacher. Sampled-token PG-OPD
-(100 steps, batch 32, AdamW 3e-4, clip 1.0) cuts that KL by 50-80%. (A student merely stopped mid-way through clean
-SFT got worse under PG-OPD at lr 3e-4 before it got better: too slow to calibrate on.) Deterministic given the seed.
+Teacher: Llama 2 layers × 128, ~100% greedy accuracy. Student: 2 × 64, SFT on clean answers (it learns the
+algorithm), then briefly on answers with 15% of the digits replaced at random: its greedy answers stay right, but its
+temperature-1 samples, which OPD trains on, are right only ~25% of the time, at ~1.5 nats/token reverse KL to the
+teacher. Sampled-token PG-OPD (100 steps, batch 32, AdamW 3e-4, clip 1.0) cuts that KL by 80-95%. (A student merely
+stopped mid-way through clean SFT got worse under PG-OPD at lr 3e-4 before it got better; one trained on noisy
+answers throughout passed its learning transition late for some seeds.) Deterministic given the seed.
 
 Layout of `dir`: teacher/ and student/ (config, safetensors, tokenizer), prompts/{train,probe,eval}.jsonl (disjoint,
 one {"prompt": ..., "answer": ...} per line) and toy_pair.json (recipe hash + summary, the build cache).
@@ -54,19 +55,20 @@ class ToyRecipe:
     num_layers: int = 2
     teacher_steps: int = 600  # SFT steps on fresh examples
     teacher_lr: float = 3e-3  # AdamW peak lr; 5% warmup then cosine to 10%
-    student_steps: int = 450  # SFT steps of the student, on noisy answers
+    student_steps: int = 450  # SFT steps of the student on clean answers: it learns the algorithm
     student_lr: float = 3e-3
-    student_target_noise: float = 0.15  # share of answer digits replaced at random in the student's SFT data
+    student_noisy_steps: int = 150  # then SFT on noisy answers: its samples become unreliable
+    student_noisy_lr: float = 1e-3
+    student_target_noise: float = 0.15  # share of answer digits replaced at random in that second phase
     batch_size: int = 64  # sequences per SFT step
     max_new_tokens: int = 32  # decode cap for the summary's accuracy and KL, tokens
 
     def __post_init__(self) -> None:
-        distinct = sum(10**n for n in range(self.min_digits, self.max_digits + 1))  # possible prompts
         if self.teacher_hidden % 32 or self.student_hidden % 32:
             raise ValueError("teacher_hidden and student_hidden must be multiples of 32 (head_dim 32)")
-        if not 1 <= self.min_digits <= self.max_digits or distinct < 2 * (
-            self.num_train + self.num_probe + self.num_eval
-        ):
+        possible = sum(10**n for n in range(self.min_digits, self.max_digits + 1))  # distinct prompts
+        wanted = 2 * (self.num_train + self.num_probe + self.num_eval)  # headroom for the SFT's fresh draws
+        if not 1 <= self.min_digits <= self.max_digits or possible < wanted:
             raise ValueError("min_digits..max_digits must give 2x (num_train + num_probe + num_eval) distinct prompts")
 
 
@@ -339,7 +341,9 @@ def _build(d: Path, recipe: ToyRecipe, seed: int, key: str) -> ToyPairSummary:
     teacher = make_model(recipe.teacher_hidden, recipe.num_layers, seed)
     _sft(teacher, recipe, recipe.teacher_steps, recipe.teacher_lr, held_out, seed + 1)
     student = make_model(recipe.student_hidden, recipe.num_layers, seed + 2)
-    _sft(student, recipe, recipe.student_steps, recipe.student_lr, held_out, seed + 3, recipe.student_target_noise)
+    _sft(student, recipe, recipe.student_steps, recipe.student_lr, held_out, seed + 3)
+    noisy = (recipe.student_noisy_steps, recipe.student_noisy_lr, held_out, seed + 4, recipe.student_target_noise)
+    _sft(student, recipe, *noisy)
     tok = make_tokenizer()
     for name, model in (("teacher", teacher), ("student", student)):
         model.save_pretrained(d / name)  # safetensors, float32

@@ -13,8 +13,9 @@ from admitcheck import io, toy
 
 # A recipe that builds in a few seconds: for cache and determinism tests, not for quality.
 TINY = toy.ToyRecipe(
-    num_train=40, num_probe=8, num_eval=8, teacher_hidden=32, student_hidden=32, teacher_steps=3, student_steps=2
-)
+    num_train=40, num_probe=8, num_eval=8, teacher_hidden=32, student_hidden=32, teacher_steps=3, student_steps=2,
+    student_noisy_steps=2,
+)  # fmt: skip
 
 
 def weights_hash(d: Path) -> dict[str, str]:
@@ -67,7 +68,7 @@ def test_recipe_hash_covers_seed_and_fields():
     base = toy.recipe_hash(toy.ToyRecipe(), 0)
     assert base == toy.recipe_hash(toy.ToyRecipe(), 0)
     assert base != toy.recipe_hash(toy.ToyRecipe(), 1)
-    assert base != toy.recipe_hash(replace(toy.ToyRecipe(), student_steps=451), 0)
+    assert base != toy.recipe_hash(replace(toy.ToyRecipe(), student_noisy_steps=151), 0)
 
 
 def test_recipe_rejects_impossible_settings():
