@@ -439,7 +439,7 @@ def test_weight_only_recipe_matches_the_hf_engine_within_intervals(toy_dirs, ref
 
 @needs_vllm
 @pytest.mark.vllm
-def test_fp8_kv_cache_exceeds_the_floor_grows_after_the_first_tokens_and_doubles_capacity(
+def test_fp8_kv_cache_exceeds_the_floor_at_every_position_and_doubles_capacity(
     bf16_floor, toy_dirs, reference, probe_ids, request
 ):
     floor, bf16_kv = bf16_floor
@@ -451,9 +451,10 @@ def test_fp8_kv_cache_exceeds_the_floor_grows_after_the_first_tokens_and_doubles
         engine.close(keep_warm=False)
     attach(request, "vllm_fp8_kv_k3", m.values["k3"])
     assert m.values["k3"] > 10 * floor.values["k3"]
-    first, later = m.position_buckets[0], m.position_buckets[1:]
-    later_k3 = sum(b.k3 * b.num_tokens for b in later) / sum(b.num_tokens for b in later)
-    assert later_k3 > first.k3  # the drift accumulates as more quantized K/V are attended
+    # Position growth is not asserted here: vLLM-CPU attends to the FP8 cache already at prefill, so the first
+    # token carries mismatch, and the toy's answers (<= 11 tokens) are too short for accumulation to show. The HF
+    # engine's growth with position on long generations is tests/test_measure.py's job; docs/vllm.md explains.
+    assert all(b.k3 > 10 * floor.values["k3"] for b in m.position_buckets if b.num_tokens >= 100)
     for report in (bf16_kv, fp8_kv):
         assert report["allocated_kv_tokens"] == report["estimated_kv_tokens"] > 0
     assert fp8_kv["allocated_kv_tokens"] == 2 * bf16_kv["allocated_kv_tokens"]
