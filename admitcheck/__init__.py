@@ -21,6 +21,9 @@ _API = {
     "screen": ("admitcheck.screen", "screen"),
     "load_calibration": ("admitcheck.artifact", "load_calibration"),
     "mismatch_metrics": ("admitcheck.metrics", "mismatch_metrics"),
+    "sensitivity": ("admitcheck.sensitivity", "sensitivity"),
+    "recipe": ("admitcheck.sensitivity", "recipe"),
+    "prefix_shift": ("admitcheck.prefix_shift", "prefix_shift"),
 }
 
 __all__ = ["__version__", *_API]

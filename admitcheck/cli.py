@@ -117,10 +117,25 @@ def render_measure(report) -> None:
     for b in report.candidate.metrics.position_buckets:
         buckets.add_row(f"{b.start}-{b.end - 1}", str(b.num_tokens), _fmt(b.k3), _interval(b.k3_interval))
     out.print(buckets)
+    if "prefix_shift" in report.diagnostics:
+        render_prefix_shift("candidate", report.diagnostics["prefix_shift"])
     c = report.candidate
     out.print(
         f"{c.num_sequences} sequences, {c.num_tokens} tokens; engine start {c.seconds_engine_start:.1f} s, "
         f"measurement {c.seconds_measure:.1f} s; total {report.seconds_total:.1f} s"
+    )
+
+
+def render_prefix_shift(name: str, d: dict) -> None:
+    """The prefix-shift diagnostic in a few lines (coupled sampling against the reference engine)."""
+    q = d["divergence_quantiles"]
+    out.print(
+        f"[bold]prefix shift ({name})[/bold]: {100 * d['diverged_share']:.0f}% of responses diverge "
+        f"(first divergence p10/p50/p90 at {_fmt(q.get('p10'))}/{_fmt(q.get('p50'))}/{_fmt(q.get('p90'))}); "
+        f"{100 * d['share_after_divergence']:.0f}% of tokens come after the divergence.\n"
+        f"  teacher log-lik of the prefixes reached, candidate − reference: {_fmt(d['prefix_gap'])} nats/token; "
+        f"with TIS weights min(r, {d['tis_cap']:g}): {_fmt(d['prefix_gap_tis'])} (TIS cannot move prefixes); "
+        f"per-token gap {_fmt(d['token_gap'])} → {_fmt(d['token_gap_tis'])} with TIS."
     )
 
 
@@ -274,6 +289,8 @@ def screen(
             print(to_json(result))
         else:
             out.print(verdict_table(result))
+            for name, diag in result.diagnostics.items():
+                render_prefix_shift(name, diag["prefix_shift"])
         if failure is not None:
             raise failure
         return result.exit_code
@@ -332,6 +349,94 @@ def validate(
                     if not isinstance(v, (dict, list)) or k in ("candidates", "prompts"):
                         out.print(f"  {k}: {v}")
         return 0
+
+    _guard(body)
+
+
+# --------------------------------------------------------------------------------------------------- sensitivity
+
+
+@app.command()
+def sensitivity(
+    config: ConfigArg,
+    as_json: JsonOpt = False,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="Write a bar chart (PNG) here (needs matplotlib).")
+    ] = None,
+) -> None:
+    """Mismatch of each unit (a layer's KV cache, attention, MLP) when only it is under the rollout's recipe."""
+
+    def body() -> int:
+        from admitcheck import io
+        from admitcheck.sensitivity import SensitivityConfig, plot_sensitivity
+        from admitcheck.sensitivity import sensitivity as run_sensitivity
+
+        rep = run_sensitivity(io.load_config(config, SensitivityConfig), config_file=str(config), progress=_progress())
+        if plot is not None:
+            png = plot_sensitivity(rep)
+            if png is None:
+                err.print("[yellow]no plot: matplotlib is not installed (pip install 'admitcheck[plot]')[/yellow]")
+            else:
+                io.write_bytes_atomic(plot, png)
+        if as_json:
+            print(json.dumps(rep.to_dict(), indent=2, default=str))
+            return 0
+        table = Table(title="sensitivity: k3 above the floor when only this unit is under the recipe (nats/token)")
+        for c in ("rank", "unit", "excess k3", "95% CI", "k3"):
+            table.add_column(c, justify="right" if c != "unit" else "left")
+        for i, u in enumerate(rep.units, 1):
+            table.add_row(str(i), u.name, _fmt(u.excess), _interval(u.excess_interval), _fmt(u.k3))
+        out.print(table)
+        out.print(
+            f"floor k3 {_fmt(rep.floor_k3)}; whole recipe k3 {_fmt(rep.all_k3)}; "
+            f"Σ unit excess / whole excess = {rep.sum_ratio:.2f}; top / median = {rep.top_to_median:.1f}x"
+        )
+        return 0
+
+    _guard(body)
+
+
+@app.command()
+def recipe(
+    config: ConfigArg,
+    as_json: JsonOpt = False,
+    output: Annotated[
+        Path | None, typer.Option("--output", help="Write the admitted recipe as a screen config (YAML) here.")
+    ] = None,
+) -> None:
+    """Search the cheapest admitted recipe: return the most sensitive units to BF16 until the screen admits it."""
+
+    def body() -> int:
+        from admitcheck import io
+        from admitcheck.sensitivity import RecipeConfig
+        from admitcheck.sensitivity import recipe as run_recipe
+
+        res = run_recipe(io.load_config(config, RecipeConfig), config_file=str(config), progress=_progress())
+        if output is not None and res.chosen is not None:
+            io.write_text_atomic(output, res.screen_yaml())
+        if as_json:
+            print(json.dumps(res.to_dict(), indent=2, default=str))
+            return res.exit_code
+        table = Table(title="recipe search (units returned to the engine dtype, most sensitive first)")
+        for c in ("step", "returned", "decision", "k3", "95% CI", "budget", "KV ratio vs BF16"):
+            table.add_column(c, justify="right" if c not in ("returned", "decision") else "left")
+        for i, st in enumerate(res.steps):
+            table.add_row(
+                str(i),
+                ", ".join(st.returned) or "-",
+                st.decision,
+                _fmt(st.k3),
+                _interval(st.k3_interval),
+                _fmt(st.budget),
+                _fmt(st.ratio_vs_bf16),
+            )
+        out.print(table)
+        out.print(res.message)
+        if res.vllm_args:
+            out.print(f"vLLM arguments: {json.dumps(res.vllm_args)}")
+        if output is not None and res.chosen is not None:
+            out.print(f"screen config written to {output}")
+        return res.exit_code
 
     _guard(body)
 

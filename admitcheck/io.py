@@ -237,6 +237,9 @@ def load_causal_lm(
     from transformers import AutoModelForCausalLM
 
     check_causal_lm(path, file=file, field=field)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # no "Loading weights" bars in admitcheck's own output
     try:
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype), local_files_only=True)
     except (OSError, ValueError, RuntimeError) as exc:

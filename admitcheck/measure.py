@@ -209,9 +209,11 @@ class MismatchReport:
     probe: ProbeConfig
     reference: ReferenceConfig
     seconds_total: float
+    diagnostics: dict = field(default_factory=dict)  # {"prefix_shift": {...}} when asked for
 
     def to_dict(self) -> dict:
         return {
+            "diagnostics": self.diagnostics,
             "candidate": self.candidate.to_dict(),
             "floor": self.floor.to_dict() if self.floor else None,
             "sampling": self.sampling.model_dump(mode="json"),
@@ -294,7 +296,14 @@ def measure(
             config.sampling,
             **common,
         )
-    return MismatchReport(candidate, floor, config.sampling, config.probe, config.reference, time.perf_counter() - t0)
+    diagnostics = {}
+    if "prefix_shift" in config.diagnostics:
+        from admitcheck.prefix_shift import prefix_shift_for
+
+        diagnostics["prefix_shift"] = prefix_shift_for(config, config_file=config_file).to_dict()
+    return MismatchReport(
+        candidate, floor, config.sampling, config.probe, config.reference, time.perf_counter() - t0, diagnostics
+    )
 
 
 def check_pair(pair: PairConfig, *, file: str | None = None) -> PairTokens:

@@ -64,6 +64,7 @@ class ScreenResult:
     seconds_setup: float  # tokenizer, reference model
     seconds_total: float
     failures: dict[str, str] = field(default_factory=dict)  # candidate name -> its engine failure (no verdict)
+    diagnostics: dict[str, dict[str, Any]] = field(default_factory=dict)  # candidate -> {"prefix_shift": {...}}
 
     @property
     def all_admitted(self) -> bool:
@@ -82,6 +83,19 @@ class ScreenResult:
             "all_admitted": self.all_admitted,
             "exit_code": self.exit_code,
         }
+
+
+def _diagnostics(config: ScreenConfig, chosen: list[CandidateConfig], config_file: str | None) -> dict:
+    """`diagnostics: [prefix_shift]`: coupled sampling of each hf rollout candidate against the reference."""
+    if "prefix_shift" not in config.diagnostics:
+        return {}
+    from admitcheck.prefix_shift import prefix_shift_for
+
+    return {
+        c.name: {"prefix_shift": prefix_shift_for(config, c.rollout, config_file=config_file).to_dict()}
+        for c in chosen
+        if c.rollout is not None and c.rollout.engine == "hf"
+    }
 
 
 # ------------------------------------------------------------------------------------------ inputs and checks
@@ -297,6 +311,7 @@ def screen(
         setup,
         time.perf_counter() - t0,
         failures,
+        _diagnostics(config, chosen, config_file) if config.source == "engine" else {},
     )
     if failures:
         raise _partial_failure(result, config_file)

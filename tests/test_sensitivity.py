@@ -1,0 +1,138 @@
+"""Layer sensitivity and the recipe search on the toy pair (FP8 block-32 weights + FP8 KV cache), plus the pure
+unit restrictions. The calibrations are hand-made stand-ins (`test_screen.write_artifact`) with chosen budgets."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from admitcheck import io
+from admitcheck.config import RolloutConfig, ScreenConfig
+from admitcheck.sensitivity import (
+    RecipeConfig,
+    SensitivityConfig,
+    Unit,
+    plain_rollout,
+    plot_sensitivity,
+    recipe,
+    recipe_units,
+    sensitivity,
+    unit_rollout,
+    without_units,
+)
+
+FP8 = {
+    "engine": "hf",
+    "dtype": "bfloat16",
+    "weights": {"format": "fp8_e4m3", "granularity": "block", "block_size": 32},
+    "kv_cache": {"dtype": "fp8_e4m3"},
+}
+PROBE = {"num_prompts": 256, "batch_size": 64, "max_new_tokens": 32, "seed": 0}
+
+
+def test_unit_restrictions():
+    r = RolloutConfig(**FP8)
+    assert [u.name for u in recipe_units(r, 2)] == ["kv.0", "attn.0", "mlp.0", "kv.1", "attn.1", "mlp.1"]
+    kv1 = unit_rollout(r, Unit("kv", 1), 2)
+    assert kv1.weights is None and kv1.kv_cache.skip_layers == [0]
+    attn0 = unit_rollout(r, Unit("attn", 0), 2)
+    assert attn0.kv_cache.dtype == "auto" and attn0.weights.exclude_layers == [1] and "*.mlp.*" in attn0.weights.exclude
+    every = recipe_units(r, 2)
+    assert without_units(r, every, 2) == plain_rollout(r)
+    part = without_units(r, [Unit("kv", 0), Unit("mlp", 1)], 2)
+    assert part.kv_cache.skip_layers == [0] and part.weights.exclude == ["model.layers.1.mlp.*"]
+
+
+@pytest.mark.slow
+def test_sensitivity_toy(toy_pair_dir, tmp_path):
+    d = toy_pair_dir
+    cfg = SensitivityConfig(
+        pair={"student": str(d / "student"), "teacher": str(d / "teacher")},
+        probe={"prompts": str(d / "prompts" / "probe.jsonl"), **PROBE},
+        rollout=FP8,
+    )
+    rep = sensitivity(cfg)
+    assert len(rep.units) == 6
+    assert rep.top_to_median >= 2.0, rep.to_dict()
+    assert 0.7 <= rep.sum_ratio <= 1.3, rep.sum_ratio  # per-unit excesses add up to the whole recipe's
+    lo, _hi = rep.units[0].excess_interval
+    assert lo > 0 and rep.units[0].excess == max(u.excess for u in rep.units)
+    d = rep.to_dict()
+    assert {"sum_ratio", "top_to_median", "units"} <= set(d)
+    png = plot_sensitivity(rep)
+    assert png is None or png[:4] == b"\x89PNG"
+
+
+def _recipe_config(tmp_path, toy, budget: float) -> RecipeConfig:
+    from test_screen import write_artifact
+
+    cal = write_artifact(tmp_path / "cal.yaml", toy, budget=budget, max_new_tokens=PROBE["max_new_tokens"])
+    return RecipeConfig(
+        pair={"name": "toy", "student": str(toy / "student"), "teacher": str(toy / "teacher")},
+        calibration=str(cal),
+        probe={"prompts": str(toy / "prompts" / "probe.jsonl"), "min_prompts": 64, **PROBE},
+        rollout=FP8,
+    )
+
+
+@pytest.mark.slow
+def test_recipe_large_budget_keeps_everything_fp8(toy_pair_dir, tmp_path):
+    res = recipe(_recipe_config(tmp_path, toy_pair_dir, budget=0.5))  # the toy PG budget is ~0.5 nats
+    assert res.exit_code == 0 and res.chosen.returned == []
+    assert res.chosen.ratio_vs_bf16 >= 1.9
+    assert res.vllm_args["kv_cache_dtype"] == "fp8_e4m3" and res.vllm_args["kv_cache_dtype_skip_layers"] == []
+
+
+@pytest.mark.slow
+def test_recipe_search_is_admitted_by_screen(toy_pair_dir, tmp_path):
+    from admitcheck.screen import screen
+
+    res = recipe(_recipe_config(tmp_path, toy_pair_dir, budget=0.0035))
+    assert res.exit_code == 0, res.message
+    assert res.steps[0].decision == "REJECT" and len(res.steps) >= 2
+    assert res.chosen.returned == res.ranking[: len(res.chosen.returned)]
+    path = tmp_path / "chosen.yaml"
+    path.write_text(res.screen_yaml())
+    result = screen(io.load_config(path, ScreenConfig))
+    assert result.exit_code == 0, result.verdicts[0].reason
+    assert yaml.safe_load(res.screen_yaml())["candidates"][0]["name"] == "recipe"
+
+
+@pytest.mark.slow
+def test_recipe_floor_above_budget_names_the_floor(toy_pair_dir, tmp_path):
+    res = recipe(_recipe_config(tmp_path, toy_pair_dir, budget=1e-6))
+    assert res.exit_code == 1 and res.chosen is None
+    assert "floor" in res.message and "bfloat16" in res.message and res.floor.decision == "REJECT"
+
+
+def test_example_parses():
+    from pathlib import Path
+
+    cfg = io.load_config(
+        Path(__file__).resolve().parent.parent / "examples" / "toy_sensitivity.yaml", SensitivityConfig
+    )
+    assert cfg.rollout.kv_cache.dtype == "fp8_e4m3" and Path(cfg.probe.prompts).is_absolute()
+
+
+@pytest.mark.slow
+def test_prefix_shift_for_a_measure_config(toy_pair_dir):
+    from admitcheck.config import MeasureConfig
+    from admitcheck.prefix_shift import prefix_shift_for
+
+    d = toy_pair_dir
+    cfg = MeasureConfig(
+        pair={"student": str(d / "student"), "teacher": str(d / "teacher")},
+        probe={"prompts": str(d / "prompts" / "probe.jsonl"), "num_prompts": 64, "max_new_tokens": 32},
+        rollout=FP8,
+    )
+    rep = prefix_shift_for(cfg)
+    assert rep.num_sequences == 64 and 0 < rep.diverged_share < 1 and rep.k3 > 0
+
+
+@pytest.mark.slow
+def test_recipe_search_limited_to_units_that_cannot_suffice(toy_pair_dir, tmp_path):
+    cfg = _recipe_config(tmp_path, toy_pair_dir, budget=0.0035).model_copy(update={"units": ["mlp"]})
+    res = recipe(cfg)
+    assert res.exit_code == 1 and res.chosen is None and res.floor.decision == "ADMIT"
+    assert res.ranking == ["mlp.0", "mlp.1"] or res.ranking == ["mlp.1", "mlp.0"]
+    assert "search more units" in res.message and len(res.steps) == 3
