@@ -140,7 +140,7 @@ class Calibration:
 
     @property
     def curve(self) -> CurveFit:
-        c, runs = self.data["curve"], self.runs
+        c, runs = self.data["curve"], [r for r in self.runs if r.get("in_fit", True)]
         resid = math.nan if c.get("residual_std") is None else float(c["residual_std"])
         xs, ys = tuple(float(r["fit_x"]) for r in runs), tuple(float(r["quality_cost"]) for r in runs)
         return CurveFit(c["form"], {k: float(v) for k, v in c["params"].items()}, resid, xs, ys)
@@ -181,7 +181,8 @@ class Calibration:
             (
                 "recipe",
                 f"loss={r['loss']} student_logprobs={r['student_logprobs']} lr={r['lr']:g} "
-                f"tis_cap={r['tis_cap']} steps={r['steps']}",
+                f"({r.get('lr_schedule', 'constant')}) tis_cap={r['tis_cap']} steps={r['steps']} "
+                f"batch={r['batch_size']}",
             ),
             (
                 "baseline quality",
@@ -193,7 +194,11 @@ class Calibration:
             (f"budget ({self.metric})", f"{b.value:.3g} nats/token{kind}"),
             (f"{100 * self.data['budget']['confidence']:.0f}% interval", f"[{b.interval[0]:.3g}, {b.interval[1]:.3g}]"),
             ("runs", str(len(self.runs))),
-        ]
+        ] + [
+            (f"check {r['level']} (held out)", f"k3 {r['mismatch']:.3g}: cost {r['quality_cost']:+.3g}, "
+             f"curve predicts {r['predicted_cost']:+.3g} nats/token")
+            for r in self.runs if not r.get("in_fit", True) and r.get("predicted_cost") is not None
+        ]  # fmt: skip
 
     def run_rows(self) -> list[dict[str, Any]]:
         """One row per run: level, seed, mismatch (with interval), quality, quality cost."""
@@ -315,21 +320,12 @@ def plot_calibration(cal: Calibration) -> bytes | None:
         return None
     runs, b = cal.runs, cal.budget
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
-    for kind, color in (
-        ("baseline", "tab:gray"),
-        ("noise", "tab:blue"),
-        ("rollout", "tab:green"),
-        ("staleness", "tab:purple"),
-    ):
-        rs = [r for r in runs if r.get("kind", "noise") == kind]
-        if not rs:
-            continue
-        x = np.array([r["fit_x"] for r in rs])
-        lo = np.array([max(r["mismatch_interval"][0], 1e-300) if kind != "baseline" else r["fit_x"] for r in rs])
-        hi = np.array([r["mismatch_interval"][1] if kind != "baseline" else r["fit_x"] for r in rs])
-        err = np.clip(np.stack([x - np.minimum(lo, x), np.maximum(hi, x) - x]), 0, None)
-        label = f"{kind} (x = floor, plotted at {x[0]:.2g})" if kind == "baseline" else kind
-        ax.errorbar(x, [r["quality_cost"] for r in rs], xerr=err, fmt="o", color=color, label=label, capsize=2)
+    colors = {"baseline": "tab:gray", "noise": "tab:blue", "rollout": "tab:green", "staleness": "tab:purple"}
+    for kind, color in colors.items():
+        for held_out in (False, True):
+            rs = [r for r in runs if r.get("kind", "noise") == kind and r.get("in_fit", True) == (not held_out)]
+            if rs:
+                _plot_runs(ax, rs, kind, color, held_out)
     xs = np.array([r["fit_x"] for r in runs])
     grid = np.geomspace(xs.min() / 3, xs.max() * 3, 300)
     ax.plot(grid, cal.predict_cost(grid), color="black", lw=1.5, label="fit")
@@ -352,3 +348,20 @@ def plot_calibration(cal: Calibration) -> bytes | None:
     fig.savefig(buf, format="png")
     plt.close(fig)
     return buf.getvalue()
+
+
+def _plot_runs(ax, rs: list[dict[str, Any]], kind: str, color: str, held_out: bool) -> None:
+    """Runs as points with their mismatch interval; hollow when held out of the fit; baseline at its fit x."""
+    import numpy as np
+
+    x = np.array([r["fit_x"] for r in rs])  # (n,) nats/token
+    if kind == "baseline":
+        err = None
+        label = f"baseline (x = floor, plotted at {x[0]:.2g})"
+    else:
+        lo = np.array([r["mismatch_interval"][0] for r in rs])
+        hi = np.array([r["mismatch_interval"][1] for r in rs])
+        err = np.clip(np.stack([x - np.minimum(lo, x), np.maximum(hi, x) - x]), 0, None)  # (2, n)
+        label = f"{kind} (held out of the fit)" if held_out else kind
+    face = "white" if held_out else color
+    ax.errorbar(x, [r["quality_cost"] for r in rs], xerr=err, fmt="o", color=color, mfc=face, label=label, capsize=2)

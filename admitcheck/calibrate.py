@@ -6,13 +6,14 @@
 
 Levels: the baseline (the unperturbed engine, `levels.baseline_seeds` seeds), an automatic grid of weight-noise
 sizes whose k3 spans [min_mismatch, max_mismatch] (chosen before training by measuring k3 at a few noise sizes
-and interpolating log k3 against log σ), and the named extra levels (rollout configs, noise sizes, staleness).
-Run `seed` = config.seed + replicate, shared across levels (common random numbers: the same batches, sampling
-uniforms and noise directions, so level differences are not seed noise). A run's x is its mismatch measured as a
-screen measures it (`measure.measure_engine` on the probe set, the engine at the run's starting weights; for
-staleness k the student after k real OPD steps, `opd.stale_student`); its y is its final quality minus the
-baseline mean. Baseline runs enter the fit at their measured floor, or at 1/100 of the smallest level when the
-floor is below that (the fitted curve is ~0 there either way, and a log axis needs x > 0).
+and interpolating log k3 against log σ), and the named extra levels (rollout configs, noise sizes, staleness; an
+extra level with `fit: false` is a held-out check: run, measured and compared with the curve, but not fitted).
+Every run has its own seed (`Level.seed`): OPD runs diverge chaotically after any perturbation, so common random
+numbers across levels would only give them a shared offset. A run's x is its mismatch measured as a screen
+measures it (`measure.measure_engine` on the probe set; the engine at the run's starting weights; for staleness k
+the student after k real OPD steps, `opd.stale_student`); its y is its final quality minus the baseline mean.
+Baseline runs enter the fit at their measured floor, or at 1/100 of the smallest level when the floor is below
+that (the fitted curve is ~0 there either way, and a log axis needs x > 0).
 
 Every finished run (and the grid measurement) is appended at once to `<output stem>.ledger.jsonl`; a re-run reads
 it and runs only what is missing, so an interrupted calibration finishes with the artifact an uninterrupted one
@@ -170,19 +171,15 @@ def calibrate(
     out = output_path(config, config_file)
     ctx = load_context(config, config_file)  # checks the pair, prompts and engine before anything runs
     pair_fp = fingerprint_pair(config.pair) | {"prompts": prompt_hashes(config)}
-    header = {
-        "kind": "header",
-        "ledger_version": LEDGER_VERSION,
-        "pair": pair_fp,
-        "config": run_relevant_config(config),
-    }
+    header = {"kind": "header", "ledger_version": LEDGER_VERSION, "pair": pair_fp}
+    header["config"] = run_relevant_config(config)
     ledger = Ledger.open(ledger_path(out), header)
     if config.levels.auto_noise is not None and ledger.grid is None:
         stds = list(GRID_STDS)
         ks = measure_grid(ctx, config, stds, progress)
         ledger.append({"kind": "grid", "relative_std": stds, "mismatch": ks, "seed": config.seed})
     levels = resolve_levels(config, ledger.grid)
-    tasks = [(lv, config.seed + r) for lv in levels for r in range(lv.seeds)]
+    tasks = [(lv, lv.seed(config.seed, r)) for lv in levels for r in range(lv.seeds)]
     todo = [(lv, s) for lv, s in tasks if run_key(lv, s) not in ledger.runs]
     done = len(tasks) - len(todo)
     if progress:
@@ -192,7 +189,7 @@ def calibrate(
         done += 1
         if progress:
             progress("runs", done, len(tasks))
-    runs = [ledger.runs[run_key(lv, s)] | {"level": lv.name, "kind": lv.kind} for lv, s in tasks]
+    runs = [ledger.runs[run_key(lv, s)] | {"level": lv.name, "kind": lv.kind, "in_fit": lv.fit} for lv, s in tasks]
     data = build_artifact(config, config_file, out, levels, runs, ledger.grid, pair_fp)
     data["provenance"]["seconds"] = round(time.perf_counter() - t0, 1)
     return write_calibration(data, out)
@@ -231,33 +228,36 @@ def _worker(config: CalibrateConfig, config_file: str | None, level: Level, seed
 
 
 def fit_runs(config: CalibrateConfig, levels: list[Level], runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Quality costs, τ, the fit and the budget (with its bootstrap interval) from the finished runs."""
+    """Quality costs, τ, the fit and the budget (with its bootstrap interval) from the finished runs.
+
+    Adds quality_cost, fit_x and predicted_cost to every run; runs with in_fit false (held-out checks) are not
+    fitted, only compared with the curve's prediction."""
     base_q = np.array([r["quality"] for r in runs if r["kind"] == "baseline"])  # (seeds,) nats/token
     base_mean, base_std = float(base_q.mean()), float(base_q.std(ddof=1))
     tol = config.tolerance
     tau = tol.absolute or default_tolerance(base_q, tol.relative, tol.seed_std_multiple)
-    positive = [r["mismatch"] for r in runs if r["kind"] != "baseline" and r["mismatch"] > 0]
+    fitted = [r for r in runs if r.get("in_fit", True)]
+    positive = [r["mismatch"] for r in fitted if r["kind"] != "baseline" and r["mismatch"] > 0]
     if not positive:
-        raise CalibrationError("no level has a mismatch above 0: nothing to fit", field="levels")
+        raise CalibrationError("no fitted level has a mismatch above 0: nothing to fit", field="levels")
     floor = float(np.mean([r["mismatch"] for r in runs if r["kind"] == "baseline"]))
     pin = max(floor, min(positive) / 100.0)  # where the baseline (and any level at 0) enters the fit
     for r in runs:
         r["quality_cost"] = r["quality"] - base_mean
         r["fit_x"] = r["mismatch"] if r["kind"] != "baseline" and r["mismatch"] > 0 else pin
-    x = np.array([r["fit_x"] for r in runs])
-    y = np.array([r["quality_cost"] for r in runs])
-    names = [r["level"] for r in runs]
+    x = np.array([r["fit_x"] for r in fitted])
+    y = np.array([r["quality_cost"] for r in fitted])
     fit = fit_curve(x, y)
-    b = bootstrap_budget(
-        x, y, tau, groups=names, n_boot=config.bootstrap, seed=config.seed, confidence=config.confidence
-    )
-    # curve.budget sees the baseline as the smallest level; the "even the smallest level costs more than τ"
-    # case is about the smallest perturbed level, so it is checked here.
-    perturbed = sorted({(r["fit_x"], r["level"]) for r in runs if r["kind"] != "baseline"})
-    smallest = perturbed[0][1]
-    smallest_cost = float(np.mean([r["quality_cost"] for r in runs if r["level"] == smallest]))
-    if smallest_cost > tau:
-        xs = float(np.mean([r["fit_x"] for r in runs if r["level"] == smallest]))
+    b = bootstrap_budget(x, y, tau, groups=[r["level"] for r in fitted], n_boot=config.bootstrap, seed=config.seed,
+                         confidence=config.confidence)  # fmt: skip
+    for r in runs:
+        r["predicted_cost"] = float(fit.predict(r["fit_x"]))
+    # curve.budget sees the baseline as the smallest level; "even the smallest level costs more than τ" is about
+    # the smallest perturbed level, so it is checked here.
+    smallest = min((r["fit_x"], r["level"]) for r in fitted if r["kind"] != "baseline")[1]
+    at_smallest = [r for r in fitted if r["level"] == smallest]
+    if np.mean([r["quality_cost"] for r in at_smallest]) > tau:
+        xs = float(np.mean([r["fit_x"] for r in at_smallest]))
         b = Budget(xs, "upper_bound", (0.0, xs), tau)
     return {"fit": fit, "budget": b, "tau": tau, "baseline_mean": base_mean, "baseline_std": base_std, "pin": pin}
 
@@ -272,6 +272,11 @@ def build_artifact(config, config_file, out: Path, levels, runs, grid, pair_fp) 
         if tol.absolute
         else f"max({tol.relative:g} × baseline quality, {tol.seed_std_multiple:g} × baseline seed std)"
     )
+    resid = fit.residual_std if math.isfinite(fit.residual_std) else None
+    curve = {"form": fit.form, "params": fit.params, "residual_std": resid, "baseline_x": f["pin"],
+             "points": sum(bool(r["in_fit"]) for r in runs)}  # fmt: skip
+    budget = {"value": b.value, "kind": b.kind, "interval": [b.interval[0], b.interval[1]],
+              "confidence": config.confidence, "n_boot": b.n_boot, "extrapolated": b.extrapolated}  # fmt: skip
     return {
         "schema_version": SCHEMA_VERSION,
         "name": config.pair.name or Path(config.pair.student).name,
@@ -298,35 +303,19 @@ def build_artifact(config, config_file, out: Path, levels, runs, grid, pair_fp) 
         "levels": [lv.to_dict() for lv in levels],
         "auto_noise": {k: grid[k] for k in ("relative_std", "mismatch")} if grid else None,
         "runs": [_run_entry(r) for r in runs],
-        "curve": {
-            "form": fit.form,
-            "params": fit.params,
-            "residual_std": _finite(fit.residual_std),
-            "baseline_x": f["pin"],
-            "points": len(runs),
-        },
-        "budget": {
-            "value": b.value,
-            "kind": b.kind,
-            "interval": [b.interval[0], b.interval[1]],
-            "confidence": config.confidence,
-            "n_boot": b.n_boot,
-            "extrapolated": b.extrapolated,
-        },
+        "curve": curve,
+        "budget": budget,
         "provenance": _provenance(config, out),
     }
 
 
-_RUN_KEYS = ("level", "kind", "seed", "relative_std", "staleness", "mismatch", "mismatch_interval", "kl_exact",
-             "fit_x", "quality", "quality_cost", "quality_start", "accuracy", "accuracy_start", "steps")  # fmt: skip
+_RUN_KEYS = ("level", "kind", "seed", "in_fit", "relative_std", "staleness", "mismatch", "mismatch_interval",
+             "kl_exact", "fit_x", "quality", "quality_cost", "predicted_cost", "quality_start", "accuracy",
+             "accuracy_start", "steps")  # fmt: skip
 
 
 def _run_entry(r: dict[str, Any]) -> dict[str, Any]:
     return {k: r.get(k) for k in _RUN_KEYS}
-
-
-def _finite(v: float) -> float | None:
-    return v if math.isfinite(v) else None
 
 
 def _relpath(path: str, base: Path) -> str:
@@ -342,13 +331,16 @@ def _provenance(config: CalibrateConfig, out: Path) -> dict[str, Any]:
     import torch
     import transformers
 
-    from admitcheck import __version__
-
     def version(dist: str) -> str | None:
         try:
             return md.version(dist)
         except md.PackageNotFoundError:
             return None
+
+    try:
+        from admitcheck import __version__
+    except ImportError:  # a stale editable install can expose admitcheck as a namespace package
+        __version__ = version("admitcheck")
 
     resolved = config.model_dump(mode="json")  # paths relative to the artifact, so the provenance is portable
     for holder, key in (

@@ -132,6 +132,7 @@ class MeasureConfig(Strict):
     floor: bool = True  # also measure the engine in the reference's configuration (the noise floor)
     full_logprobs: bool = True  # compare full distributions too (kl_exact); costs (B, T, V) memory
     confidence: float = Field(0.95, gt=0, lt=1)
+    diagnostics: list[Literal["prefix_shift"]] = []  # prefix_shift: coupled sampling vs the reference (hf engine)
 
 
 # ------------------------------------------------------------------------------------------------ calibration
@@ -188,6 +189,7 @@ class LevelConfig(Strict):
     relative_std: float | None = Field(None, gt=0)  # weight noise of this relative size
     staleness: int | None = Field(None, gt=0)  # rollouts from weights this many optimizer steps old
     seeds: int = Field(1, gt=0)
+    fit: bool = True  # false: a held-out check, reported beside the curve's prediction but not fitted
 
     @model_validator(mode="after")
     def _exactly_one(self) -> LevelConfig:
@@ -301,6 +303,7 @@ class ScreenConfig(Strict):
     source: Literal["engine", "logs"] = "engine"
     logs: LogsSource | None = None
     full_logprobs: bool = True
+    diagnostics: list[Literal["prefix_shift"]] = []  # prefix_shift per rollout candidate (hf engines)
 
     @model_validator(mode="after")
     def _check(self) -> ScreenConfig:

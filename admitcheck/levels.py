@@ -47,6 +47,7 @@ class Level:
     rollout: RolloutConfig | None = None  # a named rollout config (kind "rollout")
     staleness: int = 0  # optimizer steps the engine's weights lag behind (kind "staleness")
     target: float | None = None  # the k3 the auto grid aimed at, nats/token
+    fit: bool = True  # in the curve fit (false: a held-out check of the curve's prediction)
 
     def spec(self) -> dict[str, Any]:
         """What determines this level's runs (not its name): the ledger's key."""
@@ -59,8 +60,16 @@ class Level:
             return base.model_copy(update={"noise": NoiseConfig(relative_std=self.relative_std, seed=seed)})
         return self.rollout if self.kind == "rollout" and self.rollout is not None else base
 
+    def seed(self, base: int, replicate: int) -> int:
+        """The run seed: base + replicate for the baseline, else a hash of (base, level, replicate), so that levels
+        are independent realizations (OPD runs diverge chaotically within tens of steps after any perturbation, so
+        a seed shared across levels gives them a shared offset against the baseline mean, not less noise)."""
+        if self.kind == "baseline":
+            return base + replicate
+        return opd.derive_seed("run", base, json.dumps(self.spec(), sort_keys=True), replicate) % 1_000_000
+
     def to_dict(self) -> dict[str, Any]:
-        out = {"name": self.name, "kind": self.kind, "seeds": self.seeds}
+        out = {"name": self.name, "kind": self.kind, "seeds": self.seeds, "fit": self.fit}
         if self.kind == "noise":
             out |= {"relative_std": self.relative_std, "target": self.target}
         elif self.kind == "rollout":
@@ -80,11 +89,11 @@ def resolve_levels(config: CalibrateConfig, grid: dict[str, Any] | None) -> list
             levels.append(Level(f"noise-{i}", "noise", config.levels.seeds, relative_std=std, target=float(target)))
     for lv in config.levels.extra:
         if lv.rollout is not None:
-            levels.append(Level(lv.name, "rollout", lv.seeds, rollout=lv.rollout))
+            levels.append(Level(lv.name, "rollout", lv.seeds, rollout=lv.rollout, fit=lv.fit))
         elif lv.relative_std is not None:
-            levels.append(Level(lv.name, "noise", lv.seeds, relative_std=lv.relative_std))
+            levels.append(Level(lv.name, "noise", lv.seeds, relative_std=lv.relative_std, fit=lv.fit))
         else:
-            levels.append(Level(lv.name, "staleness", lv.seeds, staleness=lv.staleness))
+            levels.append(Level(lv.name, "staleness", lv.seeds, staleness=lv.staleness, fit=lv.fit))
     return levels
 
 

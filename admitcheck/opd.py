@@ -328,9 +328,11 @@ def stale_student(
 
 
 def stale_reference(calibration, config, staleness: int, *, reference: torch.nn.Module | None = None):
-    """For `screen`: the pair's student after `staleness` OPD steps with the calibration's recipe and seed, in the
-    reference's precision (`config` is the screen's config: pair, reference; `reference` the loaded θ0, optional)."""
+    """For `screen`: the pair's student after `staleness` OPD steps with the calibration's recipe, and the seed a
+    calibration level of that staleness uses (replicate 0), in the reference's precision. `config` is the screen's
+    (pair, reference); `reference` the loaded θ0 (optional)."""
     from admitcheck import io
+    from admitcheck.levels import Level
     from admitcheck.measure import load_pair_tokenizer, tokenize_prompts
 
     recipe = calibration.recipe
@@ -342,7 +344,6 @@ def stale_reference(calibration, config, staleness: int, *, reference: torch.nn.
     device = config.reference.device
     teacher = io.load_causal_lm(config.pair.teacher, "float32", device, field="pair.teacher")
     start = reference if reference is not None else io.load_causal_lm(config.pair.student, "float32", device)
-    stale = stale_student(
-        start, teacher, ids, cfg, RolloutConfig(**recipe["rollout"]), staleness, int(recipe["seed"]), tokens
-    )
+    seed = Level("stale", "staleness", 1, staleness=staleness).seed(int(recipe["seed"]), 0)  # as the calibration
+    stale = stale_student(start, teacher, ids, cfg, RolloutConfig(**recipe["rollout"]), staleness, seed, tokens)
     return cast_parameters(stale, config.reference.dtype)

@@ -9,10 +9,12 @@
 Task: n digits (n in [min_digits, max_digits], space-separated, leading zeros allowed) then "="; the answer is the
 digits reversed, then <eos> (engines see "stop" finishes; response lengths vary with n). Char-level tokenizer over 16
 tokens: <pad>=0, <bos>=1, <eos>=2, <unk>=3, "0".."9"=4..13, "="=14, "|"=15 (reserved); whitespace only separates.
-Teacher: Llama 2 layers × 128, ~100% greedy accuracy. Student: 2 × 64, SFT on clean answers (it learns the
-algorithm), then briefly on answers with 15% of the digits replaced at random: its greedy answers stay right, but its
-temperature-1 samples, which OPD trains on, are right only ~25% of the time, at ~1.5 nats/token reverse KL to the
-teacher. Sampled-token PG-OPD (100 steps, batch 32, AdamW 3e-4, clip 1.0) cuts that KL by 80-95%. (A student merely
+Teacher: Llama 2 layers × 128, ~100% greedy accuracy. Student: 2 × 64, a short SFT on clean answers (it half
+learns the algorithm: ~70% greedy accuracy), then briefly on answers with 15% of the digits replaced at random: its
+temperature-1 samples, which OPD trains on, are right only ~15% of the time, at ~2.3 nats/token reverse KL to the
+teacher. Sampled-token PG-OPD (examples/toy_calibrate.yaml: 200 steps, batch 128, AdamW 3e-4 cosine, clip 1.0) cuts
+that KL by ~80%, and rollout mismatch visibly slows it: flat up to k3 ~1e-3, then degrading (calibrations/toy.yaml;
+with 450 clean steps the student already knew the algorithm and OPD converged whatever the mismatch). (A student merely
 stopped mid-way through clean SFT got worse under PG-OPD at lr 3e-4 before it got better; one trained on noisy
 answers throughout passed its learning transition late for some seeds.) Deterministic given the seed.
 
@@ -55,7 +57,7 @@ class ToyRecipe:
     num_layers: int = 2
     teacher_steps: int = 600  # SFT steps on fresh examples
     teacher_lr: float = 3e-3  # AdamW peak lr; 5% warmup then cosine to 10%
-    student_steps: int = 450  # SFT steps of the student on clean answers: it learns the algorithm
+    student_steps: int = 250  # SFT steps of the student on clean answers: it half learns the algorithm
     student_lr: float = 3e-3
     student_noisy_steps: int = 150  # then SFT on noisy answers: its samples become unreliable
     student_noisy_lr: float = 1e-3
