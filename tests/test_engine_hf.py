@@ -7,41 +7,17 @@ import copy
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
 from admitcheck.config import KVCacheConfig, NoiseConfig, RolloutConfig, SamplingConfig, WeightsRecipe
 from admitcheck.engines import Engine, build_engine
 from admitcheck.engines.hf import HFEngine, RolloutCache
 from admitcheck.sampling import draw_uniforms, process_logits
 from admitcheck.scorer import score
+from tests.tiny import EOS, PAD, VOCAB, tiny_llama
 
-EOS, PAD, VOCAB = 2, 0, 64
 T_ONE = SamplingConfig(temperature=1.0)
 T_CUT = SamplingConfig(temperature=0.7, top_p=0.9, top_k=5)
-
-
-def tiny_llama(seed: int = 0, eos_bias: float = 0.0) -> LlamaForCausalLM:
-    """vocab 64, hidden 64, 2 layers, 2 heads (head_dim 32); `eos_bias` > 0 adds an lm_head bias favouring EOS."""
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=False,
-    )
-    model = LlamaForCausalLM(cfg).eval()
-    if eos_bias:
-        head = torch.nn.Linear(64, VOCAB, bias=True)
-        with torch.no_grad():
-            head.weight.copy_(model.lm_head.weight)
-            head.bias.zero_()
-            head.bias[EOS] = eos_bias
-        model.lm_head = head
-    return model
 
 
 def prompts(n: int = 8, seed: int = 1) -> list[list[int]]:
@@ -52,15 +28,6 @@ def prompts(n: int = 8, seed: int = 1) -> list[list[int]]:
 
 def engine(model, **rollout) -> HFEngine:
     return HFEngine(model, RolloutConfig(**{"dtype": "float32", **rollout}), eos_token_id=EOS, pad_token_id=PAD)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread; two OpenMP threads on shared, busy cores were 20-40x slower here."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -7,29 +7,19 @@ import itertools
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
 from admitcheck.config import MeasureConfig, ProbeConfig, RolloutConfig, SamplingConfig
 from admitcheck.engines.hf import HFEngine
 from admitcheck.measure import measure, measure_engine
+from tests.tiny import tiny_llama
 
 NO_EOS = -1  # a random model never emits it: every response runs to max_new_tokens (long generations)
 
 
 @pytest.fixture(scope="module")
 def random_lm() -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=64,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        initializer_range=0.2,
-    )  # initializer_range 0.2: peaked next-token distributions, so perturbations move them measurably
-    return LlamaForCausalLM(cfg).eval()
+    return tiny_llama(initializer_range=0.2)  # peaked distributions: perturbations move them measurably
 
 
 @pytest.fixture(scope="module")

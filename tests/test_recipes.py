@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from admitcheck.config import NoiseConfig, RolloutConfig, WeightsRecipe
 from admitcheck.recipes import (
@@ -19,22 +18,9 @@ from admitcheck.recipes import (
     quantized_linear_names,
     recipe_state_dict,
 )
+from tests.tiny import tiny_llama
 
 FP8_E4M3 = torch.float8_e4m3fn
-
-
-def tiny_llama(dtype: torch.dtype = torch.float32, tie: bool = False, seed: int = 0) -> LlamaForCausalLM:
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=64,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        intermediate_size=128,
-        tie_word_embeddings=tie,
-    )
-    return LlamaForCausalLM(cfg).to(dtype).eval()
 
 
 def params(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -190,7 +176,7 @@ def test_activation_hooks_change_outputs_and_are_removable():
 
 
 def test_plain_rollout_is_bit_identical_noop():
-    model = tiny_llama(torch.bfloat16)
+    model = tiny_llama(dtype=torch.bfloat16)
     before = params(model)
     assert apply_rollout_recipe(model, RolloutConfig(), noise_step=7) == []
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
@@ -237,7 +223,7 @@ def test_noise_reproducible_fresh_per_step_and_relative_size():
 )
 def test_recipe_state_dict_matches_model_path(dtype, tie, recipe):
     rollout = RolloutConfig(weights=recipe, noise=NoiseConfig(relative_std=0.02, seed=1))
-    model = tiny_llama(dtype, tie=tie)
+    model = tiny_llama(dtype=dtype, tie=tie)
     state = model.state_dict()
     snapshot = params(model)
     out = recipe_state_dict(state, rollout, noise_step=4)

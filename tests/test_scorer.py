@@ -4,39 +4,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
 from admitcheck.config import SamplingConfig
 from admitcheck.sampling import process_logits
 from admitcheck.scorer import Scores, left_pad, position_ids, response_logprobs, score
+from tests.tiny import VOCAB, tiny_llama
 
-VOCAB = 64
 T_ONE = SamplingConfig(temperature=1.0)
 T_CUT = SamplingConfig(temperature=0.7, top_p=0.9, top_k=5)
-
-
-def tiny_llama(seed: int = 0) -> LlamaForCausalLM:
-    """vocab 64, hidden 64, 2 layers, 2 heads (head_dim 32), random init."""
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-    )
-    return LlamaForCausalLM(cfg).eval()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread; two OpenMP threads on shared, busy cores were 20-40x slower here."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
