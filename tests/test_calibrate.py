@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from test_opd import make_tiny_pair
 
 from admitcheck import io, opd
 from admitcheck.artifact import calibration_matches, load_calibration
@@ -24,6 +23,7 @@ from admitcheck.calibrate import calibrate, fit_runs, ledger_path
 from admitcheck.config import CalibrateConfig
 from admitcheck.errors import CalibrationError, ConfigError
 from admitcheck.levels import Level, noise_for_mismatch
+from tests.test_opd import make_tiny_pair
 
 # Golden numbers of `tiny_config` (seed 0), CPU float32, one torch thread; tolerance for platform rounding.
 GOLDEN = {

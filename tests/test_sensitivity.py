@@ -64,7 +64,7 @@ def test_sensitivity_toy(toy_pair_dir, tmp_path):
 
 
 def _recipe_config(tmp_path, toy, budget: float) -> RecipeConfig:
-    from test_screen import write_artifact
+    from tests.test_screen import write_artifact
 
     cal = write_artifact(tmp_path / "cal.yaml", toy, budget=budget, max_new_tokens=PROBE["max_new_tokens"])
     return RecipeConfig(
