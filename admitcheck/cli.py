@@ -11,8 +11,6 @@ Only this module prints to the terminal or chooses exit codes.
 from __future__ import annotations
 
 import json
-import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -43,20 +41,56 @@ def _guard(fn: Callable[[], int | None]) -> None:
     try:
         code = fn() or 0
     except AdmitcheckError as exc:
+        _stop_bars()  # before the panel, so a live bar does not overwrite it
         err.print(Panel(str(exc), title=f"admitcheck: {type(exc).__name__}", border_style="red", expand=False))
         raise typer.Exit(exc.exit_code) from None
     except MemoryError:
+        _stop_bars()
         err.print(Panel("out of memory", title="admitcheck: runtime failure", border_style="red", expand=False))
         raise typer.Exit(3) from None
+    finally:
+        _stop_bars()
     raise typer.Exit(code)
 
 
-def _progress() -> Callable[[str, int, int], None]:
-    def report(label: str, done: int, total: int) -> None:
-        if sys.stderr.isatty() or os.environ.get("ADMITCHECK_PROGRESS"):
-            err.print(f"[dim]{label}: batch {done}/{total}[/dim]")
+def _stop_bars() -> None:
+    while _active_bars:
+        _active_bars.pop().stop()
 
-    return report
+
+class _ProgressBars:
+    """A rich progress bar per label (probe batches, calibration runs) on stderr; silent when stderr is no terminal."""
+
+    def __init__(self) -> None:
+        self.bars = None
+        self.tasks: dict[str, Any] = {}
+
+    def __call__(self, label: str, done: int, total: int) -> None:
+        if self.bars is None:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+            self.bars = Progress(*columns, console=err, transient=True)
+            self.bars.start()
+        if label not in self.tasks:
+            self.tasks[label] = self.bars.add_task(label, total=total)
+        self.bars.update(self.tasks[label], completed=done, total=total)
+        if all(t.finished for t in self.bars.tasks):  # done: clear the bars before the command prints its tables
+            self.stop()
+
+    def stop(self) -> None:
+        if self.bars is not None:
+            self.bars.stop()
+        self.bars, self.tasks = None, {}
+
+
+_active_bars: list[_ProgressBars] = []
+
+
+def _progress() -> Callable[[str, int, int], None]:
+    bars = _ProgressBars()
+    _active_bars.append(bars)
+    return bars
 
 
 def _fmt(x: Any, digits: int = 3) -> str:
