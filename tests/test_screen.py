@@ -23,6 +23,7 @@ from admitcheck import io
 from admitcheck.config import PairConfig, ScreenConfig
 from admitcheck.errors import CalibrationError, ConfigError, EngineError
 from admitcheck.screen import ScreenResult, Verdict
+from tests.test_cli import assert_user_error
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 PROBE = {"min_prompts": 8, "num_prompts": 32, "batch_size": 8, "max_new_tokens": 16, "seed": 0}
@@ -119,15 +120,6 @@ def cli(*args: str):
     from admitcheck.cli import app
 
     return runner.invoke(app, list(args))
-
-
-def assert_user_error(result, *words: str, code: int = 2) -> None:
-    text = result.output
-    assert result.exit_code == code, text
-    assert "Traceback" not in text, text
-    flat = " ".join(text.translate({ord(c): " " for c in "│╭╮╰╯─"}).split())  # unwrap the rich panel
-    for w in words:
-        assert w in flat, (w, text)
 
 
 # --------------------------------------------------------------------------------------------- pure pieces
