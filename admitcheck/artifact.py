@@ -6,12 +6,16 @@
     cal.protocol, cal.pair_fingerprint                      # what a screen must match
     ok, reason = calibration_matches(calibrate_config, cal) # may a demo reuse it for this config?
 
-Schema (version 1), written by `admitcheck.calibrate`: schema_version; name; metric; pair (model config and
+Schema (version 2), written by `admitcheck.calibrate`: schema_version; name; metric; pair (model config and
 weight hashes of student and teacher, tokenizer hash, prompt-set hashes); protocol (the mismatch measurement:
-sampling, probe, reference dtype); recipe (the OPD training recipe the budget belongs to); quality (definition,
-baseline); tolerance; levels; auto_noise (the grid measurement); runs (level, seed, mismatch with interval,
-quality, cost, steps); curve (form, params); budget (value, kind, interval); provenance (versions, created_at,
-the resolved config with paths relative to the artifact). Units: mismatch and quality in nats/token.
+sampling, probe, reference dtype, and `x`: which mismatch the budget is in, "start" or "run", with `run_window`);
+recipe (the OPD training recipe the budget belongs to); quality (definition, baseline); tolerance (value, rule);
+levels; level_report (per level: replicates, x, paired cost with interval, fitted cost, decided_budget);
+auto_noise (the grid measurement); runs (level, replicate, seed, x_start, x_run, quality, paired quality_cost);
+curve (form "isotonic": points x, cost); budget (value, kind, interval, confidence, x, rule, decided_by,
+bootstrap.draws and .quantiles, the adaptive protocol that stopped); provenance (versions, created_at, the resolved
+config with paths relative to the artifact). Units: mismatch and quality in nats/token. Schema-1 artifacts are
+refused with a message saying how to regenerate them.
 """
 
 from __future__ import annotations
@@ -27,10 +31,10 @@ import yaml
 
 from admitcheck import io
 from admitcheck.config import CalibrateConfig, PairConfig, ProbeConfig, ReferenceConfig, SamplingConfig
-from admitcheck.curve import Budget, CurveFit
+from admitcheck.curve import Budget, CurveFit, MonotoneFit
 from admitcheck.errors import AdmitcheckError, CalibrationError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 # Recipe fields that define the training recipe a budget belongs to (steps, levels and seeds are effort, not recipe).
 RECIPE_KEYS = ("loss", "student_logprobs", "lr", "lr_schedule", "tis_cap", "temperature", "grad_clip",
                "weight_decay", "max_new_tokens")  # fmt: skip
@@ -41,7 +45,7 @@ _REQUIRED: dict[str, type | tuple[type, ...]] = {
     "pair.teacher.weights": str, "pair.tokenizer": str, "pair.prompts.probe": str,
     "protocol": dict, "recipe": dict, "recipe.loss": str, "recipe.student_logprobs": str, "recipe.seed": int,
     "tolerance.value": _NUM, "runs": list,
-    "curve.form": str, "curve.params.plateau": _NUM, "curve.params.x50": _NUM, "curve.params.steepness": _NUM,
+    "curve.form": str,
     "budget.value": _NUM, "budget.kind": str, "budget.interval": list, "provenance": dict,
 }  # fmt: skip
 
@@ -139,11 +143,22 @@ class Calibration:
         return self.data["runs"]
 
     @property
-    def curve(self) -> CurveFit:
-        c, runs = self.data["curve"], [r for r in self.runs if r.get("in_fit", True)]
-        resid = math.nan if c.get("residual_std") is None else float(c["residual_std"])
-        xs, ys = tuple(float(r["fit_x"]) for r in runs), tuple(float(r["quality_cost"]) for r in runs)
-        return CurveFit(c["form"], {k: float(v) for k, v in c["params"].items()}, resid, xs, ys)
+    def curve(self) -> MonotoneFit | CurveFit:
+        """The fitted curve: "isotonic" (points x, cost), or a hand-made "log_logistic" (params) for tests."""
+        c = self.data["curve"]
+        if c["form"] == "log_logistic":
+            return CurveFit(c["form"], {k: float(v) for k, v in c["params"].items()})
+        return MonotoneFit(tuple(float(v) for v in c["x"]), tuple(float(v) for v in c["cost"]), c["form"])
+
+    @property
+    def x_measure(self) -> str:
+        """Which mismatch the budget is in: "start" (probe measurement at the start weights) or "run" (engine vs
+        trainer k3 averaged over the first `protocol.run_window` training steps, `opd.run_mismatch`)."""
+        return str(self.data.get("budget", {}).get("x", "start"))
+
+    def budget_draws(self) -> list[float]:
+        """The bootstrap draws of the budget (nats/token; 0 = below the smallest level, inf = above the largest)."""
+        return [float(v) for v in self.data["budget"].get("bootstrap", {}).get("draws", [])]
 
     @property
     def budget(self) -> Budget:
@@ -174,8 +189,9 @@ class Calibration:
         kind = {
             "point": "",
             "lower_bound": " (lower bound: no level reached τ)",
-            "upper_bound": " (upper bound: even the smallest level exceeded τ)",
+            "upper_bound": " (below the smallest level: add lower levels)",
         }[b.kind]
+        bd = self.data["budget"]
         return [
             ("pair", self.name),
             (
@@ -187,17 +203,22 @@ class Calibration:
             (
                 "baseline quality",
                 f"{q['baseline_mean']:.4g} ± {q['baseline_std']:.2g} nats/token "
-                f"({q['baseline_seeds']} seeds; start {q['start']:.4g}, "
+                f"({q['baseline_seeds']} replicates; start {q['start']:.4g}, "
                 f"improvement {100 * q['improvement']:.0f}%)",
             ),
             ("tolerance τ", f"{self.tolerance:.4g} nats/token ({self.data['tolerance']['rule']})"),
             (f"budget ({self.metric})", f"{b.value:.3g} nats/token{kind}"),
             (f"{100 * self.data['budget']['confidence']:.0f}% interval", f"[{b.interval[0]:.3g}, {b.interval[1]:.3g}]"),
+            ("x (mismatch fitted)", f"{bd.get('x', 'start')}: {bd.get('x_reason', '')}"),
+            ("decided by", ", ".join(bd.get("decided_by", [])) or "-"),
             ("runs", str(len(self.runs))),
         ] + [
-            (f"check {r['level']} (held out)", f"k3 {r['mismatch']:.3g}: cost {r['quality_cost']:+.3g}, "
-             f"curve predicts {r['predicted_cost']:+.3g} nats/token")
-            for r in self.runs if not r.get("in_fit", True) and r.get("predicted_cost") is not None
+            (f"level {lv['level']}", f"{lv['replicates']} pairs, x {lv['x']:.3g}, paired cost {lv['paired_cost']:+.3g} "
+             + (f"[{lv['paired_cost_interval'][0]:+.3g}, {lv['paired_cost_interval'][1]:+.3g}]"
+                if lv.get("paired_cost_interval") else "(held out)")
+             + f", fit {lv['fitted_cost']:+.3g}" + (" *" if lv.get("decided_budget") else ""))
+            for lv in self.data.get("level_report", []) if lv["kind"] != "baseline"
+        ] + [
         ]  # fmt: skip
 
     def run_rows(self) -> list[dict[str, Any]]:
@@ -240,6 +261,14 @@ def load_calibration(path: str | Path) -> Calibration:
     if not isinstance(data, dict):
         raise CalibrationError("not a calibration artifact (expected a mapping)", file=str(path), field="(top level)")
     version = data.get("schema_version")
+    if version == 1:
+        raise CalibrationError(
+            "schema_version 1 (single unpaired runs, a Hill fit, τ grown by seed noise) is no longer read: "
+            "regenerate it with `admitcheck calibrate CONFIG` (its config is under provenance.config; see "
+            "docs/calibration.md)",
+            file=str(path),
+            field="schema_version",
+        )
     if version is not None and version != SCHEMA_VERSION:
         raise CalibrationError(
             f"unsupported schema_version {version!r} (this admitcheck reads {SCHEMA_VERSION})",
@@ -255,6 +284,13 @@ def load_calibration(path: str | Path) -> Calibration:
             raise CalibrationError(
                 f"expected {getattr(kind, '__name__', 'a number')}, got {value!r}", file=str(path), field=key
             )
+    curve = data["curve"]
+    need = ("params.plateau", "params.x50", "params.steepness") if curve["form"] == "log_logistic" else ("x", "cost")
+    for key in need:
+        try:
+            _get(curve, key)
+        except KeyError:
+            raise CalibrationError("required field is missing", file=str(path), field=f"curve.{key}") from None
     if data["budget"]["kind"] not in ("point", "lower_bound", "upper_bound"):
         raise CalibrationError(f"unknown budget kind {data['budget']['kind']!r}", file=str(path), field="budget.kind")
     try:
@@ -320,18 +356,22 @@ def plot_calibration(cal: Calibration) -> bytes | None:
         return None
     runs, b = cal.runs, cal.budget
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
-    colors = {"baseline": "tab:gray", "noise": "tab:blue", "rollout": "tab:green", "staleness": "tab:purple"}
+    colors = {"noise": "tab:blue", "rollout": "tab:green", "staleness": "tab:purple"}
+    report = [lv for lv in cal.data.get("level_report", []) if lv["kind"] != "baseline"]
+    for lv in report:
+        color, rs = colors.get(lv["kind"], "black"), [r for r in runs if r["level"] == lv["level"]]
+        face = color if lv["in_fit"] else "white"
+        ax.scatter([r["fit_x"] for r in rs], [r["quality_cost"] for r in rs], s=8, color=color, alpha=0.4)
+        lo, hi = lv.get("paired_cost_interval") or (lv["paired_cost"], lv["paired_cost"])
+        err = [[lv["paired_cost"] - lo], [hi - lv["paired_cost"]]]
+        ax.errorbar([lv["x"]], [lv["paired_cost"]], yerr=err, fmt="o", color=color, mfc=face, capsize=2)
     for kind, color in colors.items():
-        for held_out in (False, True):
-            rs = [r for r in runs if r.get("kind", "noise") == kind and r.get("in_fit", True) == (not held_out)]
-            if rs:
-                _plot_runs(ax, rs, kind, color, held_out)
-    xs = np.array([r["fit_x"] for r in runs])
+        if any(lv["kind"] == kind for lv in report):
+            ax.scatter([], [], color=color, label=kind + " (mean paired cost, 95% CI; hollow: held out)")
+    xs = np.array([lv["x"] for lv in report] or [1e-3, 1.0])
     grid = np.geomspace(xs.min() / 3, xs.max() * 3, 300)
-    ax.plot(grid, cal.predict_cost(grid), color="black", lw=1.5, label="fit")
-    band = 2 * float(cal.data.get("quality", {}).get("baseline_std") or 0.0)
-    if band > 0:
-        ax.axhspan(-band, band, color="tab:gray", alpha=0.15, label=f"seed band ±{band:.2g} (2σ)")
+    ax.plot(grid, cal.predict_cost(grid), color="black", lw=1.5, label="monotone fit")
+    ax.axhline(0.0, color="tab:gray", lw=0.8)
     ax.axhline(cal.tolerance, color="tab:red", ls="--", lw=1, label=f"τ = {cal.tolerance:.3g}")
     if math.isfinite(b.value) and b.value > 0:
         ax.axvline(b.value, color="tab:orange", lw=1.5, label=f"budget {b.value:.3g} ({b.kind})")
@@ -339,8 +379,8 @@ def plot_calibration(cal: Calibration) -> bytes | None:
         if b.kind == "point" and math.isfinite(hi) and lo > 0:
             ax.axvspan(lo, hi, color="tab:orange", alpha=0.15, label="budget 95% CI")
     ax.set_xscale("log")
-    ax.set_xlabel(f"mismatch {cal.metric} (nats/token)")
-    ax.set_ylabel("quality cost (nats/token)")
+    ax.set_xlabel(f"mismatch {cal.metric}, x = {cal.x_measure} (nats/token)")
+    ax.set_ylabel("paired quality cost (nats/token)")
     ax.set_title(f"calibration: {cal.name} ({cal.recipe['loss']}, lr {cal.recipe['lr']:g})")
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
@@ -348,20 +388,3 @@ def plot_calibration(cal: Calibration) -> bytes | None:
     fig.savefig(buf, format="png")
     plt.close(fig)
     return buf.getvalue()
-
-
-def _plot_runs(ax, rs: list[dict[str, Any]], kind: str, color: str, held_out: bool) -> None:
-    """Runs as points with their mismatch interval; hollow when held out of the fit; baseline at its fit x."""
-    import numpy as np
-
-    x = np.array([r["fit_x"] for r in rs])  # (n,) nats/token
-    if kind == "baseline":
-        err = None
-        label = f"baseline (x = floor, plotted at {x[0]:.2g})"
-    else:
-        lo = np.array([r["mismatch_interval"][0] for r in rs])
-        hi = np.array([r["mismatch_interval"][1] for r in rs])
-        err = np.clip(np.stack([x - np.minimum(lo, x), np.maximum(hi, x) - x]), 0, None)  # (2, n)
-        label = f"{kind} (held out of the fit)" if held_out else kind
-    face = "white" if held_out else color
-    ax.errorbar(x, [r["quality_cost"] for r in rs], xerr=err, fmt="o", color=color, mfc=face, label=label, capsize=2)

@@ -48,7 +48,7 @@ from admitcheck.artifact import (  # re-exported: the public calibration API liv
     write_calibration,
 )
 from admitcheck.config import CalibrateConfig
-from admitcheck.curve import Budget, bootstrap_budget, default_tolerance, fit_curve
+from admitcheck.curve import Estimate, LevelData, Tolerance, estimate, fit_levels, wanted_replicates
 from admitcheck.errors import AdmitcheckError, CalibrationError, ConfigError
 from admitcheck.levels import GRID_STDS, Level, RunContext, load_context, measure_grid, resolve_levels, run_one
 
@@ -61,7 +61,7 @@ __all__ = [
     "protocol_of_screen",
 ]
 Progress = Callable[[str, int, int], None]  # (label, done, total)
-LEDGER_VERSION = 1
+LEDGER_VERSION = 2
 _NOT_IN_HEADER = {"pair", "levels", "tolerance", "bootstrap", "confidence", "output"}  # re-fit, not re-run
 
 
@@ -179,20 +179,51 @@ def calibrate(
         ks = measure_grid(ctx, config, stds, progress)
         ledger.append({"kind": "grid", "relative_std": stds, "mismatch": ks, "seed": config.seed})
     levels = resolve_levels(config, ledger.grid)
-    tasks = [(lv, lv.seed(config.seed, r)) for lv in levels for r in range(lv.seeds)]
-    todo = [(lv, s) for lv, s in tasks if run_key(lv, s) not in ledger.runs]
-    done = len(tasks) - len(todo)
-    if progress:
-        progress("runs", done, len(tasks))
-    for record in _execute(config, config_file, ctx, todo, jobs):
-        ledger.append(record)
-        done += 1
+    counts = {lv.name: config.levels.replicates for lv in levels}
+    rounds = 0
+    while True:  # round 0: every level's first replicates; then one more pair at the levels bracketing τ per round
+        tasks = planned_tasks(config, levels, counts)
+        todo = [(lv, s) for lv, s in tasks if run_key(lv, s) not in ledger.runs]
+        done = len(tasks) - len(todo)
         if progress:
-            progress("runs", done, len(tasks))
-    runs = [ledger.runs[run_key(lv, s)] | {"level": lv.name, "kind": lv.kind, "in_fit": lv.fit} for lv, s in tasks]
-    data = build_artifact(config, config_file, out, levels, runs, ledger.grid, pair_fp)
+            progress(f"runs (round {rounds})", done, len(tasks))
+        for record in _execute(config, config_file, ctx, todo, jobs):
+            ledger.append(record)
+            done += 1
+            if progress:
+                progress(f"runs (round {rounds})", done, len(tasks))
+        runs = [ledger.runs[run_key(lv, s)] | {"level": lv.name, "kind": lv.kind, "in_fit": lv.fit,
+                "replicate": r} for lv, s, r in _with_replicates(config, levels, counts)]  # fmt: skip
+        fitted = fit_runs(config, levels, runs)
+        want = wanted_replicates(fitted["estimate"], _fit_counts(levels, counts), config.levels.interval_factor, 2)
+        grown = dict(counts)
+        for name in want:
+            grown[name] += 1
+        grown["baseline"] = max(grown.values())
+        if not want or len(planned_tasks(config, levels, grown)) > config.levels.max_runs:
+            stop = "interval narrower than the factor" if not want else "run cap"
+            break
+        counts, rounds = grown, rounds + 1
+    data = build_artifact(config, config_file, out, levels, runs, ledger.grid, pair_fp, fitted)
+    data["budget"]["protocol"] = {"replicates": config.levels.replicates, "rounds": rounds, "stopped": stop,
+                                  "interval_factor": config.levels.interval_factor,
+                                  "max_runs": config.levels.max_runs, "runs": len(runs)}  # fmt: skip
     data["provenance"]["seconds"] = round(time.perf_counter() - t0, 1)
+    data["provenance"]["run_cpu_seconds"] = round(sum(r.get("cpu_seconds", 0.0) for r in runs), 1)
     return write_calibration(data, out)
+
+
+def _with_replicates(config: CalibrateConfig, levels: list[Level], counts: dict[str, int]):
+    return [(lv, lv.seed(config.seed, r), r) for lv in levels for r in range(counts[lv.name])]
+
+
+def planned_tasks(config: CalibrateConfig, levels: list[Level], counts: dict[str, int]) -> list[tuple[Level, int]]:
+    """(level, seed) of every run the replicate counts call for, in a fixed order (levels, then replicates)."""
+    return [(lv, s) for lv, s, _ in _with_replicates(config, levels, counts)]
+
+
+def _fit_counts(levels: list[Level], counts: dict[str, int]) -> dict[str, int]:
+    return {lv.name: counts[lv.name] for lv in levels if lv.kind != "baseline" and lv.fit}
 
 
 def _execute(config: CalibrateConfig, config_file: str | None, ctx: RunContext, todo: list, jobs: int):
@@ -227,56 +258,120 @@ def _worker(config: CalibrateConfig, config_file: str | None, level: Level, seed
 # --------------------------------------------------------------------------------------------------- fit + artifact
 
 
+def run_x(config: CalibrateConfig, run: dict[str, Any], which: str) -> float:
+    """A run's mismatch x: "start" (the probe measurement at the start weights, `config.metric`) or "run" (the mean
+    engine-vs-trainer k3 over the first `levels.run_window` steps), nats/token; floored at 1e-12 (log axis)."""
+    if which == "start":
+        return max(float(run["mismatch"]), 1e-12)
+    window = run["in_run_k3"][: config.levels.run_window]
+    return max(float(np.mean(window)), 1e-12)
+
+
+def _level_data(config, levels: list[Level], runs: list[dict[str, Any]], which: str, keep) -> list[LevelData]:
+    by = {lv.name: [r for r in runs if r["level"] == lv.name] for lv in levels}
+    return [LevelData(lv.name, tuple(run_x(config, r, which) for r in by[lv.name]),
+                      tuple(r["quality_cost"] for r in by[lv.name]))
+            for lv in levels if lv.kind != "baseline" and keep(lv)]  # fmt: skip
+
+
+def _one_scale_score(config, levels, runs, which: str, tol: Tolerance) -> dict[str, Any] | None:
+    """How far the non-noise levels (staleness, rollout configs; fitted or held out) fall from the curve fitted on
+    the noise levels alone, under x = `which`: mean squared z = (mean paired cost − curve) / its standard error."""
+    noise = _level_data(config, levels, runs, which, lambda lv: lv.kind == "noise" and lv.fit)
+    others = _level_data(config, levels, runs, which, lambda lv: lv.kind != "noise")
+    if len(noise) < 2 or not others:
+        return None
+    fit = fit_levels([np.mean(d.x) for d in noise], [np.mean(d.cost) for d in noise], [len(d.x) for d in noise])
+    z = {}
+    for d in others:
+        c = np.asarray(d.cost)
+        se = max(float(c.std(ddof=1)) / math.sqrt(c.size) if c.size > 1 else 0.0, 1e-6)
+        z[d.name] = (float(c.mean()) - float(fit.predict(float(np.mean(d.x))))) / se
+    return {"mean_z2": float(np.mean([v * v for v in z.values()])), "z": z}
+
+
 def fit_runs(config: CalibrateConfig, levels: list[Level], runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Quality costs, τ, the fit and the budget (with its bootstrap interval) from the finished runs.
+    """Paired costs, τ, x chosen, the monotone fit and the budget with its bootstrap, from the finished runs.
 
-    Adds quality_cost, fit_x and predicted_cost to every run; runs with in_fit false (held-out checks) are not
-    fitted, only compared with the curve's prediction."""
-    base_q = np.array([r["quality"] for r in runs if r["kind"] == "baseline"])  # (seeds,) nats/token
-    base_mean, base_std = float(base_q.mean()), float(base_q.std(ddof=1))
-    tol = config.tolerance
-    tau = tol.absolute or default_tolerance(base_q, tol.relative, tol.seed_std_multiple)
-    fitted = [r for r in runs if r.get("in_fit", True)]
-    positive = [r["mismatch"] for r in fitted if r["kind"] != "baseline" and r["mismatch"] > 0]
-    if not positive:
-        raise CalibrationError("no fitted level has a mismatch above 0: nothing to fit", field="levels")
-    floor = float(np.mean([r["mismatch"] for r in runs if r["kind"] == "baseline"]))
-    pin = max(floor, min(positive) / 100.0)  # where the baseline (and any level at 0) enters the fit
+    Adds quality_cost (paired: the run's quality minus its baseline replicate's), x_start, x_run, fit_x and
+    predicted_cost to every run; levels with fit false (held-out checks) are not fitted, only compared."""
+    base = {r["replicate"]: r["quality"] for r in runs if r["kind"] == "baseline"}
     for r in runs:
-        r["quality_cost"] = r["quality"] - base_mean
-        r["fit_x"] = r["mismatch"] if r["kind"] != "baseline" and r["mismatch"] > 0 else pin
-    x = np.array([r["fit_x"] for r in fitted])
-    y = np.array([r["quality_cost"] for r in fitted])
-    fit = fit_curve(x, y)
-    b = bootstrap_budget(x, y, tau, groups=[r["level"] for r in fitted], n_boot=config.bootstrap, seed=config.seed,
-                         confidence=config.confidence)  # fmt: skip
+        r["quality_cost"] = r["quality"] - base[r["replicate"]]
+    tol = Tolerance(config.tolerance.relative, config.tolerance.absolute)
+    choices = ["start", "run"] if config.metric == "k3" else ["start"]
+    scores = {w: _one_scale_score(config, levels, runs, w, tol) for w in choices}
+    if config.levels.x != "auto":
+        which, reason = config.levels.x, "set in the config (levels.x)"
+        if which == "run" and config.metric != "k3":
+            raise CalibrationError("the run-averaged x is k3: set metric k3 or levels.x start", field="levels.x")
+    elif all(scores[w] is not None for w in choices) and len(choices) == 2:
+        which = min(choices, key=lambda w: scores[w]["mean_z2"])
+        reason = ("the non-noise levels fall closer to the noise curve (mean squared z "
+                  + ", ".join(f"{w} {scores[w]['mean_z2']:.3g}" for w in choices) + ")")  # fmt: skip
+    else:
+        which = "start"
+        reason = "no non-noise level to compare sources with: the start-weights x (what screens measure)"
+    fitted_levels = _level_data(config, levels, runs, which, lambda lv: lv.fit)
+    if not fitted_levels:
+        raise CalibrationError("no fitted level: nothing to fit", field="levels")
+    est = estimate(fitted_levels, list(base.values()), tol, n_boot=config.bootstrap, seed=config.seed,
+                   confidence=config.confidence)  # fmt: skip
+    alt = {}
+    for w in choices:  # the budget under each x, for the report
+        e = est if w == which else estimate(_level_data(config, levels, runs, w, lambda lv: lv.fit),
+                                            list(base.values()), tol, n_boot=config.bootstrap, seed=config.seed,
+                                            confidence=config.confidence)  # fmt: skip
+        alt[w] = {"value": e.budget.value, "kind": e.budget.kind, "interval": list(e.budget.interval),
+                  "score": scores[w]}  # fmt: skip
     for r in runs:
-        r["predicted_cost"] = float(fit.predict(r["fit_x"]))
-    # curve.budget sees the baseline as the smallest level; "even the smallest level costs more than τ" is about
-    # the smallest perturbed level, so it is checked here.
-    smallest = min((r["fit_x"], r["level"]) for r in fitted if r["kind"] != "baseline")[1]
-    at_smallest = [r for r in fitted if r["level"] == smallest]
-    if np.mean([r["quality_cost"] for r in at_smallest]) > tau:
-        xs = float(np.mean([r["fit_x"] for r in at_smallest]))
-        b = Budget(xs, "upper_bound", (0.0, xs), tau)
-    return {"fit": fit, "budget": b, "tau": tau, "baseline_mean": base_mean, "baseline_std": base_std, "pin": pin}
+        if r["kind"] == "baseline":  # paired with itself: cost 0 by construction, x not measured
+            r["x_start"] = r["x_run"] = r["fit_x"] = None
+            r["predicted_cost"] = 0.0
+            continue
+        r["x_start"] = run_x(config, r, "start")
+        r["x_run"] = run_x(config, r, "run") if config.metric == "k3" else None
+        r["fit_x"] = r["x_start"] if which == "start" else r["x_run"]
+        r["predicted_cost"] = float(est.fit.predict(r["fit_x"]))
+    return {"estimate": est, "x": which, "x_reason": reason, "by_x": alt, "baseline": base}
 
 
-def build_artifact(config, config_file, out: Path, levels, runs, grid, pair_fp) -> dict[str, Any]:
+def build_artifact(config, config_file, out: Path, levels, runs, grid, pair_fp, f=None) -> dict[str, Any]:
     """The artifact dict (schema in `admitcheck.artifact`)."""
-    f = fit_runs(config, levels, runs)
-    fit, b, tol = f["fit"], f["budget"], config.tolerance
+    f = f or fit_runs(config, levels, runs)
+    est: Estimate = f["estimate"]
+    b, tol = est.budget, config.tolerance
+    base_q = np.array(list(f["baseline"].values()))
     start = float(np.mean([r["quality_start"] for r in runs if r["kind"] == "baseline"]))
-    rule = (
-        f"absolute {tol.absolute:g}"
-        if tol.absolute
-        else f"max({tol.relative:g} × baseline quality, {tol.seed_std_multiple:g} × baseline seed std)"
-    )
-    resid = fit.residual_std if math.isfinite(fit.residual_std) else None
-    curve = {"form": fit.form, "params": fit.params, "residual_std": resid, "baseline_x": f["pin"],
-             "points": sum(bool(r["in_fit"]) for r in runs)}  # fmt: skip
-    budget = {"value": b.value, "kind": b.kind, "interval": [b.interval[0], b.interval[1]],
-              "confidence": config.confidence, "n_boot": b.n_boot, "extrapolated": b.extrapolated}  # fmt: skip
+    draws = np.asarray(est.draws)
+    qs = [0.005, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.975, 0.995]
+    report = []
+    for lv in levels:
+        rs = [r for r in runs if r["level"] == lv.name]
+        c = np.array([r["quality_cost"] for r in rs])
+        k = est.names.index(lv.name) if lv.name in est.names else None
+        report.append({
+            "level": lv.name, "kind": lv.kind, "in_fit": lv.fit, "replicates": len(rs),
+            "x": float(np.mean([r["fit_x"] for r in rs])) if lv.kind != "baseline" else None,
+            "x_start": float(np.mean([r["x_start"] for r in rs])) if lv.kind != "baseline" else None,
+            "x_run": float(np.mean([r["x_run"] for r in rs])) if rs[0].get("x_run") is not None else None,
+            "paired_cost": float(c.mean()),
+            "paired_cost_interval": list(est.level_intervals[k]) if k is not None else None,
+            "paired_cost_sd": float(c.std(ddof=1)) if c.size > 1 else None,
+            "fitted_cost": float(np.mean([r["predicted_cost"] for r in rs])),
+            "decided_budget": lv.name in est.decided_by,
+        })  # fmt: skip
+    budget = {
+        "value": b.value, "kind": b.kind, "interval": [b.interval[0], b.interval[1]],
+        "confidence": config.confidence, "n_boot": b.n_boot, "x": f["x"], "x_reason": f["x_reason"],
+        "rule": (f"monotone (isotonic) fit of mean paired cost on log x ({f['x']}); B where it reaches τ "
+                 "(power-law interpolation between the bracketing levels); percentile bootstrap over replicate "
+                 "pairs and baseline replicates, τ re-estimated in each resample, spreads t-scaled"),
+        "decided_by": list(est.decided_by), "width_factor": est.width_factor if math.isfinite(est.width_factor)
+        else None, "by_x": f["by_x"],
+        "bootstrap": {"quantiles": {str(q): float(np.quantile(draws, q)) for q in qs} if draws.size else {},
+                      "draws": [float(v) for v in draws]},
+    }  # fmt: skip
     return {
         "schema_version": SCHEMA_VERSION,
         "name": config.pair.name or Path(config.pair.student).name,
@@ -287,6 +382,8 @@ def build_artifact(config, config_file, out: Path, levels, runs, grid, pair_fp) 
             "sampling": config.sampling.model_dump(mode="json"),
             "probe": config.probe.model_dump(mode="json", exclude={"prompts"}),
             "reference": {"dtype": config.reference.dtype},
+            "x": f["x"],
+            "run_window": config.levels.run_window,
         },
         "recipe": {**recipe_of(config), "prompts": _relpath(config.train.prompts, out.parent)},
         "quality": {
@@ -294,24 +391,25 @@ def build_artifact(config, config_file, out: Path, levels, runs, grid, pair_fp) 
             "own samples in reference precision (nats/token, lower is better)",
             "eval": config.eval.model_dump(mode="json", exclude={"prompts"}),
             "start": start,
-            "baseline_mean": f["baseline_mean"],
-            "baseline_std": f["baseline_std"],
-            "baseline_seeds": config.levels.baseline_seeds,
-            "improvement": (start - f["baseline_mean"]) / start if start else 0.0,
+            "baseline_mean": float(base_q.mean()),
+            "baseline_std": float(base_q.std(ddof=1)) if base_q.size > 1 else None,
+            "baseline_seeds": int(base_q.size),
+            "improvement": (start - float(base_q.mean())) / start if start else 0.0,
         },
-        "tolerance": {"value": f["tau"], "rule": rule, **tol.model_dump(mode="json")},
+        "tolerance": {"value": est.tau, "rule": Tolerance(tol.relative, tol.absolute).rule(), **tol.model_dump()},
         "levels": [lv.to_dict() for lv in levels],
+        "level_report": report,
         "auto_noise": {k: grid[k] for k in ("relative_std", "mismatch")} if grid else None,
         "runs": [_run_entry(r) for r in runs],
-        "curve": curve,
+        "curve": est.fit.to_dict() | {"x_measure": f["x"], "points": len(est.names)},
         "budget": budget,
         "provenance": _provenance(config, out),
     }
 
 
-_RUN_KEYS = ("level", "kind", "seed", "in_fit", "relative_std", "staleness", "mismatch", "mismatch_interval",
-             "kl_exact", "fit_x", "quality", "quality_cost", "predicted_cost", "quality_start", "accuracy",
-             "accuracy_start", "steps")  # fmt: skip
+_RUN_KEYS = ("level", "kind", "replicate", "seed", "in_fit", "relative_std", "staleness", "mismatch",
+             "mismatch_interval", "kl_exact", "x_start", "x_run", "in_run_k3_mean", "fit_x", "quality",
+             "quality_cost", "predicted_cost", "quality_start", "accuracy", "accuracy_start", "steps")  # fmt: skip
 
 
 def _run_entry(r: dict[str, Any]) -> dict[str, Any]:

@@ -188,7 +188,6 @@ class LevelConfig(Strict):
     rollout: RolloutConfig | None = None  # a real precision recipe
     relative_std: float | None = Field(None, gt=0)  # weight noise of this relative size
     staleness: int | None = Field(None, gt=0)  # rollouts from weights this many optimizer steps old
-    seeds: int = Field(1, gt=0)
     fit: bool = True  # false: a held-out check, reported beside the curve's prediction but not fitted
 
     @model_validator(mode="after")
@@ -200,10 +199,15 @@ class LevelConfig(Strict):
 
 
 class LevelsConfig(Strict):
+    """The levels, and the replicate pairs run at each (every replicate pairs a level run with a baseline run)."""
+
     auto_noise: AutoNoiseLevels | None = AutoNoiseLevels()  # null = no automatic grid
     extra: list[LevelConfig] = []
-    baseline_seeds: int = Field(3, ge=3)  # seeds of the unperturbed run (the seed-noise band)
-    seeds: int = Field(1, gt=0)  # seeds of each automatic level
+    replicates: int = Field(2, ge=2)  # paired replicates of every level (and of the baseline) before adapting
+    interval_factor: float = Field(2.0, gt=1)  # stop adding replicates once the budget's interval hi/lo is below
+    max_runs: int = Field(30, gt=0)  # cap on all runs (baseline, levels, checks) including adaptive replicates
+    x: Literal["auto", "start", "run"] = "auto"  # the mismatch fitted: at the start weights, run-averaged, or chosen
+    run_window: int = Field(20, gt=0)  # steps averaged for the run x (the first N of each run; a screen replays them)
 
     @model_validator(mode="after")
     def _not_empty(self) -> LevelsConfig:
@@ -216,11 +220,10 @@ class LevelsConfig(Strict):
 
 
 class ToleranceConfig(Strict):
-    """τ, the quality cost allowed: max(relative * baseline quality, k * baseline seed std), or a fixed value."""
+    """τ, the quality cost allowed: the user's goal, relative to the baseline quality or absolute (never from noise)."""
 
-    relative: float = Field(0.05, gt=0)
-    seed_std_multiple: float = Field(2.0, ge=0)
-    absolute: float | None = Field(None, gt=0)  # nats/token; overrides the two rules above
+    relative: float = Field(0.05, gt=0)  # τ = relative × mean baseline quality
+    absolute: float | None = Field(None, gt=0)  # nats/token; overrides relative
 
 
 class CalibrateConfig(Strict):

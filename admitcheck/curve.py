@@ -1,49 +1,134 @@
-"""Quality cost versus mismatch: a monotone "flat, then rising" curve, its budget, and a bootstrap (REFERENCE §3.3).
+"""Quality cost vs mismatch from paired replicates: a monotone fit, τ, the budget and its bootstrap (REFERENCE §3.3).
 
-    fit = fit_curve(k3_per_run, quality_cost_per_run)      # x nats/token (> 0), y nats/token (may be < 0)
-    tau = default_tolerance(baseline_qualities)             # nats/token
-    b = bootstrap_budget(k3_per_run, quality_cost_per_run, tau, n_boot=500, seed=0)
-    b.value, b.kind, b.interval                             # budget B (nats/token), "point" | bounds, 95% CI
+    levels = [LevelData("noise-1", x=[1e-3, 1.1e-3], cost=[0.001, -0.002]), ...]   # per replicate pair
+    est = estimate(levels, baseline=[0.43, 0.44], tolerance=Tolerance(relative=0.05), n_boot=500, seed=0)
+    est.budget.value, est.budget.kind, est.budget.interval, est.draws       # nats/token; bootstrap draws of B
+    est.fit.predict(0.01), est.fit.inverse(est.tau)                         # the monotone curve
 
-The curve is the log-logistic (Hill) form, a sigmoid on the log-x axis with three parameters:
+Data: a level's replicate r is a pair of runs sharing every random number (data order, rollout uniforms, eval
+seeds) — the level's run and the baseline's run r — and its cost is their quality difference; x is the level's
+mismatch in that replicate. The fit is isotonic regression (pool-adjacent-violators, weighted by replicates) of the
+levels' mean paired cost on their order in x, so one noisy level is pooled with its neighbours instead of bending
+the curve; between levels the curve is a power law through the two fitted points when both are > 0 (exact for
+cost ∝ x^p) and linear in log x otherwise; below the smallest level it falls linearly to 0 at x = 0, above the
+largest it stays flat. The budget B is where the curve reaches τ:
 
-    cost(x) = plateau · expit(steepness · (log x − log x50))  =  plateau · (x/x50)^p / (1 + (x/x50)^p)
+- "point": the fitted cost crosses τ between two levels (the levels that decided B are recorded);
+- "upper_bound" (below the smallest level): the fitted cost exceeds τ already at the smallest level, so B < x₁;
+  a pooled block needs two levels to get there unless the smallest level alone has ≥ 2 replicates above τ on
+  average — add lower levels to find B;
+- "lower_bound": no level reaches τ, B > the largest level.
 
-It is 0 as x → 0, non-decreasing for plateau ≥ 0 and p > 0, a power law plateau·(x/x50)^p below the knee and
-saturating at `plateau` (a run cannot get worse than failing). When the data never saturate, plateau and x50 are
-not identified separately but their power-law product is, so predictions and the budget stay stable. Fits are
-weighted least squares with bounds: a vectorised grid over (log x50, p) with the plateau profiled out in closed
-form picks the start, then `scipy.optimize.least_squares` refines the best two grid points.
+τ is the user's quality goal: `relative` × the baseline's mean quality (the same pairs' baseline runs), or
+`absolute`. Noise never enters τ; it enters the interval. The bootstrap resamples each level's replicate pairs
+(x and cost together; residuals about the level mean inflated by √(n/(n−1)) so that two replicates do not halve
+the variance) and the baseline's replicates, re-estimating τ and the fit in every resample; the interval is the
+percentile interval of the resampled B (a resample below the smallest level counts as B = 0, one above the largest
+as B = ∞). Pure numpy; deterministic given the seed.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-from scipy.optimize import least_squares
 from scipy.special import expit, logit
+from scipy.stats import norm
+from scipy.stats import t as student_t
 
-_P_BOUNDS = (0.25, 10.0)  # steepness: a factor 10 in x multiplies the low-x cost by 10^0.25 … 10^10
-_P_GRID = np.geomspace(0.3, 8.0, 12)  # start grid for the steepness
-_U0_GRID_SIZE = 80  # start grid points for log x50 over its bounds
-_EXTRAPOLATE = 10.0  # a budget may sit at most this factor above the largest observed mismatch
+BudgetKind = Literal["point", "lower_bound", "upper_bound"]
+
+
+@dataclass(frozen=True)
+class LevelData:
+    """One level's replicate pairs: x (mismatch, nats/token) and paired quality cost (nats/token) per replicate."""
+
+    name: str
+    x: tuple[float, ...]
+    cost: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.x) != len(self.cost) or not self.x:
+            raise ValueError(f"level {self.name}: x and cost need the same, nonzero length")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """τ: `relative` × mean baseline quality, or `absolute` (nats/token) when set."""
+
+    relative: float = 0.05
+    absolute: float | None = None
+
+    def of(self, baseline_mean: float) -> float:
+        return float(self.absolute) if self.absolute is not None else self.relative * abs(baseline_mean)
+
+    def rule(self) -> str:
+        if self.absolute is not None:
+            return f"absolute: τ = {self.absolute:g} nats/token"
+        return f"relative: τ = {self.relative:g} × baseline mean quality (re-estimated in every bootstrap resample)"
+
+
+@dataclass(frozen=True)
+class MonotoneFit:
+    """A non-decreasing cost curve through fitted points (x ascending, > 0); see the module docstring."""
+
+    x: tuple[float, ...]  # level mismatch, nats/token, strictly increasing
+    cost: tuple[float, ...]  # fitted (isotonic) cost at each x, non-decreasing, nats/token
+    form: str = "isotonic"
+
+    def predict(self, x: Any) -> Any:
+        """Fitted cost at mismatch x (scalar or array, nats/token); 0 at x = 0."""
+        xa = np.asarray(x, dtype=np.float64)
+        out = np.vectorize(self._at, otypes=[np.float64])(xa) if xa.ndim else np.float64(self._at(float(xa)))
+        return float(out) if np.ndim(out) == 0 else out
+
+    def _at(self, x: float) -> float:
+        xs, cs = self.x, self.cost
+        if not x > 0:
+            return 0.0
+        if x <= xs[0]:
+            return max(cs[0], 0.0) * x / xs[0] if x < xs[0] else cs[0]
+        if x >= xs[-1]:
+            return cs[-1]
+        i = int(np.searchsorted(xs, x))  # xs[i-1] < x <= xs[i]
+        t = (math.log(x) - math.log(xs[i - 1])) / (math.log(xs[i]) - math.log(xs[i - 1]))
+        a, b = cs[i - 1], cs[i]
+        if a > 0 and b > 0:
+            return math.exp(math.log(a) + t * (math.log(b) - math.log(a)))
+        return a + t * (b - a)
+
+    def inverse(self, cost: float) -> float:
+        """Smallest mismatch where the curve reaches `cost`: inf if it never does (flat above the largest level)."""
+        xs, cs = self.x, self.cost
+        if cost <= 0:
+            return 0.0
+        if cs[0] >= cost:  # on the segment from (0, 0) to the first point
+            return xs[0] * cost / cs[0]
+        i = next((j for j in range(1, len(xs)) if cs[j] >= cost), None)
+        if i is None:
+            return math.inf
+        a, b = cs[i - 1], cs[i]
+        la, lb = math.log(xs[i - 1]), math.log(xs[i])
+        if a > 0:
+            t = (math.log(cost) - math.log(a)) / (math.log(b) - math.log(a))
+        else:
+            t = (cost - a) / (b - a)
+        return math.exp(la + t * (lb - la))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"form": self.form, "x": list(self.x), "cost": list(self.cost)}
 
 
 @dataclass(frozen=True)
 class CurveFit:
-    """A fitted quality-cost curve; x and y are the points it was fitted to (mismatch, cost; nats/token)."""
+    """A schema-1 style log-logistic curve (plateau · expit(p (log x − log x50))), kept only to read such curves."""
 
-    form: str  # "log_logistic"
-    params: dict[str, float]  # plateau (nats/token), x50 (nats/token), steepness (dimensionless)
-    residual_std: float  # nats/token, weighted RMS residual with n − 3 degrees of freedom (nan when n ≤ 3)
-    x: tuple[float, ...]
-    y: tuple[float, ...]
+    form: str
+    params: dict[str, float]
 
     def predict(self, x: Any) -> Any:
-        """Fitted cost at mismatch x (scalar or array, nats/token); 0 at x = 0."""
         c, x50, p = self.params["plateau"], self.params["x50"], self.params["steepness"]
         xa = np.asarray(x, dtype=np.float64)
         with np.errstate(divide="ignore"):
@@ -51,167 +136,229 @@ class CurveFit:
         return float(out) if out.ndim == 0 else out
 
     def inverse(self, cost: float) -> float:
-        """Mismatch where the fitted cost reaches `cost`: 0 for cost ≤ 0, inf when cost ≥ plateau (never reached)."""
         c, x50, p = self.params["plateau"], self.params["x50"], self.params["steepness"]
         if cost <= 0:
             return 0.0
-        if cost >= c:
-            return math.inf
-        return math.exp(math.log(x50) + float(logit(cost / c)) / p)
+        return math.inf if cost >= c else math.exp(math.log(x50) + float(logit(cost / c)) / p)
 
 
 @dataclass(frozen=True)
 class Budget:
-    """Mismatch budget B (nats/token): where the fitted cost reaches the tolerance.
-
-    kind "point": B is the crossing; "lower_bound": no level reached τ and the fit does not within 10× the largest
-    level, so B ≥ value (the largest level); "upper_bound": even the smallest level costs more than τ, so B ≤ value.
-    """
+    """Mismatch budget B (nats/token) where the fitted cost reaches τ; kinds in the module docstring."""
 
     value: float
-    kind: Literal["point", "lower_bound", "upper_bound"]
-    interval: tuple[float, float]  # bootstrap CI for a point; (value, inf) or (0, value) for bounds
+    kind: BudgetKind
+    interval: tuple[float, float]  # bootstrap percentile interval; (value, inf) / (0, value) for bounds
     tolerance: float  # τ, nats/token
-    extrapolated: bool = False  # the point lies above the largest observed level
+    extrapolated: bool = False  # kept for readers of older artifacts; the monotone fit never extrapolates
     n_boot: int = 0
 
 
-def _model(theta: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """θ = (plateau, log x50, p), u = log x (n,) -> cost (n,) and its Jacobian (n, 3)."""
-    c, u0, p = theta
-    s = expit(p * (u - u0))  # (n,)
-    ds = s * (1.0 - s)  # (n,)
-    return c * s, np.stack([s, -c * p * ds, c * (u - u0) * ds], axis=1)
+@dataclass(frozen=True)
+class Estimate:
+    """Everything `estimate` derives: the fit, τ, B with its interval, the bootstrap draws, which levels decided."""
+
+    fit: MonotoneFit
+    tau: float
+    baseline_mean: float
+    budget: Budget
+    draws: tuple[float, ...]  # bootstrap B values (0 = below the smallest level, inf = above the largest)
+    decided_by: tuple[str, ...]  # the level(s) whose fitted points bracket τ
+    level_means: tuple[float, ...]  # mean paired cost per level (ascending x)
+    level_intervals: tuple[tuple[float, float], ...]  # bootstrap percentile interval of each level's mean cost
+    names: tuple[str, ...]  # level names (ascending x)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def width_factor(self) -> float:
+        """hi / lo of the budget interval (inf when either end is 0 or ∞)."""
+        lo, hi = self.budget.interval
+        return hi / lo if lo > 0 and math.isfinite(hi) else math.inf
 
 
-def fit_curve(x: Any, y: Any, weights: Any = None) -> CurveFit:
-    """Least-squares fit of the log-logistic curve to (mismatch x > 0, quality cost y); weights ∝ 1/variance."""
-    xa = np.asarray(x, dtype=np.float64).ravel()  # (n,)
-    ya = np.asarray(y, dtype=np.float64).ravel()  # (n,)
-    w = np.ones_like(xa) if weights is None else np.asarray(weights, dtype=np.float64).ravel()  # (n,)
-    if xa.shape != ya.shape or xa.shape != w.shape:
-        raise ValueError("x, y and weights must have the same length")
+def isotonic(y: Any, w: Any) -> np.ndarray:
+    """Weighted least-squares non-decreasing fit of y (pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [value, weight, count]
+    for yi, wi in zip(np.asarray(y, dtype=np.float64), np.asarray(w, dtype=np.float64)):
+        blocks.append([float(yi), float(wi), 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            v2, w2, n2 = blocks.pop()
+            v1, w1, n1 = blocks.pop()
+            blocks.append([(v1 * w1 + v2 * w2) / (w1 + w2), w1 + w2, n1 + n2])
+    return np.concatenate([np.full(int(n), v) for v, _, n in blocks])
+
+
+def fit_levels(x: Any, mean_cost: Any, n: Any) -> MonotoneFit:
+    """The monotone fit of level means (x ascending after sorting; equal x merged by weight)."""
+    xa, ya, na = (np.asarray(v, dtype=np.float64) for v in (x, mean_cost, n))
     if not (np.all(xa > 0) and np.all(np.isfinite(xa)) and np.all(np.isfinite(ya))):
-        raise ValueError("x must be finite and > 0, y finite")
-    if xa.size < 3 or np.unique(xa).size < 2:
-        raise ValueError("a curve needs at least 3 points at 2 or more distinct mismatch levels")
-    u = np.log(xa)  # (n,)
-    sw = np.sqrt(w)  # (n,)
-    c_max = max(100.0 * float(np.max(np.abs(ya))), 1e-12)
-    lower = np.array([0.0, u.min() - 3.0, _P_BOUNDS[0]])
-    upper = np.array([c_max, u.max() + 8.0, _P_BOUNDS[1]])
-
-    # Grid over (log x50, p) with the plateau profiled out: c* = Σ w y s / Σ w s², clipped to its bounds.
-    u0_grid = np.linspace(lower[1], upper[1], _U0_GRID_SIZE)  # (G,)
-    s = expit(_P_GRID[None, :, None] * (u[None, None, :] - u0_grid[:, None, None]))  # (G, P, n)
-    c_star = np.clip((s * w * ya).sum(-1) / np.maximum((s * s * w).sum(-1), 1e-300), 0.0, c_max)  # (G, P)
-    sse = ((c_star[..., None] * s - ya) ** 2 * w).sum(-1)  # (G, P)
-    best = []
-    starts = [np.unravel_index(flat, sse.shape) for flat in np.argsort(sse, axis=None)[:2]]
-    if abs(starts[0][0] - starts[1][0]) <= 1 and abs(starts[0][1] - starts[1][1]) <= 1:
-        starts = starts[:1]  # neighbouring grid cells: the same basin, one refinement is enough
-    for g, q in starts:
-        theta0 = np.clip([c_star[g, q], u0_grid[g], _P_GRID[q]], lower, upper)
-        res = least_squares(
-            lambda th: sw * (_model(th, u)[0] - ya),
-            theta0,
-            jac=lambda th: sw[:, None] * _model(th, u)[1],
-            bounds=(lower, upper),
-            x_scale=np.array([max(c_max / 100.0, 1e-12), 1.0, 1.0]),
-            max_nfev=200,
-        )
-        best.append((float(np.sum(res.fun**2)), res.x))
-    sse_best, (c, u0, p) = min(best, key=lambda b: b[0])
-    dof = xa.size - 3
-    return CurveFit(
-        form="log_logistic",
-        params={"plateau": float(c), "x50": float(math.exp(u0)), "steepness": float(p)},
-        residual_std=math.sqrt(sse_best / dof) if dof > 0 else math.nan,
-        x=tuple(float(v) for v in xa),
-        y=tuple(float(v) for v in ya),
-    )
+        raise ValueError("level mismatch must be finite and > 0, costs finite")
+    ux, inv = np.unique(xa, return_inverse=True)
+    wy = np.bincount(inv, weights=ya * na) / np.bincount(inv, weights=na)
+    return MonotoneFit(tuple(float(v) for v in ux), tuple(float(v) for v in isotonic(wy, np.bincount(inv, na))))
 
 
-def _levels(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct mismatch levels (ascending) and the mean cost at each."""
-    levels, inv = np.unique(x, return_inverse=True)
-    return levels, np.bincount(inv, weights=y) / np.bincount(inv)
+def budget_of(fit: MonotoneFit, tau: float) -> tuple[float, BudgetKind, tuple[int, ...]]:
+    """(B, kind, indices of the fitted points that decided it) for threshold τ."""
+    if not tau > 0:
+        raise ValueError(f"tolerance must be > 0 nats/token, got {tau}")
+    cs = fit.cost
+    above = [i for i, c in enumerate(cs) if c > tau]
+    if not above:
+        return fit.x[-1], "lower_bound", (len(cs) - 1,)
+    i = above[0]
+    if i == 0:
+        return fit.x[0], "upper_bound", (0,)
+    return fit.inverse(tau), "point", (i - 1, i)
 
 
-def budget(fit: CurveFit, tolerance: float) -> Budget:
-    """Where the fitted cost reaches τ, with the degenerate cases as explicit bounds (see `Budget`)."""
-    if not tolerance > 0:
-        raise ValueError(f"tolerance must be > 0 nats/token, got {tolerance}")
-    levels, cost = _levels(np.asarray(fit.x), np.asarray(fit.y))
-    if cost[0] > tolerance:
-        return Budget(float(levels[0]), "upper_bound", (0.0, float(levels[0])), tolerance)
-    b = fit.inverse(tolerance)
-    if cost.max() < tolerance and not b <= _EXTRAPOLATE * levels[-1]:
-        return Budget(float(levels[-1]), "lower_bound", (float(levels[-1]), math.inf), tolerance)
-    if not math.isfinite(b):  # a level reached τ but the fit does not: the data bound B from below only
-        below = float(levels[: int(np.argmax(cost > tolerance))][-1])
-        return Budget(below, "lower_bound", (below, math.inf), tolerance)
-    return Budget(b, "point", (b, b), tolerance, extrapolated=bool(b > levels[-1]))
-
-
-def _order_stat_interval(values: np.ndarray, confidence: float) -> tuple[float, float]:
+def _percentile_interval(values: np.ndarray, confidence: float) -> tuple[float, float]:
     """Percentile interval by order statistics (inf-safe: no interpolation between an inf and a number)."""
     v = np.sort(values)
     alpha = 1.0 - confidence
-    lo = v[math.floor(alpha / 2 * (v.size - 1))]
-    hi = v[math.ceil((1 - alpha / 2) * (v.size - 1))]
-    return float(lo), float(hi)
+    return float(v[math.floor(alpha / 2 * (v.size - 1))]), float(v[math.ceil((1 - alpha / 2) * (v.size - 1))])
 
 
-def bootstrap_budget(
-    x: Any,
-    y: Any,
-    tolerance: float,
-    groups: Any = None,
+def _spread(n: int, confidence: float) -> float:
+    """Scale of resampled deviations about a level's mean with n replicates: √(n/(n−1)) (unbiased variance) ×
+    t_{n−1}/z at the interval's level, so that a percentile interval of a mean of few replicates is as wide as its
+    t interval (a plain bootstrap of 2–3 replicates covers far less than nominal)."""
+    if n < 2:
+        return 1.0
+    q = 0.5 + confidence / 2
+    return math.sqrt(n / (n - 1)) * float(student_t.ppf(q, n - 1) / norm.ppf(q))
+
+
+def _resample(v: np.ndarray, idx: np.ndarray, spread: float) -> np.ndarray:
+    """Replicates resampled by `idx`, their deviations about the mean scaled by `spread` (`_spread`)."""
+    m = v.mean()
+    return m + spread * (v[idx] - m)
+
+
+def estimate(
+    levels: list[LevelData],
+    baseline: Any,
+    tolerance: Tolerance,
+    *,
     n_boot: int = 500,
     seed: int = 0,
     confidence: float = 0.95,
-    weights: Any = None,
-) -> Budget:
-    """Budget with a percentile bootstrap interval over runs, stratified by level (deterministic given seed).
+) -> Estimate:
+    """Fit, τ, budget and bootstrap from paired replicates (see the module docstring). `baseline`: the baseline
+    runs' qualities (nats/token), one per replicate, for a relative τ."""
+    if not levels:
+        raise ValueError("no levels to fit")
+    base = np.asarray(baseline, dtype=np.float64).ravel()  # (R,) nats/token
+    if base.size == 0 and tolerance.absolute is None:
+        raise ValueError("a relative tolerance needs baseline qualities")
+    xs = [np.asarray(lv.x, dtype=np.float64) for lv in levels]
+    ys = [np.asarray(lv.cost, dtype=np.float64) for lv in levels]
+    order = np.argsort([float(x.mean()) for x in xs], kind="stable")
+    xs, ys, names = [xs[i] for i in order], [ys[i] for i in order], tuple(levels[i].name for i in order)
+    ns = np.array([y.size for y in ys], dtype=np.float64)
 
-    Each level (`groups`, default: distinct x) keeps its number of runs: a level with several runs (seeds) is
-    resampled with replacement; a level with one run gets its fitted cost plus a residual drawn from the fit's
-    pooled residuals (inflated by √(n/(n−3))), since resampling a single run would give it no spread at all.
-    """
-    xa = np.asarray(x, dtype=np.float64).ravel()  # (n,)
-    ya = np.asarray(y, dtype=np.float64).ravel()  # (n,)
-    wa = np.ones_like(xa) if weights is None else np.asarray(weights, dtype=np.float64).ravel()  # (n,)
-    fit = fit_curve(xa, ya, wa)
-    point = budget(fit, tolerance)
-    if point.kind != "point" or n_boot <= 0:
-        return point
-    fitted = fit.predict(xa)  # (n,)
-    resid = ya - fitted  # (n,)
-    resid = (resid - resid.mean()) * (math.sqrt(xa.size / (xa.size - 3)) if xa.size > 3 else 1.0)
-    _, group_ids = np.unique(xa if groups is None else np.asarray(groups), return_inverse=True)
-    members = [np.flatnonzero(group_ids == g) for g in range(group_ids.max() + 1)]
+    def one(xl: list[np.ndarray], yl: list[np.ndarray], b: np.ndarray) -> tuple[MonotoneFit, float, float]:
+        bm = float(b.mean()) if b.size else math.nan
+        return fit_levels([x.mean() for x in xl], [y.mean() for y in yl], ns), tolerance.of(bm), bm
+
+    fit, tau, base_mean = one(xs, ys, base)
+    value, kind, idx = budget_of(fit, tau)
     rng = np.random.default_rng(seed)
-    boots = np.empty(n_boot)  # (n_boot,) nats/token
+    spreads = [_spread(y.size, confidence) for y in ys]
+    base_spread = _spread(base.size, confidence)
+    draws = np.empty(n_boot)  # (n_boot,) nats/token
+    means = np.empty((n_boot, len(ys)))  # (n_boot, levels) mean cost per level
     for i in range(n_boot):
-        idx = np.concatenate([rng.choice(m, size=m.size) if m.size > 1 else m for m in members])  # (n,)
-        single = np.concatenate([np.full(m.size, m.size == 1) for m in members])  # (n,)
-        yb = np.where(single, fitted[idx] + rng.choice(resid, size=idx.size), ya[idx])  # (n,)
-        boots[i] = fit_curve(xa[idx], yb, wa[idx]).inverse(tolerance)
-    return Budget(
-        point.value,
-        "point",
-        _order_stat_interval(boots, confidence),
-        tolerance,
-        extrapolated=point.extrapolated,
-        n_boot=n_boot,
+        xl, yl = [], []
+        for x, y, k in zip(xs, ys, spreads):
+            j = rng.integers(0, y.size, size=y.size)
+            xl.append(np.exp(_resample(np.log(x), j, k)))  # x > 0: resampled on the log scale
+            yl.append(_resample(y, j, k))
+        b = _resample(base, rng.integers(0, base.size, size=base.size), base_spread) if base.size else base
+        fb, tb, _ = one(xl, yl, b)
+        means[i] = [y.mean() for y in yl]
+        vb, kb, _ = budget_of(fb, tb) if tb > 0 else (math.inf, "lower_bound", ())
+        draws[i] = 0.0 if kb == "upper_bound" else (math.inf if kb == "lower_bound" else vb)
+    if kind == "point":
+        interval = _percentile_interval(draws, confidence) if n_boot > 0 else (value, value)
+    elif kind == "upper_bound":
+        interval = (0.0, value)
+    else:
+        interval = (value, math.inf)
+    # the levels that decided B: those at the bracketing fitted points and every level pooled into their blocks
+    cs, ux = np.asarray(fit.cost), np.asarray(fit.x)
+    at = [int(np.searchsorted(ux, x.mean())) for x in xs]  # each level's fitted point
+    decided = [names[k] for k in range(len(names)) if any(cs[at[k]] == cs[j] for j in idx)]
+    lv_int = tuple(_percentile_interval(means[:, k], confidence) if n_boot else (float(ys[k].mean()),) * 2
+                   for k in range(len(ys)))  # fmt: skip
+    return Estimate(
+        fit=fit,
+        tau=tau,
+        baseline_mean=base_mean,
+        budget=Budget(float(value), kind, (float(interval[0]), float(interval[1])), tau, n_boot=n_boot),
+        draws=tuple(float(v) for v in draws),
+        decided_by=tuple(decided),
+        level_means=tuple(float(y.mean()) for y in ys),
+        level_intervals=lv_int,
+        names=names,
     )
 
 
-def default_tolerance(baseline_qualities: Any, relative: float = 0.05, seed_std_multiple: float = 2.0) -> float:
-    """τ = max(relative · |mean baseline quality|, multiple · baseline seed std (ddof 1; 0 with one seed))."""
-    q = np.asarray(baseline_qualities, dtype=np.float64).ravel()  # (seeds,) nats/token
-    if q.size == 0:
-        raise ValueError("default_tolerance needs at least one baseline quality")
-    std = float(q.std(ddof=1)) if q.size > 1 else 0.0
-    return max(relative * abs(float(q.mean())), seed_std_multiple * std)
+def wanted_replicates(est: Estimate, replicates: dict[str, int], factor: float, min_decisive: int) -> list[str]:
+    """The levels that need another replicate pair: none once B is a point whose interval is narrower than `factor`
+    (hi/lo) and every deciding level has ≥ `min_decisive` replicates; else the levels that bracket τ (for a bound:
+    the two levels at that end of the grid)."""
+    b = est.budget
+    if b.kind == "point" and est.width_factor <= factor and all(replicates[n] >= min_decisive for n in est.decided_by):
+        return []
+    if b.kind == "point":
+        return list(est.decided_by)
+    return list(est.names[:2] if b.kind == "upper_bound" else est.names[-2:])
+
+
+def simulate_protocol(
+    true_cost: Any,  # callable x -> cost (nats/token)
+    noise_sd: Any,  # callable x -> sd of one paired cost (nats/token)
+    xs: Any,  # level mismatches (nats/token)
+    baseline_quality: float,
+    baseline_sd: float,
+    tolerance: Tolerance,
+    rng: np.random.Generator,
+    *,
+    replicates: int = 2,
+    factor: float = 2.0,
+    min_decisive: int = 3,
+    max_runs: int = 40,
+    x_cv: float = 0.05,
+    n_boot: int = 300,
+    confidence: float = 0.95,
+) -> tuple[Estimate, int]:
+    """One synthetic calibration under the adaptive protocol (`calibrate`'s rounds, without the OPD runs):
+    (the estimate, runs used). Paired costs ~ true_cost(x) + N(0, noise_sd(x)); x per replicate ~ x·(1 + x_cv·N);
+    the baseline replicate r's quality ~ N(baseline_quality, baseline_sd)."""
+    names = [f"level-{i}" for i in range(len(xs))]
+    data: dict[str, tuple[list[float], list[float]]] = {n: ([], []) for n in names}
+    base: list[float] = []
+
+    def add(name: str, x: float) -> None:
+        data[name][0].append(x * (1 + x_cv * rng.standard_normal()))
+        data[name][1].append(true_cost(x) + noise_sd(x) * rng.standard_normal())
+
+    for _ in range(replicates):
+        base.append(baseline_quality + baseline_sd * rng.standard_normal())
+        for n, x in zip(names, xs):
+            add(n, x)
+    runs = replicates * (len(xs) + 1)
+    seed = int(rng.integers(2**31))
+    while True:
+        levels = [LevelData(n, tuple(data[n][0]), tuple(data[n][1])) for n in names]
+        est = estimate(levels, base, tolerance, n_boot=n_boot, seed=seed, confidence=confidence)
+        want = wanted_replicates(est, {n: len(data[n][1]) for n in names}, factor, min_decisive)
+        new_base = max(len(data[n][1]) for n in want) + 1 > len(base) if want else False
+        if not want or runs + len(want) + new_base > max_runs:
+            return est, runs
+        for n in want:
+            add(n, xs[names.index(n)])
+        if new_base:
+            base.append(baseline_quality + baseline_sd * rng.standard_normal())
+        runs += len(want) + new_base

@@ -2,13 +2,15 @@
 
     ctx = load_context(cfg, "examples/toy_calibrate.yaml")     # pair, prompts, models; checked, cached per process
     ks = measure_grid(ctx, cfg, [0.01, 0.1])                    # k3 (nats/token) of two weight-noise sizes
-    record = run_one(ctx, cfg, Level("noise-1", "noise", 1, relative_std=0.01), seed=0)
+    record = run_one(ctx, cfg, Level("noise-1", "noise", relative_std=0.01), seed=0)
     record["mismatch"], record["quality"]                       # x and final quality, nats/token
 
-A run's mismatch is `measure.measure_engine` on the probe set (the screen's sampling, seeds and metric) with the
+A run's start mismatch is `measure.measure_engine` on the probe set (the screen's sampling, seeds and metric) with the
 level's engine at the run's starting weights (noise draw 0, the one the first training step uses) against the
 reference (the student in reference precision); for staleness k, the engine in the reference's configuration on
-the starting student against the student after k real OPD steps (`opd.stale_student`, as `screen` does). Everything
+the starting student against the student after k real OPD steps (`opd.stale_student`, as `screen` does). Its run
+mismatch is the engine-vs-trainer k3 of every training step (`in_run_k3`; a window of them is the run-averaged x, which
+`opd.run_mismatch` reproduces for a screen from a short stretch of the same training). Everything
 runs with one torch thread (`one_thread`) so that runs are bit-identical in this process and in worker processes.
 """
 
@@ -42,7 +44,6 @@ class Level:
 
     name: str
     kind: LevelKind
-    seeds: int  # runs (replicates) of this level
     relative_std: float = 0.0  # weight noise, relative to each tensor's RMS
     rollout: RolloutConfig | None = None  # a named rollout config (kind "rollout")
     staleness: int = 0  # optimizer steps the engine's weights lag behind (kind "staleness")
@@ -61,15 +62,13 @@ class Level:
         return self.rollout if self.kind == "rollout" and self.rollout is not None else base
 
     def seed(self, base: int, replicate: int) -> int:
-        """The run seed: base + replicate for the baseline, else a hash of (base, level, replicate), so that levels
-        are independent realizations (OPD runs diverge chaotically within tens of steps after any perturbation, so
-        a seed shared across levels gives them a shared offset against the baseline mean, not less noise)."""
-        if self.kind == "baseline":
-            return base + replicate
-        return opd.derive_seed("run", base, json.dumps(self.spec(), sort_keys=True), replicate) % 1_000_000
+        """The run seed of replicate r: the same for every level (common random numbers), so that a level's run
+        and the baseline's run r share the data order, the rollout sampling uniforms (coupled sampling) and the
+        noise draw's seed, and their quality difference is a paired difference."""
+        return replicate_seed(base, replicate)
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"name": self.name, "kind": self.kind, "seeds": self.seeds, "fit": self.fit}
+        out = {"name": self.name, "kind": self.kind, "fit": self.fit}
         if self.kind == "noise":
             out |= {"relative_std": self.relative_std, "target": self.target}
         elif self.kind == "rollout":
@@ -79,21 +78,26 @@ class Level:
         return out
 
 
+def replicate_seed(base: int, replicate: int) -> int:
+    """The seed every level's replicate `replicate` runs with (calibration top-level seed `base`)."""
+    return opd.derive_seed("replicate", base, replicate) % 1_000_000
+
+
 def resolve_levels(config: CalibrateConfig, grid: dict[str, Any] | None) -> list[Level]:
     """Baseline, the automatic noise grid (σ from `grid`), then the extra levels, in that order."""
-    levels = [Level("baseline", "baseline", config.levels.baseline_seeds)]
+    levels = [Level("baseline", "baseline")]
     auto = config.levels.auto_noise
     if auto is not None and grid is not None:
         targets = np.geomspace(auto.min_mismatch, auto.max_mismatch, auto.count)
         for i, (target, std) in enumerate(zip(targets, noise_for_mismatch(grid, targets)), start=1):
-            levels.append(Level(f"noise-{i}", "noise", config.levels.seeds, relative_std=std, target=float(target)))
+            levels.append(Level(f"noise-{i}", "noise", relative_std=std, target=float(target)))
     for lv in config.levels.extra:
         if lv.rollout is not None:
-            levels.append(Level(lv.name, "rollout", lv.seeds, rollout=lv.rollout, fit=lv.fit))
+            levels.append(Level(lv.name, "rollout", rollout=lv.rollout, fit=lv.fit))
         elif lv.relative_std is not None:
-            levels.append(Level(lv.name, "noise", lv.seeds, relative_std=lv.relative_std, fit=lv.fit))
+            levels.append(Level(lv.name, "noise", relative_std=lv.relative_std, fit=lv.fit))
         else:
-            levels.append(Level(lv.name, "staleness", lv.seeds, staleness=lv.staleness, fit=lv.fit))
+            levels.append(Level(lv.name, "staleness", staleness=lv.staleness, fit=lv.fit))
     return levels
 
 
@@ -243,13 +247,17 @@ def level_mismatch(ctx: RunContext, config: CalibrateConfig, level: Level, seed:
         engine.close()
 
 
+_NOT_MEASURED = {"mismatch": None, "mismatch_interval": None, "k3": None, "kl_exact": None, "probe_tokens": 0}
+
+
 def run_one(ctx: RunContext, config: CalibrateConfig, level: Level, seed: int) -> dict[str, Any]:
     """Measure the level's mismatch, then one OPD run under it; a JSON-ready record of both (no timings in keys
     that the artifact keeps, so a resumed calibration writes the same artifact)."""
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     with one_thread():
         torch.manual_seed(seed)
-        x = level_mismatch(ctx, config, level, seed)
+        # the baseline is paired with itself: its x is never used, so it is not measured (saves a probe pass)
+        x = level_mismatch(ctx, config, level, seed) if level.kind != "baseline" else _NOT_MEASURED
         student = copy.deepcopy(ctx.student)
         engine = _engine(ctx, student, level.engine_rollout(config.rollout, seed))
         sampling = SamplingConfig(temperature=config.train.temperature)
@@ -283,8 +291,10 @@ def run_one(ctx: RunContext, config: CalibrateConfig, level: Level, seed: int) -
         "steps": len(steps),
         "evals": [[q.step, q.reverse_kl, q.accuracy] for q in result.evals],
         "in_run_k3_mean": sum(s.k3 for s in steps) / len(steps),
+        "in_run_k3": [s.k3 for s in steps],  # per step: the run-averaged x is a mean over a window of these
         "loss_first": steps[0].loss,
         "loss_last": steps[-1].loss,
         "seconds": round(time.perf_counter() - t0, 2),
+        "cpu_seconds": round(time.process_time() - c0, 2),
         "seconds_by_phase": {k: round(v, 2) for k, v in result.seconds().items()},
     }

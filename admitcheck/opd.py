@@ -210,11 +210,13 @@ def train(
     staleness: int = 0,
     seed: int = 0,
     on_step: StepHook | None = None,
+    stop_after: int | None = None,
 ) -> OPDResult:
     """Run `cfg.steps` OPD steps on `student` in place (see the module docstring); quality at 0, every, and the end.
 
     `engine` must hold the student's starting weights with its perturbation applied at noise_step 0; `on_step(k,
-    student)` is called after step k's optimizer step and engine sync (k = 1 … steps).
+    student)` is called after step k's optimizer step and engine sync (k = 1 … steps). `stop_after=n` runs only the
+    first n steps of the recipe (the same schedule, so they equal the full run's first n steps).
     """
     sampling = SamplingConfig(temperature=cfg.temperature)
     gkd = cfg.loss == "gkd_reverse_kl"
@@ -229,7 +231,7 @@ def train(
         history.append(_snapshot(student))
     evals = [evaluator(student, 0)] if evaluator else []
     logs: list[StepLog] = []
-    for step in range(cfg.steps):
+    for step in range(cfg.steps if stop_after is None else min(stop_after, cfg.steps)):
         t0 = time.perf_counter()
         batch = [prompt_ids[i] for i in _batch_indices(len(prompt_ids), cfg.batch_size, seed, step)]
         ro = engine.sample(batch, sampling, derive_seed(seed, "rollout", step), cfg.max_new_tokens)
@@ -327,6 +329,35 @@ def stale_student(
     return student
 
 
+def run_mismatch(
+    student0: torch.nn.Module,
+    teacher: torch.nn.Module,
+    prompt_ids: list[list[int]],
+    cfg: TrainConfig,
+    rollout: RolloutConfig,
+    *,
+    steps: int,
+    staleness: int = 0,
+    seed: int,
+    tokens,  # measure.PairTokens
+) -> float:
+    """The run-averaged mismatch x_run of a rollout engine (`rollout`, rollouts `staleness` steps behind): the mean
+    engine-vs-trainer k3 (nats/token) over the first `steps` real OPD steps of recipe `cfg` from `student0`.
+
+    A calibration fitted on x_run (artifact `budget.x: run`) measured it exactly so, on the first
+    `levels.run_window` steps of each run (replicate 0 has the seed `levels.replicate_seed(recipe seed, 0)`);
+    a screen calls this with the same recipe, window and seed to measure the same quantity. `student0` is copied."""
+    from admitcheck.engines.hf import HFEngine
+
+    student = cast_parameters(copy.deepcopy(student0), "float32")
+    engine = HFEngine(student, rollout, eos_token_id=tokens.eos_token_id, pad_token_id=tokens.pad_token_id)
+    try:
+        result = train(student, teacher, engine, prompt_ids, cfg, staleness=staleness, seed=seed, stop_after=steps)
+    finally:
+        engine.close()
+    return sum(s.k3 for s in result.steps) / max(len(result.steps), 1)
+
+
 def stale_reference(calibration, config, staleness: int, *, reference: torch.nn.Module | None = None):
     """For `screen`: the pair's student after `staleness` OPD steps with the calibration's recipe, and the seed a
     calibration level of that staleness uses (replicate 0), in the reference's precision. `config` is the screen's
@@ -344,6 +375,6 @@ def stale_reference(calibration, config, staleness: int, *, reference: torch.nn.
     device = config.reference.device
     teacher = io.load_causal_lm(config.pair.teacher, "float32", device, field="pair.teacher")
     start = reference if reference is not None else io.load_causal_lm(config.pair.student, "float32", device)
-    seed = Level("stale", "staleness", 1, staleness=staleness).seed(int(recipe["seed"]), 0)  # as the calibration
+    seed = Level("stale", "staleness", staleness=staleness).seed(int(recipe["seed"]), 0)  # as the calibration
     stale = stale_student(start, teacher, ids, cfg, RolloutConfig(**recipe["rollout"]), staleness, seed, tokens)
     return cast_parameters(stale, config.reference.dtype)
