@@ -369,7 +369,7 @@ def build_artifact(config, config_file, out: Path, levels, runs, grid, pair_fp, 
                  "pairs and baseline replicates, τ re-estimated in each resample, spreads t-scaled"),
         "decided_by": list(est.decided_by), "width_factor": est.width_factor if math.isfinite(est.width_factor)
         else None, "by_x": f["by_x"],
-        "bootstrap": {"quantiles": {str(q): float(np.quantile(draws, q)) for q in qs} if draws.size else {},
+        "bootstrap": {"quantiles": {str(q): _order_quantile(draws, q) for q in qs} if draws.size else {},
                       "draws": [float(v) for v in draws]},
     }  # fmt: skip
     return {
@@ -410,6 +410,11 @@ def build_artifact(config, config_file, out: Path, levels, runs, grid, pair_fp, 
 _RUN_KEYS = ("level", "kind", "replicate", "seed", "in_fit", "relative_std", "staleness", "mismatch",
              "mismatch_interval", "kl_exact", "x_start", "x_run", "in_run_k3_mean", "fit_x", "quality",
              "quality_cost", "predicted_cost", "quality_start", "accuracy", "accuracy_start", "steps")  # fmt: skip
+
+
+def _order_quantile(values: np.ndarray, q: float) -> float:
+    """The q-quantile by order statistic (inf-safe: no interpolation between an inf and a number)."""
+    return float(np.sort(values)[min(round(q * (values.size - 1)), values.size - 1)])
 
 
 def _run_entry(r: dict[str, Any]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from admitcheck import io
-from admitcheck.errors import ConfigError
+from admitcheck.errors import CalibrationError, ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -78,7 +78,10 @@ def run_demo(
     if recalibrate or not SHIPPED.is_file():
         reuse, why = False, "--recalibrate" if recalibrate else f"{SHIPPED} not found"
     else:
-        reuse, why = calibration_matches(full, SHIPPED)
+        try:
+            reuse, why = calibration_matches(full, SHIPPED)
+        except CalibrationError as exc:  # e.g. a schema-1 artifact: recalibrate quickly instead
+            reuse, why = False, exc.message
     if reuse:
         say(f"[bold]2/3[/bold] reusing the shipped calibration {SHIPPED} (same pair fingerprints and protocol)")
         cal_path = SHIPPED

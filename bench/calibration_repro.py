@@ -105,6 +105,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("what", choices=["toy", "synthetic"])
     ap.add_argument("--sims", type=int, default=200)
+    ap.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     args = ap.parse_args()
-    result = toy() if args.what == "toy" else synthetic(args.sims)
+    result = toy(tuple(args.seeds)) if args.what == "toy" else synthetic(args.sims)
     print(json.dumps(result, indent=2))

@@ -249,3 +249,24 @@ def test_quality_is_zero_against_itself_and_training_improves_it(tiny) -> None:
                        eval_every=6, seed=0)  # fmt: skip
     assert [e.step for e in result.evals] == [0, 6, 12]
     assert result.final.reverse_kl < 0.8 * result.initial.reverse_kl
+
+
+def test_run_mismatch_replays_the_first_steps_of_a_run(tiny) -> None:
+    """opd.run_mismatch (what a screen calls for the run-averaged x) equals the mean in-run k3 of the same recipe's
+    first steps inside a full run (stop_after keeps the full run's schedule), for a stale and a noisy engine."""
+    import copy
+
+    from admitcheck.config import NoiseConfig
+
+    cfg = _cfg(steps=6, lr_schedule="cosine")
+    for rollout, k in (
+        (RolloutConfig(dtype="float32"), 1),
+        (RolloutConfig(dtype="float32", noise=NoiseConfig(relative_std=0.05, seed=3)), 0),
+    ):
+        student = copy.deepcopy(tiny["student"])
+        full = opd.train(student, tiny["teacher"], _engine(tiny, student, rollout), tiny["train_ids"], cfg,
+                         staleness=k, seed=4)  # fmt: skip
+        want = sum(s.k3 for s in full.steps[:3]) / 3
+        got = opd.run_mismatch(tiny["student"], tiny["teacher"], tiny["train_ids"], cfg, rollout, steps=3,
+                               staleness=k, seed=4, tokens=tiny["tokens"])  # fmt: skip
+        assert got == want and got > 0  # bit-identical: the same seeded steps on one thread
