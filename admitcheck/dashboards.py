@@ -55,9 +55,13 @@ class Dashboard:
         return {r.key: budget for r in self.rows if r.budget != "none"}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"framework": self.framework, "source": self.source, "rows": [asdict(r) for r in self.rows]} | {
-            "notes": list(self.notes)
-        }
+        """JSON-ready: non-finite numbers become None."""
+
+        def clean(x: Any) -> Any:
+            return None if isinstance(x, float) and not math.isfinite(x) else x
+
+        rows = [{k: clean(v) for k, v in asdict(r).items()} for r in self.rows]
+        return {"framework": self.framework, "source": self.source, "rows": rows, "notes": list(self.notes)}
 
 
 # ---------------------------------------------------------------------------------------- faithful ports

@@ -150,6 +150,24 @@ def read_logs(path: str | Path, *, format: str = "auto", field: str = "logs.path
     return LoggedLogprobs(str(path), mu, pi, mask, fmt, tuple(warnings), groups)
 
 
+def detected_format(path: str | Path, *, field: str = "logs.path") -> str:
+    """The format `read_logs(path)` would detect, from the first row (JSONL) or the column names (Parquet)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("logs file not found", file=str(path), field=field)
+    if path.suffix.lower() in PARQUET_SUFFIXES:
+        try:
+            import pyarrow.parquet as pq
+
+            first: Any = dict.fromkeys(pq.read_schema(path).names)
+        except Exception:  # unreadable: read_logs names the problem
+            return "auto"
+    else:
+        objs = _jsonl_objects(path, field, limit=1)
+        first = objs[0][1] if objs else None
+    return detect_format(first, file=str(path), field=field) if first is not None else "auto"
+
+
 def detect_format(obj: Any, *, file: str | None = None, field: str = "logs.path") -> str:
     """The format whose rollout and trainer columns a row (a dict, or a Parquet column list) holds; else ConfigError."""
     if not isinstance(obj, dict):
@@ -292,7 +310,7 @@ class _Row:
     sampling: dict
 
 
-def _jsonl_objects(path: Path, field: str) -> list[tuple[str, Any]]:
+def _jsonl_objects(path: Path, field: str, limit: int | None = None) -> list[tuple[str, Any]]:
     objs: list[tuple[str, Any]] = []
     try:
         fh = path.open(encoding="utf-8")
@@ -303,6 +321,8 @@ def _jsonl_objects(path: Path, field: str) -> list[tuple[str, Any]]:
             if not line.strip():
                 continue
             where = f"line {lineno}"
+            if limit is not None and len(objs) >= limit:
+                break
             try:
                 objs.append((where, json.loads(line)))
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -327,3 +327,86 @@ def test_symmetric_noise_gives_no_warning(tmp_path):
     logs = read_logs(tmp_path / "l.jsonl")
     assert logs.warnings == ()
     assert fake_truncation_k3(mu, pi, mask)["share_negative"] < 0.7
+
+
+# -------------------------------------------------------------------------------------------------------- CLI
+
+
+def _cli(*args):
+    from typer.testing import CliRunner
+
+    from admitcheck.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def _prime_rl_file(path, seed=10):
+    mu, pi = _ragged(seed, B=12)
+    rows = [
+        {"inference_logprobs": m, "trainer_logprobs": p, "loss_mask": [True] * len(m), "rank": 0}
+        for m, p in zip(mu, pi, strict=True)
+    ]
+    return _write(path, rows)
+
+
+@pytest.mark.parametrize("framework", ["verl", "prime-rl", "nemo-rl", "slime", "trl"])
+def test_cli_measure_from_logs_with_each_dashboard(tmp_path, framework):
+    from admitcheck.dashboards import ROWS
+
+    p = _prime_rl_file(tmp_path / "rank_0.jsonl")
+    r = _cli("measure", "--from-logs", p, "--dashboard", framework, "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["format"] == "prime-rl" and doc["dashboard"]["framework"] == framework
+    assert [row["key"] for row in doc["dashboard"]["rows"]] == [k for k, *_ in ROWS[framework]]
+    k3 = doc["metrics"]["values"]["k3"]
+    for row in doc["dashboard"]["rows"]:
+        if row["budget"] == "same":  # verl, prime-rl, nemo-rl: their k3 key is admitcheck's k3
+            assert row["value"] == pytest.approx(k3, rel=1e-11)
+    r = _cli("measure", "--from-logs", p, "--format", "prime-rl", "--dashboard", framework)
+    assert r.exit_code == 0 and f"{framework} dashboard (tokens)" in r.stdout  # keys: checked in the JSON above
+
+
+def test_cli_user_errors_and_warnings(tmp_path):
+    from tests.test_cli import assert_user_error
+
+    same = _write(tmp_path / "verl.jsonl", [{"rollout_log_probs": [-1.0, -0.5], "old_log_probs": [-1.0, -0.5],
+                                             "response_mask": [1, 1]}])  # fmt: skip
+    assert_user_error(_cli("measure", "--from-logs", same), "--from-logs", "identical on all 2 tokens", "bypass_mode")
+    p = _prime_rl_file(tmp_path / "p.jsonl")
+    assert_user_error(_cli("measure", "--from-logs", p, "--dashboard", "openrlhf"), "--dashboard", "unknown framework")
+    assert_user_error(_cli("measure", "--from-logs", p, "--format", "x"), "--format", "unknown logs format 'x'")
+    assert_user_error(_cli("measure", "--from-logs", p, "--format", "verl"), "missing 'rollout_log_probs'")
+    assert_user_error(_cli("measure"), "CONFIG", "--from-logs FILE")
+    mu, pi, mask, _ = _top_p_logs(B=10, T=10)
+    write_logs(tmp_path / "topp.jsonl", mu, pi, mask)
+    r = _cli("measure", "--from-logs", tmp_path / "topp.jsonl")
+    assert r.exit_code == 0 and "warning" in r.output and "top-p/top-k" in r.output
+
+
+@pytest.mark.slow
+def test_cli_screen_from_logs_with_dashboard(tmp_path, toy_pair_dir):
+    from tests.test_screen import BF16, write_artifact, write_config
+
+    cal = write_artifact(tmp_path / "cal.yaml", toy_pair_dir, budget=0.05)
+    cfg = write_config(tmp_path / "s.yaml", toy_pair_dir, cal, [BF16])
+    p = _prime_rl_file(tmp_path / "rank_0.jsonl")
+    r = _cli("screen", cfg, "--from-logs", p, "--dashboard", "prime-rl", "--json")
+    assert r.exit_code in (0, 1), r.output
+    doc = json.loads(r.stdout)
+    v = doc["verdicts"][0]
+    row = doc["dashboard"][v["name"]]["rows"][0]
+    assert row["key"] == "mismatch_kl/all/mean" and row["value"] == pytest.approx(v["k3"], rel=1e-11)
+    r = _cli("screen", cfg, "--from-logs", p, "--dashboard", "nemo-rl")
+    assert r.exit_code in (0, 1) and "train/gen_kl_error" in r.stdout and "0.05" in r.stdout  # the budget column
+
+
+@pytest.mark.slow
+def test_cli_measure_engine_with_dashboard(tmp_path, toy_pair_dir):
+    from tests.test_cli import measure_config
+
+    r = _cli("measure", measure_config(tmp_path, toy_pair_dir), "--dashboard", "verl", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    d, k3 = doc["dashboard"], doc["candidate"]["metrics"]["values"]["k3"]
+    assert d["source"] == "per-sequence sums" and d["rows"][0]["value"] == pytest.approx(k3, rel=1e-7)
