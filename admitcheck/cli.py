@@ -501,7 +501,10 @@ def recipe(
 
 @app.command()
 def demo(
-    directory: Annotated[Path, typer.Option("--dir", help="Where the toy pair is built (or reused).")] = Path("toy"),
+    directory: Annotated[
+        Path | None,
+        typer.Option("--dir", help="Where the toy pair is (re)built; default: the shipped toy/ of a source checkout."),
+    ] = None,
     reports: Annotated[Path, typer.Option("--reports", help="Where the demo writes its reports.")] = Path("reports"),
     recalibrate: Annotated[
         bool, typer.Option("--recalibrate", help="Run the quick calibration even if the shipped one matches.")
@@ -510,9 +513,11 @@ def demo(
     """The built-in toy pair end to end: build, calibrate (or reuse calibrations/toy.yaml), screen 8 candidates."""
 
     def body() -> int:
-        from admitcheck.demo import run_demo
+        from admitcheck.demo import ROOT, run_demo
 
-        result = run_demo(directory, reports, recalibrate=recalibrate, say=err.print, progress=_progress())
+        shipped = ROOT / "toy"
+        toy_dir = directory or (shipped if (shipped / "toy_pair.json").is_file() else Path("toy"))
+        result = run_demo(toy_dir, reports, recalibrate=recalibrate, say=err.print, progress=_progress())
         render_toy(result.toy)
         render_calibration(result.calibration)
         from admitcheck.report import verdict_table
