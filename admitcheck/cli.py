@@ -276,7 +276,7 @@ def _pipeline_logs(path: Path, fmt: str):
 
     logs = read_logs(path, format=fmt, field="--from-logs")
     for w in logs.warnings:
-        err.print(f"[yellow]warning[/yellow]: {w}")
+        err.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
     return logs
 
 
