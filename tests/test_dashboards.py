@@ -438,3 +438,55 @@ def test_from_metrics_equals_token_ports_where_filled(framework, heavy):
 def test_unknown_framework():
     with pytest.raises(ValueError, match="unknown framework"):
         dashboard("openrlhf", np.zeros((1, 1)), np.zeros((1, 1)), np.ones((1, 1), dtype=bool))
+
+
+def _two_batches_same_k3(lengths_a, lengths_b, T=64):
+    """Batch A: every token at ℓ = −a; batch B: 5% of tokens at ℓ = −2, the rest 0; a solved so k3 is equal."""
+    from scipy.optimize import brentq
+
+    rng = np.random.default_rng(11)
+    k3 = lambda x: math.expm1(x) - x  # noqa: E731
+    target = 0.05 * k3(-2.0)
+    a = brentq(lambda x: k3(-x) - target, 1e-6, 2.0)
+    out = []
+    for lengths, shape in ((lengths_a, "flat"), (lengths_b, "spiky")):
+        mask = np.arange(T)[None, :] < np.asarray(lengths)[:, None]
+        mu = -rng.exponential(1.0, mask.shape) - 2.5  # room for ℓ up to +2 without a positive log π
+        ell = np.full(mask.shape, -a)
+        if shape == "spiky":
+            ell = np.zeros(mask.shape)
+            flat = np.flatnonzero(mask)
+            ell.flat[flat[::20]] = -2.0  # exactly 5% of the masked tokens
+        out.append((mu, mu + ell, mask))
+    return out
+
+
+def test_budget_keys_are_functions_of_k3_and_the_others_are_not():
+    """docs/pipelines.md §5: keys marked "same" equal k3 on any batch; shape-dependent keys differ at equal k3."""
+    (ma, pa, ka), (mb, pb, kb) = _two_batches_same_k3([60] * 20, [60] * 20)
+    k3a, k3b = (mismatch_metrics(m, p, k).values["k3"] for m, p, k in ((ma, pa, ka), (mb, pb, kb)))
+    assert k3a == pytest.approx(k3b, rel=1e-9)
+    shape_dependent = {
+        "verl": ["rollout_corr/chi2_token", "rollout_corr/rollout_is_eff_sample_size", "rollout_corr/kl"],
+        "nemo-rl": ["train/token_mult_prob_error"],
+        "trl": ["sampling/sampling_logp_difference/mean"],
+        "slime": ["train/train_rollout_logprob_abs_diff"],
+        "prime-rl": ["mismatch_kl/all/median"],
+    }
+    for fw in FRAMEWORKS:
+        a = {r.key: r for r in dashboard(fw, ma, pa, ka).rows}
+        b = {r.key: r for r in dashboard(fw, mb, pb, kb).rows}
+        for key, row in a.items():
+            if row.budget == "same":
+                assert row.value == pytest.approx(b[key].value, rel=1e-9), key
+        for key in shape_dependent[fw]:
+            # a function of k3 would agree to ~1e-12 here (as the "same" keys do); these differ by ≥ 1%
+            assert abs(a[key].value - b[key].value) > 1e-3 * max(abs(a[key].value), abs(b[key].value)), key
+    # slime's sequence mean: same tokens' k3, different length mix -> different mis_k3_kl
+    (ma, pa, ka), _ = _two_batches_same_k3([4] * 4 + [64] * 16, [60] * 20)
+    s = dashboard("slime", ma, pa, ka)
+    assert {r.key: r.value for r in s.rows}["train/mis_k3_kl"] == pytest.approx(k3a, rel=1e-9)  # flat: same per seq
+    (ma, pa, ka), _ = _two_batches_same_k3([4] * 4 + [64] * 16, [60] * 20)
+    pa[:4, :4] -= 1.0  # the short sequences disagree more: token mean and sequence mean part ways
+    s, ours = dashboard("slime", ma, pa, ka), mismatch_metrics(ma, pa, ka).values["k3"]
+    assert {r.key: r.value for r in s.rows}["train/mis_k3_kl"] > 1.5 * ours
