@@ -430,12 +430,16 @@ def screen(
         cfg = io.load_config(config, ScreenConfig)
         _check_dashboard(dashboard)
         logs = _pipeline_logs(from_logs, log_format) if from_logs is not None else None
-        if logs is not None and log_format != "auto":
+        if logs is not None and log_format != "auto":  # screen reads the detected format (docs/pipelines.md §1)
             from admitcheck.logs import detected_format
 
-            if detected_format(from_logs, field="--from-logs") != logs.format:  # screen reads the detected format
+            try:
+                detected = detected_format(from_logs, field="--from-logs")
+            except ConfigError:
+                detected = "several formats"
+            if detected != logs.format:
                 raise ConfigError(
-                    f"screen reads these logs as {detected_format(from_logs)}, not {log_format}",
+                    f"screen reads logs in the format their columns show ({detected}), not one named by --format",
                     field="--format",
                 )
         failure = None

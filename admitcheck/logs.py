@@ -141,7 +141,7 @@ def read_logs(path: str | Path, *, format: str = "auto", field: str = "logs.path
                 )
     if not mask.any():
         raise ConfigError("logs file holds no masked-in tokens", file=str(path), field=field)
-    _refuse_identical(mu, pi, mask, fmt, str(path), field)
+    _refuse_identical(mu, pi, mask, str(path), field)
     groups = None
     if spec.group and all(r.group is not None for _, r in rows):
         groups = np.array([r.group for _, r in rows], dtype=np.int64)  # (B,)
@@ -250,15 +250,14 @@ def fake_truncation_k3(rollout_logprobs: Any, trainer_logprobs: Any, mask: Any) 
     }
 
 
-def _refuse_identical(mu: np.ndarray, pi: np.ndarray, mask: np.ndarray, fmt: str, file: str, field: str) -> None:
+def _refuse_identical(mu: np.ndarray, pi: np.ndarray, mask: np.ndarray, file: str, field: str) -> None:
     both = mask & np.isfinite(mu) & np.isfinite(pi)  # (B, T)
     if both.any() and both.sum() == mask.sum() and np.array_equal(mu[both], pi[both]):
         raise ConfigError(
             f"rollout and trainer log-probs are identical on all {int(both.sum())} tokens: the trainer never "
             "recomputed them, so the logs cannot show any mismatch. Likely cause: verl's bypass mode "
             "(algorithm.rollout_correction.bypass_mode=True, the async recipes) copies rollout_log_probs into "
-            "old_log_probs; dump the actor's recomputed log-probs instead (docs/pipelines.md)"
-            + (f" [format {fmt}]" if fmt != "verl" else ""),
+            "old_log_probs; dump the actor's recomputed log-probs instead (docs/pipelines.md)",
             file=file,
             field=field,
         )
