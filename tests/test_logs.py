@@ -406,6 +406,13 @@ def test_cli_screen_from_logs_with_dashboard(tmp_path, toy_pair_dir):
     from tests.test_cli import assert_user_error
 
     assert_user_error(_cli("screen", cfg, "--from-logs", both, "--format", "prime-rl"), "--format", "several formats")
+    r = _cli("screen", cfg, "--dashboard", "verl", "--json")  # engine-sampled tokens: the verdict's token means
+    assert r.exit_code in (0, 1), r.output
+    doc = json.loads(r.stdout)
+    v = doc["verdicts"][0]
+    d = doc["dashboard"][v["name"]]
+    assert d["source"] == "token means" and d["rows"][0]["key"] == "rollout_corr/k3_kl"
+    assert d["rows"][0]["value"] == pytest.approx(v["k3"], rel=1e-7)
 
 
 @pytest.mark.slow
