@@ -212,7 +212,7 @@ def render_prefix_shift(name: str, d: dict) -> None:
 @app.command()
 def measure(
     config: Annotated[
-        Path | None, typer.Argument(help="Path to the YAML config (not needed with --from-logs).")
+        Path | None, typer.Argument(help="Path to the YAML config (not needed with --from-logs).", show_default=False)
     ] = None,
     as_json: JsonOpt = False,
     from_logs: FromLogsOpt = None,
@@ -454,8 +454,8 @@ def screen(
         write_reports(result, junit_path=junit, markdown_path=markdown)
         dashes = _screen_dashboards(dashboard, result, logs) if dashboard else {}
         if as_json:
-            doc = json.loads(to_json(result))
-            print(json.dumps(doc | ({"dashboard": _dashes_json(dashes)} if dashboard else {}), indent=2))
+            text = to_json(result)
+            print(json.dumps(json.loads(text) | {"dashboard": _dashes_json(dashes)}, indent=2) if dashboard else text)
         else:
             out.print(verdict_table(result))
             for name, diag in result.diagnostics.items():
