@@ -30,6 +30,7 @@ import numpy as np
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's admitcheck, not an installed one
 SEEDS = (0, 1000, 2000)
 
 
