@@ -67,7 +67,7 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*(@[
 
 
 def is_hub_id(ref: str) -> bool:
-    """"org/name" or "org/name@revision", the way the Hugging Face hub names models (not an existing path)."""
+    """ "org/name" or "org/name@revision", the way the Hugging Face hub names models (not an existing path)."""
     return bool(_HUB_ID.match(ref)) and not Path(ref).exists() and ".." not in ref
 
 
@@ -119,8 +119,8 @@ def resolve_model_ref(ref: str | Path, *, file: str | None = None, field: str = 
         path = snapshot_download(repo, revision=revision or None, cache_dir=hf_cache_dir(), allow_patterns=patterns)
     except Exception as exc:  # no network, no such repo, gated model
         raise ConfigError(
-            f"{text!r} is not a local dir, not in the Hugging Face cache ({hf_cache_dir()}) and could not be downloaded "
-            f"({type(exc).__name__})",
+            f"{text!r} is not a local dir, not in the Hugging Face cache ({hf_cache_dir()}) and could not be "
+            f"downloaded ({type(exc).__name__})",
             file=file,
             field=field,
         ) from None

