@@ -452,20 +452,26 @@ def recipe(
             print(json.dumps(res.to_dict(), indent=2, default=str))
             return res.exit_code
         table = Table(title="recipe search (units returned to the engine dtype, most sensitive first)")
-        for c in ("step", "returned", "decision", "k3", "95% CI", "budget", "KV ratio vs BF16"):
-            table.add_column(c, justify="right" if c not in ("returned", "decision") else "left")
+        level = f"{res.confidence_per_recipe:.4g}"
+        for c in ("step", "returned", "decision", "estimator", "mismatch", f"CI ({level}, per look)", "budget",
+                  "KV ratio vs BF16"):  # fmt: skip
+            table.add_column(c, justify="right" if c not in ("returned", "decision", "estimator") else "left")
         for i, st in enumerate(res.steps):
             table.add_row(
                 str(i),
                 ", ".join(st.returned) or "-",
-                st.decision,
-                _fmt(st.k3),
-                _interval(st.k3_interval),
+                st.decision + ("" if st.error_control else " (NO ERROR CONTROL)"),
+                st.estimator,
+                _fmt(st.mismatch),
+                _interval(st.mismatch_interval),
                 _fmt(st.budget),
                 _fmt(st.ratio_vs_bf16),
             )
         out.print(table)
-        out.print(res.message)
+        out.print(
+            f"{res.message} (each screen at confidence {level}: Bonferroni over the {res.recipes_tested_at_most} "
+            "recipes the search may screen)"
+        )
         if res.vllm_args:
             out.print(f"vLLM arguments: {json.dumps(res.vllm_args)}")
         if output is not None and res.chosen is not None:
