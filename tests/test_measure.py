@@ -43,9 +43,11 @@ def test_identical_configuration_gives_zero_mismatch(random_lm, prompts, samplin
     # (initializer_range 0.2 makes logits ~10x larger than a trained model's, and the rounding with them.)
     assert values["abs_diff_mean"] <= 1e-5
     assert values["abs_diff_max"] <= 5e-5
-    for key in ("k1", "chi2_token"):  # linear in the gap: ~ its mean
+    # kl_exact = Σ_v μ_v (log μ_v − log π_v) is quadratic only when both float32 rows sum to 1 exactly; their
+    # normalisation error (~1e-7 per row over a renormalised top-p set) enters it linearly, so it is ~ the gap too.
+    for key in ("k1", "chi2_token", "kl_exact"):  # linear in the gap: ~ its mean
         assert abs(values[key]) < 1e-6, (key, values[key])
-    for key in ("k2", "k3", "kl_exact"):  # quadratic in the gap
+    for key in ("k2", "k3"):  # quadratic in the gap
         assert abs(values[key]) < 1e-9, (key, values[key])
     assert values["mult_prob_error"] == pytest.approx(1.0, abs=1e-5)
 
