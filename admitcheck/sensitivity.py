@@ -425,7 +425,7 @@ def recipe(config: RecipeConfig, *, config_file: str | None = None, progress=Non
     base = config.model_dump(include={"pair", "calibration", "probe", "sampling", "reference", "policy", "capacity"})
     policy = base["policy"] | {"confidence": level}
     cfg = ScreenConfig.model_validate(
-        base | {"policy": policy, "candidates": [{"name": config.name, "rollout": plain}], "full_logprobs": False}
+        base | {"policy": policy, "candidates": [{"name": config.name, "rollout": plain}]}  # kl_exact decides
     )
     check_inputs(cfg, cfg.candidates, config_file)  # files first, named by field
     session = ScreenSession(cfg, config_file=config_file)  # one reference model and one floor for every step
