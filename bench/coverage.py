@@ -1,7 +1,8 @@
 """Error rates of the screen's verdict by simulation, at three tail settings (issue #11's must-hold).
 
-    nice -n 5 python bench/coverage.py                  # 2,000 screens per setting and truth (~minutes, 1 core)
+    nice -n 5 python bench/coverage.py                  # 2,000 screens per setting and truth (~2 min, 1 core)
     python bench/coverage.py --sims 300 --json          # quicker; tests/test_coverage.py runs a small version
+    nice -n 5 python bench/coverage.py --toy toy        # part 2: the real toy pair (FP8 KV, FP8 weights, noise)
 
 Each simulated screen runs the production rule (`admission.look_states` on `metrics.bootstrap_t_bounds` with the
 production resamples, the >10% top-share rule, α spent evenly over the looks) on synthetic per-sequence k3 sums:
@@ -126,12 +127,113 @@ def run(sims: int, seed: int = 0, settings=tuple(SETTINGS), chunk: int = 500) ->
     return rows
 
 
+TOY_CANDIDATES = ("fp8_kv", "fp8_w8a8_tensor", "heavy_noise")  # examples/toy_screen.yaml's names
+
+
+def toy_sequences(toy: Path, passes: int = 4) -> dict[str, dict[str, np.ndarray]]:
+    """Per-sequence sums of the toy candidates over `passes` × the 256 probe prompts (pass p samples with seeds
+    offset by p × batches: fresh draws of the same prompts), through the one probe loop."""
+    from admitcheck import io
+    from admitcheck.config import ScreenConfig
+    from admitcheck.engines import build_engine
+    from admitcheck.measure import load_pair_tokenizer, tokenize_prompts
+    from admitcheck.probe import ProbeRun, probe_batches
+
+    raw = io.read_yaml(Path(__file__).resolve().parent.parent / "examples" / "toy_screen.yaml")
+    raw |= {"pair": {"name": "toy", "student": str(toy / "student"), "teacher": str(toy / "teacher")}}
+    raw["probe"] |= {"prompts": str(toy / "prompts" / "probe.jsonl")}
+    cfg = ScreenConfig.model_validate(raw)
+    tokens = load_pair_tokenizer(cfg.pair)
+    ids = tokenize_prompts(tokens, io.read_prompts(cfg.probe.prompts, limit=cfg.probe.num_prompts))
+    reference = io.load_causal_lm(cfg.pair.student, cfg.reference.dtype, cfg.reference.device)
+    batches = math.ceil(len(ids) / cfg.probe.batch_size)
+    out = {}
+    for cand in cfg.candidates:
+        if cand.name not in TOY_CANDIDATES:
+            continue
+        engine = build_engine(cand.rollout, cfg.pair.student, eos_token_id=tokens.eos_token_id,
+                              pad_token_id=tokens.pad_token_id)  # fmt: skip
+        run = ProbeRun()
+        for p in range(passes):
+            for b in probe_batches(engine, reference, ids, cfg.probe, cfg.sampling, full=True, seed_offset=p * batches):
+                run.add(b)
+        engine.close()
+        out[cand.name] = run.sums()
+    return out
+
+
+def toy_misses(sums: dict[str, np.ndarray], resamples: int = 2000, seed: int = 0) -> list[dict]:
+    """Per-look miss rates of the bounds against the large-sample mean, for each look size of the toy screen:
+    probe sets drawn without replacement from the large sample; raw, and at the looks the heavy-tail rule lets
+    decide (the only looks a verdict can come from)."""
+    from admitcheck.admission import is_heavy
+
+    rng = np.random.default_rng(seed)
+    looks = list(range(PLAN["first"], PLAN["most"] + 1, PLAN["batch"]))
+    a = (1.0 - sequential_confidence(PLAN["confidence"], len(looks))) / 2.0
+    rows = []
+    n_all = sums["num_tokens"]
+    for key in ("kl_exact", "k3"):
+        s_all = sums[key]
+        truth = float(s_all.sum() / n_all.sum())
+        for m in (32, 64, 128, 256):
+            idx = np.argsort(rng.random((resamples, s_all.size)), axis=1)[:, :m]  # (R, m) without replacement
+            s, n = s_all[idx], n_all[idx]
+            _, lo, hi = bootstrap_t_bounds(s, n, a, a, resample_counts(m))
+            share = np.abs(s).max(1) / np.abs(s).sum(1)
+            k_hat = np.array([pareto_k(row) for row in s])
+            ok = ~is_heavy(share, k_hat)
+            rows.append(
+                {
+                    "estimator": key,
+                    "probes": m,
+                    "truth": truth,
+                    "miss_high": float(np.mean(hi < truth)),
+                    "miss_low": float(np.mean(lo > truth)),
+                    "decidable": float(ok.mean()),
+                    "miss_high_decidable": float(np.mean(hi[ok] < truth)) if ok.any() else math.nan,
+                    "nominal_each_side": a,
+                    "top_share_all": float(np.abs(s_all).max() / np.abs(s_all).sum()),
+                }
+            )
+    return rows
+
+
+def main_toy(toy: Path, as_json: bool) -> int:
+    t0 = time.perf_counter()
+    data = toy_sequences(toy)
+    out = {name: toy_misses(s) for name, s in data.items()}
+    ok = all(r["miss_high"] <= 0.05 for rows in out.values() for r in rows if r["estimator"] == "kl_exact")
+    ok_k3 = all(r["miss_high"] <= 0.05 for rows in out.values() for r in rows if r["estimator"] == "k3")
+    if as_json:
+        print(json.dumps({"toy": out, "ok_kl_exact": ok, "ok_k3": ok_k3, "seconds": time.perf_counter() - t0}))
+        return 0 if ok else 1
+    print("real toy pair: probe sets drawn from 1,024 sequences (4 seeds x 256 prompts); per-look level as the screen")
+    print("| candidate | estimator | probes | large-sample value | upper bound misses | lower bound misses | "
+          "decidable looks | upper misses when decidable | top share (1,024) |")  # fmt: skip
+    print("|---" * 9 + "|")
+    for name, rows in out.items():
+        for r in rows:
+            print(
+                f"| {name} | {r['estimator']} | {r['probes']} | {r['truth']:.3g} | {r['miss_high']:.1%} | "
+                f"{r['miss_low']:.1%} | {r['decidable']:.0%} | {r['miss_high_decidable']:.1%} | "
+                f"{r['top_share_all']:.0%} |"
+            )
+    print(f"nominal per side per look {rows[0]['nominal_each_side']:.2%}; must hold: upper misses ≤ 5% per look: "
+          f"kl_exact (decides with full rows) {'met' if ok else 'NOT met'}, k3 {'met' if ok_k3 else 'NOT met'}; "
+          f"{time.perf_counter() - t0:.0f} s")  # fmt: skip
+    return 0 if ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sims", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--toy", type=Path, default=None, help="toy pair dir: run part 2 (the real toy pair) instead")
     args = ap.parse_args(argv)
+    if args.toy is not None:
+        return main_toy(args.toy.resolve(), args.json)
     t0 = time.perf_counter()
     rows = run(args.sims, args.seed)
     nominal = (1 - PLAN["confidence"]) / 2
