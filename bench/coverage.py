@@ -218,7 +218,8 @@ def main_toy(toy: Path, as_json: bool) -> int:
         for r in rows:
             print(
                 f"| {name} | {r['estimator']} | {r['probes']} | {r['truth']:.3g} | {r['miss_high']:.1%} | "
-                f"{r['miss_low']:.1%} | {r['miss_factor']:.2f} | {r['decidable']:.0%} | {r['miss_high_decidable']:.1%} | "
+                f"{r['miss_low']:.1%} | {r['miss_factor']:.2f} | {r['decidable']:.0%} | "
+                f"{r['miss_high_decidable']:.1%} | "
                 f"{r['top_share_all']:.0%} |"
             )
     print(f"nominal per side per look {rows[0]['nominal_each_side']:.2%}; must hold: upper misses ≤ 5% per look: "
