@@ -424,6 +424,7 @@ def top_share(sums: Any) -> float:
 
 
 PARETO_K_LIMIT = 0.7  # Vehtari et al. (2024, JMLR) "Pareto smoothed importance sampling": above it a mean is unreliable
+PARETO_MIN_UNITS = 100  # below, the tail has < 20 points and k̂ is mostly its prior and noise (sd ~0.3 at 32 units)
 
 
 def pareto_k(sums: Any) -> float:
@@ -432,11 +433,12 @@ def pareto_k(sums: Any) -> float:
 
     k̂ ≥ 1/2: infinite variance in the limit; k̂ > 0.7: the sample mean of this many units is not reliable — its
     error is dominated by values not yet seen, and no interval computed from the sample can know that.
-    Returns −inf when the tail is flat (fewer than 5 distinct exceedances: nothing heavy to fit) or m < 10.
+    Returns −inf when the tail is flat (fewer than 5 distinct exceedances: nothing heavy to fit) or m <
+    PARETO_MIN_UNITS (then `top_share` alone speaks for the tail).
     """
     a = np.sort(np.abs(np.asarray(sums, dtype=np.float64)))  # (m,)
     m = a.size
-    if m < 10 or not np.all(np.isfinite(a)):
+    if m < PARETO_MIN_UNITS or not np.all(np.isfinite(a)):
         return -math.inf
     tail = math.ceil(min(0.2 * m, 3.0 * math.sqrt(m)))
     x = a[-tail:] - a[-tail - 1]  # (M,) exceedances over the cutoff, ascending

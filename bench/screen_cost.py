@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # this checkout's admitcheck, not an installed one
 
 
 def stand_in_artifact(path: Path, screen_cfg, cal_cfg, budget: float) -> Path:
