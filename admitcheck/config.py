@@ -230,7 +230,7 @@ class CalibrateConfig(Strict):
     probe: ProbeConfig  # how each level's mismatch is measured: a screen must use the same protocol
     sampling: SamplingConfig = SamplingConfig()
     reference: ReferenceConfig = ReferenceConfig()
-    metric: MetricName = "k3"
+    metric: MetricName = "k3"  # the budget's scale; screen measures on it (k3/kl_exact: kl_exact where full rows exist)
     rollout: RolloutConfig = RolloutConfig(dtype="float32")  # the unperturbed engine the levels perturb
     train: TrainConfig
     eval: EvalConfig
@@ -272,8 +272,13 @@ class ScreenProbeConfig(ProbeConfig):
 
 
 class PolicyConfig(Strict):
-    confidence: float = Field(0.95, gt=0, lt=1)  # two-sided level of the bounds compared with the budget
-    undecided: Literal["reject", "admit"] = "reject"  # what a marginal (still undecided at the maximum) gets
+    """The screen's decision rule (docs/statistics.md): ADMIT when the mismatch's upper bound is below the budget's
+    lower bound, REJECT when its lower bound is above the budget's upper bound, α spent evenly over the looks."""
+
+    confidence: float = Field(0.95, gt=0, lt=1)  # two-sided level of the mismatch bounds over all looks
+    # what a marginal verdict (undecided at probe.num_prompts, or held back by a heavy tail) gets; `admit` lets the
+    # point estimate decide, and the verdict is marked error_control: false
+    undecided: Literal["reject", "admit"] = "reject"
 
 
 class CapacityConfig(Strict):
