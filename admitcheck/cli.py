@@ -13,10 +13,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
@@ -42,7 +43,8 @@ def _guard(fn: Callable[[], int | None]) -> None:
         code = fn() or 0
     except AdmitcheckError as exc:
         _stop_bars()  # before the panel, so a live bar does not overwrite it
-        err.print(Panel(str(exc), title=f"admitcheck: {type(exc).__name__}", border_style="red", expand=False))
+        msg = escape(str(exc))  # not markup: "pip install 'admitcheck[ray]'" must print its brackets
+        err.print(Panel(msg, title=f"admitcheck: {type(exc).__name__}", border_style="red", expand=False))
         raise typer.Exit(exc.exit_code) from None
     except MemoryError:
         _stop_bars()
@@ -77,6 +79,11 @@ class _ProgressBars:
         self.bars.update(self.tasks[label], completed=done, total=total)
         if all(t.finished for t in self.bars.tasks):  # done: clear the bars before the command prints its tables
             self.stop()
+
+    def status(self, label: str, text: str) -> None:
+        """A one-line status beside the bar `label` (the runs in flight, retried, failed)."""
+        if self.bars is not None and label in self.tasks:
+            self.bars.update(self.tasks[label], description=f"{label} {text}" if text else label)
 
     def stop(self) -> None:
         if self.bars is not None:
@@ -235,7 +242,26 @@ def render_toy(summary) -> None:
 @app.command()
 def calibrate(
     config: ConfigArg,
-    jobs: Annotated[int, typer.Option("--jobs", help="Run levels in this many parallel processes.")] = 1,
+    jobs: Annotated[
+        int, typer.Option("--jobs", help="With --executor local: run levels in this many parallel processes.")
+    ] = 1,
+    executor: Annotated[
+        Literal["local", "ray"],
+        typer.Option(
+            "--executor",
+            help="Where the runs execute: local (this machine, --jobs processes) or ray (one Ray task per run, "
+            "asking the config's resources; needs the ray extra of admitcheck).",
+        ),
+    ] = "local",
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray-address",
+            envvar="RAY_ADDRESS",
+            help="With --executor ray: the cluster to connect to (head:6379, or ray://head:10001); without it, "
+            "a local Ray instance is started.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run short OPD trainings at controlled mismatch levels and write the pair's mismatch budget (resumable)."""
@@ -246,7 +272,8 @@ def calibrate(
         from admitcheck.config import CalibrateConfig
 
         cfg = io.load_config(config, CalibrateConfig)
-        cal = run_calibrate(cfg, config_file=str(config), jobs=jobs, progress=_progress())
+        cal = run_calibrate(cfg, config_file=str(config), jobs=jobs, executor=executor, ray_address=ray_address,
+                            progress=_progress())  # fmt: skip
         if as_json:
             print(json.dumps(cal.to_dict(), indent=2, default=str))
         else:
