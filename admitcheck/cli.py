@@ -83,7 +83,7 @@ class _ProgressBars:
     def status(self, label: str, text: str) -> None:
         """A one-line status beside the bar `label` (the runs in flight, retried, failed)."""
         if self.bars is not None and label in self.tasks:
-            self.bars.update(self.tasks[label], description=f"{label} {text}" if text else label)
+            self.bars.update(self.tasks[label], description=f"{label} · {text}" if text else label)
 
     def stop(self) -> None:
         if self.bars is not None:

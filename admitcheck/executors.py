@@ -69,19 +69,20 @@ class TasksFailed(AdmitcheckError):
 class _Board:
     """Per-task status on the driver, summarised in one line for the progress bar."""
 
-    def __init__(self, on_status: StatusFn | None) -> None:
-        self.on_status = on_status
+    def __init__(self, on_status: StatusFn | None, verb: str = "running") -> None:
+        self.on_status, self.verb = on_status, verb
         self.in_flight: list[str] = []
         self.retried: dict[str, int] = {}
         self.failed: dict[str, str] = {}
+        self.note = ""  # a cluster-wide remark (no node offers the resources a task asks for)
 
     def show(self) -> None:
         if self.on_status is None:
             return
-        parts = []
+        parts = [self.note] if self.note else []
         if self.in_flight:
             more = f" +{len(self.in_flight) - 3}" if len(self.in_flight) > 3 else ""
-            parts.append(f"running {', '.join(self.in_flight[:3])}{more}")
+            parts.append(f"{self.verb} {', '.join(self.in_flight[:3])}{more}")
         if self.retried:
             parts.append("retried " + ", ".join(f"{n} ×{k}" for n, k in self.retried.items()))
         if self.failed:
@@ -225,7 +226,7 @@ class RayExecutor(Executor):
 
         self.start()  # no-op when connected
         remote = ray.remote(_run_task)
-        board = _Board(on_status)
+        board = _Board(on_status, verb="submitted")  # queued or running: Ray schedules them as resources free
         attempts: dict[str, int] = {}
         pending: dict[Any, Task] = {}
 
@@ -234,11 +235,15 @@ class RayExecutor(Executor):
             opts = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus, "max_retries": 0, "name": task.name}
             pending[remote.options(**opts).remote(task.fn, task.args)] = task
 
+        need = {"CPU": self.num_cpus, "GPU": self.num_gpus}
+        nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+        if not any(all(r.get(k, 0.0) >= v for k, v in need.items() if v) for r in nodes):
+            board.note = f"waiting: no node offers {self.num_cpus:g} CPU + {self.num_gpus:g} GPU per run yet"
         raised: list[BaseException] = []  # exceptions the tasks themselves raised (not retried)
-        for task in tasks:
-            submit(task)
-            board.start(task.name)
         try:
+            for task in tasks:
+                submit(task)
+                board.start(task.name)
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1)
                 task = pending.pop(ready[0])

@@ -274,3 +274,18 @@ def test_killed_driver_resumes_from_the_ledger(ray_address, local_reference, toy
     keys = [r["key"] for r in run_lines(out)]
     assert len(keys) == len(set(keys)) == RUNS  # the finished runs were not run again
     assert comparable(cal.data) == comparable(local_reference[1].data)
+
+
+@pytest.mark.ray
+def test_ray_says_when_no_node_offers_the_resources(ray_address) -> None:
+    """A GPU request on this CPU-only instance would wait forever (for an autoscaler): the status says so."""
+
+    class Seen(Exception):
+        pass
+
+    def first_status(line: str) -> None:
+        raise Seen(line)  # stops the run at its first status line; run() cancels what it submitted
+
+    with pytest.raises(Seen) as seen:
+        list(RayExecutor(num_gpus=0.5).run([Task("a", "needs a GPU", _square, (2,))], on_status=first_status))
+    assert str(seen.value).startswith("waiting: no node offers 1 CPU + 0.5 GPU")
