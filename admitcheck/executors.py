@@ -258,11 +258,12 @@ class RayExecutor(Executor):
                     board.finish(task.name, failure="cancelled")
                     continue
                 except RayError as exc:  # the worker or its node died, or it ran out of memory: run it again
-                    if attempts[task.key] <= self.max_retries:
+                    n = attempts[task.key]
+                    if n <= self.max_retries:
                         board.retry(task.name)
                         submit(task)
                         continue
-                    board.finish(task.name, failure=f"{type(exc).__name__} ({attempts[task.key]} attempts)")
+                    board.finish(task.name, failure=f"{type(exc).__name__} ({n} attempt{'s' * (n > 1)})")
                     continue
                 board.finish(task.name)
                 yield task, record
