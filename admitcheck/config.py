@@ -223,6 +223,13 @@ class ToleranceConfig(Strict):
     absolute: float | None = Field(None, gt=0)  # nats/token; overrides the two rules above
 
 
+class ResourcesConfig(Strict):
+    """What one calibration run asks of a Ray cluster (`--executor ray`; the local executor ignores it)."""
+
+    num_cpus: float = Field(1.0, gt=0)  # CPUs per run (fractions allowed)
+    num_gpus: float = Field(0.0, ge=0)  # GPUs per run; a fraction (0.25) lets several small-pair runs share a GPU
+
+
 class CalibrateConfig(Strict):
     """`admitcheck calibrate`: short OPD runs at controlled mismatch levels -> curve -> budget."""
 
@@ -240,6 +247,7 @@ class CalibrateConfig(Strict):
     confidence: float = Field(0.95, gt=0, lt=1)
     output: str | None = None  # artifact path; default calibrations/<pair name>.yaml next to the config
     seed: int = 0  # base seed of the runs (run seed = seed + replicate index)
+    resources: ResourcesConfig = ResourcesConfig()  # per run, on Ray; where runs execute never changes their numbers
 
 
 # ------------------------------------------------------------------------------------------------ screening
