@@ -410,7 +410,9 @@ def _step(returned: list[Unit], rollout: RolloutConfig, v) -> RecipeStep:
 def recipe(config: RecipeConfig, *, config_file: str | None = None, progress=None) -> RecipeResult:
     """Screen every unit in the engine dtype (the floor: if even that is rejected, stop, exit 1); rank the units by
     `sensitivity`; then screen the whole recipe and return the most sensitive unit to the engine dtype one at a
-    time, re-screening sequentially (screen's look plan, one reference and one floor for every step), until admitted.
+    time, re-screening sequentially (screen's look plan, one `ScreenSession`: one reference and one floor for every
+    step), until admitted. The first ADMIT wins, so each screen runs at 1 − α/(units + 1) (Bonferroni over the
+    recipes the search may try): the chosen recipe keeps the policy's error rate.
     """
     from admitcheck.config import CandidateConfig, ScreenConfig
     from admitcheck.screen import ScreenSession, check_inputs
