@@ -396,11 +396,11 @@ def test_cli_screen_from_logs_with_dashboard(tmp_path, toy_pair_dir):
     doc = json.loads(r.stdout)
     v = doc["verdicts"][0]
     row = doc["dashboard"][v["name"]]["rows"][0]
-    assert row["key"] == "mismatch_kl/all/mean" and row["value"] == pytest.approx(v["k3"], rel=1e-11)
+    assert row["key"] == "mismatch_kl/all/mean" and row["value"] == pytest.approx(v["metrics"]["k3"], rel=1e-11)
     r = _cli("screen", cfg, "--from-logs", p, "--dashboard", "nemo-rl")
     assert r.exit_code in (0, 1) and "train/gen_kl_error" in r.stdout and "0.05" in r.stdout  # the budget column
     r = _cli("screen", cfg, "--from-logs", p, "--format", "prime-rl", "--json")  # the detected format: fine
-    assert r.exit_code in (0, 1) and json.loads(r.stdout)["verdicts"][0]["k3"] == v["k3"]
+    assert r.exit_code in (0, 1) and json.loads(r.stdout)["verdicts"][0]["metrics"]["k3"] == v["metrics"]["k3"]
     both = _write(tmp_path / "both.jsonl", [{"rollout_logprobs": [-1.0], "trainer_logprobs": [-1.1],
                                              "inference_logprobs": [-1.0], "loss_mask": [True]}])  # fmt: skip
     from tests.test_cli import assert_user_error
@@ -412,7 +412,7 @@ def test_cli_screen_from_logs_with_dashboard(tmp_path, toy_pair_dir):
     v = doc["verdicts"][0]
     d = doc["dashboard"][v["name"]]
     assert d["source"] == "token means" and d["rows"][0]["key"] == "rollout_corr/k3_kl"
-    assert d["rows"][0]["value"] == pytest.approx(v["k3"], rel=1e-7)
+    assert d["rows"][0]["value"] == pytest.approx(v["metrics"]["k3"], rel=1e-7)
 
 
 @pytest.mark.slow
