@@ -450,29 +450,22 @@ def screen(
     def body() -> int:
         from admitcheck import io
         from admitcheck.config import ScreenConfig
-        from admitcheck.errors import ConfigError, EngineError
+        from admitcheck.errors import EngineError
         from admitcheck.report import to_json, verdict_table, write_reports
         from admitcheck.screen import screen as run_screen
 
         cfg = io.load_config(config, ScreenConfig)
         _check_dashboard(dashboard)
         logs = _pipeline_logs(from_logs, log_format) if from_logs is not None else None
-        if logs is not None and log_format != "auto":  # screen reads the detected format (docs/pipelines.md §1)
-            from admitcheck.logs import detected_format
-
-            try:
-                detected = detected_format(from_logs, field="--from-logs")
-            except ConfigError:
-                detected = "several formats"
-            if detected != logs.format:
-                raise ConfigError(
-                    f"screen reads logs in the format their columns show ({detected}), not one named by --format",
-                    field="--format",
-                )
         failure = None
         try:
             result = run_screen(
-                cfg, config_file=str(config), candidates=candidate or None, from_logs=from_logs, progress=_progress()
+                cfg,
+                config_file=str(config),
+                candidates=candidate or None,
+                from_logs=from_logs,
+                log_format=log_format,
+                progress=_progress(),
             )
         except EngineError as exc:  # a candidate's engine failed: report the verdicts obtained, then exit 3
             result, failure = getattr(exc, "partial", None), exc

@@ -300,6 +300,7 @@ class CapacityConfig(Strict):
 
 class LogsSource(Strict):
     path: str  # JSONL (rollout_logprobs, trainer_logprobs[, mask]) per sequence, or Parquet with those columns
+    format: Literal["auto", "admitcheck", "prime-rl", "verl", "trl", "nemo-rl"] = "auto"  # auto: from the columns
 
 
 class ScreenConfig(Strict):

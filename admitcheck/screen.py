@@ -113,9 +113,9 @@ def select_candidates(config: ScreenConfig, names: list[str] | None) -> list[Can
     return [known[n] for n in dict.fromkeys(names)] if names else list(config.candidates)
 
 
-def with_logs(config: ScreenConfig, path: str | Path) -> ScreenConfig:
-    """The config with `source: logs` reading `path` (what `--from-logs FILE` means)."""
-    data = config.model_dump() | {"source": "logs", "logs": {"path": str(Path(path).resolve())}}
+def with_logs(config: ScreenConfig, path: str | Path, log_format: str = "auto") -> ScreenConfig:
+    """The config with `source: logs` reading `path` in `log_format` (what `--from-logs FILE --format F` means)."""
+    data = config.model_dump() | {"source": "logs", "logs": {"path": str(Path(path).resolve()), "format": log_format}}
     return ScreenConfig.model_validate(data)
 
 
@@ -262,7 +262,7 @@ def validate(
     if config.source == "logs":
         from admitcheck.logs import read_logs
 
-        logs = read_logs(config.logs.path)
+        logs = read_logs(config.logs.path, format=config.logs.format)
         looks, probes = 1, logs.num_sequences
     else:
         check_engines(chosen, config_file)
@@ -429,7 +429,7 @@ class ScreenSession:
         from admitcheck.metrics import mismatch_metrics, pareto_k, top_share
 
         t0 = time.perf_counter()
-        logs = read_logs(self.config.logs.path)
+        logs = read_logs(self.config.logs.path, format=self.config.logs.format)
         self.confidence = self.config.policy.confidence
         m = mismatch_metrics(logs.rollout_logprobs, logs.trainer_logprobs, logs.mask, confidence=self.confidence)
         est = decision_estimator(self.metric, m.values)
@@ -459,11 +459,13 @@ def screen(
     config_file: str | None = None,
     candidates: list[str] | None = None,
     from_logs: str | Path | None = None,
+    log_format: str = "auto",
     progress: Progress | None = None,
 ) -> ScreenResult:
-    """Verdicts for the chosen candidates (all by default) against `config.calibration`; see the module docstring."""
+    """Verdicts for the chosen candidates (all by default) against `config.calibration`; see the module docstring.
+    `from_logs` (+ `log_format`, see `logs.read_logs`) screens a pipeline's logged log-probs instead of sampling."""
     t0 = time.perf_counter()
-    config = with_logs(config, from_logs) if from_logs is not None else config
+    config = with_logs(config, from_logs, log_format) if from_logs is not None else config
     chosen = select_candidates(config, candidates)
     check_inputs(config, chosen, config_file)
     session = ScreenSession(config, config_file=config_file)

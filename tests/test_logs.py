@@ -405,7 +405,10 @@ def test_cli_screen_from_logs_with_dashboard(tmp_path, toy_pair_dir):
                                              "inference_logprobs": [-1.0], "loss_mask": [True]}])  # fmt: skip
     from tests.test_cli import assert_user_error
 
-    assert_user_error(_cli("screen", cfg, "--from-logs", both, "--format", "prime-rl"), "--format", "several formats")
+    assert_user_error(_cli("screen", cfg, "--from-logs", both), "several formats", "--format")
+    r = _cli("screen", cfg, "--from-logs", both, "--format", "prime-rl", "--json")  # named: read as prime-rl
+    assert r.exit_code in (0, 1), r.output
+    assert json.loads(r.stdout)["verdicts"][0]["metrics"]["k3"] == pytest.approx(math.exp(-0.1) - 1 + 0.1)
     r = _cli("screen", cfg, "--dashboard", "verl", "--json")  # engine-sampled tokens: the verdict's token means
     assert r.exit_code in (0, 1), r.output
     doc = json.loads(r.stdout)
