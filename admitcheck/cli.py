@@ -367,10 +367,24 @@ def pair(
         if as_json:
             print(json.dumps(summary.to_dict(), indent=2))
         else:
-            render_toy(summary)
+            render_pair(name, summary)
         return 0
 
     _guard(body)
+
+
+def render_pair(name: str, summary) -> None:
+    d = summary.to_dict()
+    table = Table(title=f"{name} pair in {d.get('directory', '')}")
+    table.add_column("field")
+    table.add_column("value", justify="right")
+    for k, v in d.items():
+        if k != "directory":
+            shown = (
+                json.dumps(v) if isinstance(v, dict) else ", ".join(map(_fmt, v)) if isinstance(v, list) else _fmt(v)
+            )
+            table.add_row(k, shown)
+    out.print(table)
 
 
 def render_toy(summary) -> None:
