@@ -4,22 +4,22 @@
     cal = calibrate(cfg, config_file="examples/toy_calibrate.yaml", jobs=2)   # writes calibrations/toy.yaml + .png
     cal.budget.value, cal.budget.interval                                     # nats/token (k3)
 
-Levels: the baseline (the unperturbed engine, `levels.baseline_seeds` seeds), an automatic grid of weight-noise
-sizes whose k3 spans [min_mismatch, max_mismatch] (chosen before training by measuring k3 at a few noise sizes
-and interpolating log k3 against log σ), and the named extra levels (rollout configs, noise sizes, staleness; an
-extra level with `fit: false` is a held-out check: run, measured and compared with the curve, but not fitted).
-Every run has its own seed (`Level.seed`): OPD runs diverge chaotically after any perturbation, so common random
-numbers across levels would only give them a shared offset. A run's x is its mismatch measured as a screen
-measures it (`measure.measure_engine` on the probe set; the engine at the run's starting weights; for staleness k
-the student after k real OPD steps, `opd.stale_student`); its y is its final quality minus the baseline mean.
-Baseline runs enter the fit at their measured floor, or at 1/100 of the smallest level when the floor is below
-that (the fitted curve is ~0 there either way, and a log axis needs x > 0).
+Levels: the baseline (the unperturbed engine), an automatic grid of weight-noise sizes whose k3 spans
+[min_mismatch, max_mismatch] (chosen before training by measuring k3 at a few noise sizes and interpolating log k3
+against log σ), and the named extra levels (rollout configs, noise sizes, staleness; an extra level with
+`fit: false` is a held-out check: run, measured and compared with the curve, but not fitted). Runs are paired
+(docs/calibration.md): replicate r of every level uses the baseline's replicate-r seed (`levels.replicate_seed`),
+so a level's cost is its quality minus its baseline pair's. Round 0 runs `levels.replicates` pairs of every level;
+later rounds add a pair at the levels bracketing τ until the budget's interval is narrower than
+`levels.interval_factor` or `levels.max_runs` is reached. Each run's x is measured at the start weights (as a
+screen measures it) and averaged over the run's first `levels.run_window` steps; the fit (`curve.estimate`:
+isotonic, bootstrap over replicate pairs) is made on each and the x chosen by the evidence is recorded.
 
 Every finished run (and the grid measurement) is appended at once to `<output stem>.ledger.jsonl`; a re-run reads
 it and runs only what is missing, so an interrupted calibration finishes with the artifact an uninterrupted one
 writes. The ledger's header holds the pair's fingerprints and every config field that changes a run (not the
 levels, tolerance or bootstrap: changing those re-fits from the runs already done). Every run uses one torch
-thread, in this process (`jobs=1`) or in spawned workers (`jobs>1`), so both give bit-identical runs.
+thread, in this process (`jobs=1`) or in workers (`jobs>1`, Ray), so all give bit-identical runs.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ import json
 import math
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,7 +49,8 @@ from admitcheck.artifact import (  # re-exported: the public calibration API liv
 from admitcheck.config import CalibrateConfig
 from admitcheck.curve import Estimate, LevelData, Tolerance, estimate, fit_levels, wanted_replicates
 from admitcheck.errors import AdmitcheckError, CalibrationError, ConfigError
-from admitcheck.levels import GRID_STDS, Level, RunContext, load_context, measure_grid, resolve_levels, run_one
+from admitcheck.executors import Executor, Task, make_executor
+from admitcheck.levels import GRID_STDS, Level, load_context, measure_grid, resolve_levels, run_one
 
 __all__ = [
     "Calibration",
@@ -62,7 +62,7 @@ __all__ = [
 ]
 Progress = Callable[[str, int, int], None]  # (label, done, total)
 LEDGER_VERSION = 2
-_NOT_IN_HEADER = {"pair", "levels", "tolerance", "bootstrap", "confidence", "output"}  # re-fit, not re-run
+_NOT_IN_HEADER = {"pair", "levels", "tolerance", "bootstrap", "confidence", "output", "resources"}  # not re-run
 
 
 def output_path(config: CalibrateConfig, config_file: str | None = None) -> Path:
@@ -162,12 +162,24 @@ def run_key(level: Level, seed: int) -> str:
 
 
 def calibrate(
-    config: CalibrateConfig, *, config_file: str | None = None, jobs: int = 1, progress: Progress | None = None
+    config: CalibrateConfig,
+    *,
+    config_file: str | None = None,
+    jobs: int = 1,
+    executor: str = "local",
+    ray_address: str | None = None,
+    progress: Progress | None = None,
 ) -> Calibration:
-    """Run (or resume) the calibration `config` describes and write its artifact; see the module docstring."""
+    """Run (or resume) the calibration `config` describes and write its artifact; see the module docstring.
+
+    executor "local" runs in this process (jobs=1) or `jobs` spawned processes; "ray" runs each run as a Ray task
+    on the cluster at `ray_address` (else RAY_ADDRESS, else a local instance) asking `config.resources`."""
     t0 = time.perf_counter()
     if jobs < 1:
         raise ConfigError(f"jobs must be >= 1, got {jobs}", file=config_file, field="--jobs")
+    res = config.resources
+    runner = make_executor(executor, jobs=jobs, address=ray_address, num_cpus=res.num_cpus, num_gpus=res.num_gpus)
+    runner.start()  # connects before anything is loaded or written: a cluster that does not answer leaves no trace
     out = output_path(config, config_file)
     ctx = load_context(config, config_file)  # checks the pair, prompts and engine before anything runs
     pair_fp = fingerprint_pair(config.pair) | {"prompts": prompt_hashes(config)}
@@ -182,15 +194,33 @@ def calibrate(
         ks = measure_grid(ctx, config, stds, progress)
         ledger.append({"kind": "grid", "relative_std": stds, "mismatch": ks, "seed": config.seed})
     levels = resolve_levels(config, ledger.grid)
+    try:
+        runs, fitted, rounds, stop = _rounds(config, config_file, levels, ledger, runner, progress)
+    finally:
+        runner.close()
+    data = build_artifact(
+        config, config_file, out, levels, runs, ledger.grid, pair_fp | {"behaviour": behaviour}, fitted
+    )
+    data["budget"]["protocol"] = {"replicates": config.levels.replicates, "rounds": rounds, "stopped": stop,
+                                  "interval_factor": config.levels.interval_factor,
+                                  "max_runs": config.levels.max_runs, "runs": len(runs)}  # fmt: skip
+    data["provenance"]["seconds"] = round(time.perf_counter() - t0, 1)
+    data["provenance"]["run_cpu_seconds"] = round(sum(r.get("cpu_seconds", 0.0) for r in runs), 1)
+    return write_calibration(data, out)
+
+
+def _rounds(config, config_file, levels: list[Level], ledger: Ledger, runner: Executor, progress):
+    """Round 0 runs every level's first replicates; each later round one more pair at the levels bracketing τ,
+    until the budget's interval is narrow enough or the run cap (decided from the ledger alone: resumable)."""
     counts = {lv.name: config.levels.replicates for lv in levels}
     rounds = 0
-    while True:  # round 0: every level's first replicates; then one more pair at the levels bracketing τ per round
+    while True:
         tasks = planned_tasks(config, levels, counts)
         todo = [(lv, s) for lv, s in tasks if run_key(lv, s) not in ledger.runs]
         done = len(tasks) - len(todo)
         if progress:
             progress(f"runs (round {rounds})", done, len(tasks))
-        for record in _execute(config, config_file, ctx, todo, jobs):
+        for record in _execute(config, config_file, todo, runner, progress):
             ledger.append(record)
             done += 1
             if progress:
@@ -204,18 +234,8 @@ def calibrate(
             grown[name] += 1
         grown["baseline"] = max(grown.values())
         if not want or len(planned_tasks(config, levels, grown)) > config.levels.max_runs:
-            stop = "interval narrower than the factor" if not want else "run cap"
-            break
+            return runs, fitted, rounds, "interval narrower than the factor" if not want else "run cap"
         counts, rounds = grown, rounds + 1
-    data = build_artifact(
-        config, config_file, out, levels, runs, ledger.grid, pair_fp | {"behaviour": behaviour}, fitted
-    )
-    data["budget"]["protocol"] = {"replicates": config.levels.replicates, "rounds": rounds, "stopped": stop,
-                                  "interval_factor": config.levels.interval_factor,
-                                  "max_runs": config.levels.max_runs, "runs": len(runs)}  # fmt: skip
-    data["provenance"]["seconds"] = round(time.perf_counter() - t0, 1)
-    data["provenance"]["run_cpu_seconds"] = round(sum(r.get("cpu_seconds", 0.0) for r in runs), 1)
-    return write_calibration(data, out)
 
 
 def _with_replicates(config: CalibrateConfig, levels: list[Level], counts: dict[str, int]):
@@ -231,29 +251,13 @@ def _fit_counts(levels: list[Level], counts: dict[str, int]) -> dict[str, int]:
     return {lv.name: counts[lv.name] for lv in levels if lv.kind != "baseline" and lv.fit}
 
 
-def _execute(config: CalibrateConfig, config_file: str | None, ctx: RunContext, todo: list, jobs: int):
-    """Finished run records, as they finish: in this process for jobs=1, else in `jobs` spawned workers."""
-    if jobs == 1 or len(todo) <= 1:
-        for lv, seed in todo:
-            yield run_one(ctx, config, lv, seed) | {"kind": "run", "key": run_key(lv, seed)}
-        return
-    import multiprocessing as mp
-
-    with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=mp.get_context("spawn")) as pool:
-        futures = {pool.submit(_worker, config, config_file, lv, seed): (lv, seed) for lv, seed in todo}
-        error: BaseException | None = None
-        for fut in as_completed(futures):  # after a failure, runs already going still finish into the ledger
-            if fut.cancelled():
-                continue
-            if fut.exception() is not None:
-                error = error or fut.exception()
-                for f in futures:
-                    f.cancel()
-                continue
-            lv, seed = futures[fut]
-            yield fut.result() | {"kind": "run", "key": run_key(lv, seed)}
-        if error is not None:
-            raise error
+def _execute(config: CalibrateConfig, config_file: str | None, todo: list, runner: Executor, progress=None):
+    """Finished run records of one batch, as they finish, from the executor (this process, local workers or Ray
+    tasks); the caller closes the executor after its last batch."""
+    tasks = [Task(run_key(lv, s), f"{lv.name}/seed {s}", _worker, (config, config_file, lv, s)) for lv, s in todo]
+    status = getattr(progress, "status", None)  # the CLI's bar shows the runs in flight, retried and failed
+    for task, record in runner.run(tasks, on_status=(lambda text: status("runs", text)) if status else None):
+        yield record | {"kind": "run", "key": task.key}
 
 
 def _worker(config: CalibrateConfig, config_file: str | None, level: Level, seed: int) -> dict[str, Any]:

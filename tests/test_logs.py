@@ -396,23 +396,26 @@ def test_cli_screen_from_logs_with_dashboard(tmp_path, toy_pair_dir):
     doc = json.loads(r.stdout)
     v = doc["verdicts"][0]
     row = doc["dashboard"][v["name"]]["rows"][0]
-    assert row["key"] == "mismatch_kl/all/mean" and row["value"] == pytest.approx(v["k3"], rel=1e-11)
+    assert row["key"] == "mismatch_kl/all/mean" and row["value"] == pytest.approx(v["metrics"]["k3"], rel=1e-11)
     r = _cli("screen", cfg, "--from-logs", p, "--dashboard", "nemo-rl")
     assert r.exit_code in (0, 1) and "train/gen_kl_error" in r.stdout and "0.05" in r.stdout  # the budget column
     r = _cli("screen", cfg, "--from-logs", p, "--format", "prime-rl", "--json")  # the detected format: fine
-    assert r.exit_code in (0, 1) and json.loads(r.stdout)["verdicts"][0]["k3"] == v["k3"]
+    assert r.exit_code in (0, 1) and json.loads(r.stdout)["verdicts"][0]["metrics"]["k3"] == v["metrics"]["k3"]
     both = _write(tmp_path / "both.jsonl", [{"rollout_logprobs": [-1.0], "trainer_logprobs": [-1.1],
                                              "inference_logprobs": [-1.0], "loss_mask": [True]}])  # fmt: skip
     from tests.test_cli import assert_user_error
 
-    assert_user_error(_cli("screen", cfg, "--from-logs", both, "--format", "prime-rl"), "--format", "several formats")
+    assert_user_error(_cli("screen", cfg, "--from-logs", both), "several formats", "--format")
+    r = _cli("screen", cfg, "--from-logs", both, "--format", "prime-rl", "--json")  # named: read as prime-rl
+    assert r.exit_code in (0, 1), r.output
+    assert json.loads(r.stdout)["verdicts"][0]["metrics"]["k3"] == pytest.approx(math.exp(-0.1) - 1 + 0.1)
     r = _cli("screen", cfg, "--dashboard", "verl", "--json")  # engine-sampled tokens: the verdict's token means
     assert r.exit_code in (0, 1), r.output
     doc = json.loads(r.stdout)
     v = doc["verdicts"][0]
     d = doc["dashboard"][v["name"]]
     assert d["source"] == "token means" and d["rows"][0]["key"] == "rollout_corr/k3_kl"
-    assert d["rows"][0]["value"] == pytest.approx(v["k3"], rel=1e-7)
+    assert d["rows"][0]["value"] == pytest.approx(v["metrics"]["k3"], rel=1e-7)
 
 
 @pytest.mark.slow
