@@ -21,8 +21,9 @@ largest it stays flat. The budget B is where the curve reaches τ:
 
 τ is the user's quality goal: `relative` × the baseline's mean quality (the same pairs' baseline runs), or
 `absolute`. Noise never enters τ; it enters the interval. The bootstrap resamples each level's replicate pairs
-(x and cost together; deviations about the level mean scaled by √(n/(n−1)) · t/z with the degrees of freedom
-pooled over the levels, so that a few replicates do not understate the spread) and the baseline's replicates,
+(x and cost together; deviations about the level mean scaled by √(n/(n−1)) · t/z — the level's own n − 1 degrees
+of freedom for the levels that decide B, pooled over the levels for the others — so that a few replicates do not
+understate the spread) and the baseline's replicates,
 re-estimating τ and the fit in every resample; the interval is the percentile interval of the resampled B (a
 resample below the smallest level counts as B = 0, one above the largest as B = ∞).
 Pure numpy; deterministic given the seed.
@@ -266,8 +267,14 @@ def estimate(
     fit, tau, base_mean = one(xs, ys, base)
     value, kind, idx = budget_of(fit, tau)
     rng = np.random.default_rng(seed)
-    dof = sum(y.size - 1 for y in ys) + max(base.size - 1, 0)  # pooled degrees of freedom of the spreads
-    spreads = [_spread(y.size, dof, confidence) for y in ys]
+    # t degrees of freedom of each spread: a level that decides B (its fitted point brackets τ) has its own n − 1,
+    # so that a lucky-narrow pair of replicates cannot end the adaptive rounds; the others (they matter only
+    # through pooling) and the baseline share the dof pooled over all levels.
+    dof = sum(y.size - 1 for y in ys) + max(base.size - 1, 0)
+    ux_point = np.asarray(fit.x)
+    deciding = {j for j in idx if kind == "point"}
+    own = [int(np.searchsorted(ux_point, x.mean())) in deciding for x in xs]
+    spreads = [_spread(y.size, y.size - 1 if o else dof, confidence) for y, o in zip(ys, own)]
     base_spread = _spread(base.size, dof, confidence)
     draws = np.empty(n_boot)  # (n_boot,) nats/token
     means = np.empty((n_boot, len(ys)))  # (n_boot, levels) mean cost per level
