@@ -252,6 +252,35 @@ def read_jsonl(path: str | Path) -> list[dict]:
     return out
 
 
+# ---------------------------------------------------------------------------------------- built-in pair dirs
+
+
+def pair_dir_paths(d: Path) -> dict[str, str]:
+    """The files of a built-in pair dir (toy, smollm2): model dirs and prompt sets, as summary fields."""
+    p = d / "prompts"
+    return {
+        "directory": str(d), "teacher_dir": str(d / "teacher"), "student_dir": str(d / "student"),
+        "train_prompts": str(p / "train.jsonl"), "probe_prompts": str(p / "probe.jsonl"),
+        "eval_prompts": str(p / "eval.jsonl"),
+    }  # fmt: skip
+
+
+def read_pair_cache(d: Path, meta_name: str, key: str) -> dict[str, Any] | None:
+    """The cached build summary of a built-in pair in `d` (with the paths of `d`, so a moved dir still hits), or None
+    when `meta_name` is missing or unreadable, was made for another recipe hash `key`, or a needed file is gone."""
+    try:
+        meta = json.loads((d / meta_name).read_text())
+    except (OSError, ValueError):
+        return None
+    paths = pair_dir_paths(d)
+    needed = [Path(paths[k]) for k in ("train_prompts", "probe_prompts", "eval_prompts")]
+    for m in ("teacher_dir", "student_dir"):
+        needed += [Path(paths[m]) / f for f in ("config.json", "model.safetensors", "tokenizer.json")]
+    if meta.get("recipe_hash") != key or not all(p.is_file() for p in needed):
+        return None
+    return {**meta.get("summary", {}), **paths}
+
+
 # ----------------------------------------------------------------------------------------------- fingerprints
 
 

@@ -430,29 +430,11 @@ def recipe_hash(recipe: SmolRecipe, seed: int) -> str:
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _paths(d: Path) -> dict[str, str]:
-    p = d / "prompts"
-    return {
-        "directory": str(d), "teacher_dir": str(d / "teacher"), "student_dir": str(d / "student"),
-        "train_prompts": str(p / "train.jsonl"), "probe_prompts": str(p / "probe.jsonl"),
-        "eval_prompts": str(p / "eval.jsonl"),
-    }  # fmt: skip
-
-
 def _cached(d: Path, key: str) -> SmolPairSummary | None:
+    fields = io.read_pair_cache(d, "smollm2_pair.json", key)
     try:
-        meta = json.loads((d / "smollm2_pair.json").read_text())
-    except (OSError, ValueError):
-        return None
-    paths = _paths(d)
-    needed = [Path(paths[k]) for k in ("train_prompts", "probe_prompts", "eval_prompts")]
-    for m in ("teacher_dir", "student_dir"):
-        needed += [Path(paths[m]) / f for f in ("config.json", "model.safetensors", "tokenizer.json")]
-    if meta.get("recipe_hash") != key or not all(p.is_file() for p in needed):
-        return None
-    try:
-        return SmolPairSummary(**{**meta["summary"], **paths})
-    except TypeError:
+        return None if fields is None else SmolPairSummary(**fields)
+    except TypeError:  # a summary written by another version of this module
         return None
 
 
@@ -537,7 +519,7 @@ def build_smollm2_pair(
             return sum(answer_found(str(row["answer"]), t) for row, t in zip(eval_rows, texts)) / len(eval_rows)
 
         summary = SmolPairSummary(
-            **_paths(d), seed=seed, recipe_hash=key, gguf_sha256=GGUF_SHA256,
+            **io.pair_dir_paths(d), seed=seed, recipe_hash=key, gguf_sha256=GGUF_SHA256,
             teacher_layers=n_layers, student_layers=len(student.model.layers), dropped_layers=dropped,
             teacher_parameters=sum(p.numel() for p in teacher.parameters()),
             student_parameters=sum(p.numel() for p in student.parameters()),

@@ -285,28 +285,10 @@ def recipe_hash(recipe: ToyRecipe, seed: int) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _paths(d: Path) -> dict[str, str]:
-    p = d / "prompts"
-    return {
-        "directory": str(d), "teacher_dir": str(d / "teacher"), "student_dir": str(d / "student"),
-        "train_prompts": str(p / "train.jsonl"), "probe_prompts": str(p / "probe.jsonl"),
-        "eval_prompts": str(p / "eval.jsonl"),
-    }  # fmt: skip
-
-
 def _cached(d: Path, key: str) -> ToyPairSummary | None:
+    fields = io.read_pair_cache(d, "toy_pair.json", key)
     try:
-        meta = json.loads((d / "toy_pair.json").read_text())
-    except (OSError, ValueError):
-        return None
-    paths = _paths(d)
-    needed = [Path(paths[k]) for k in ("train_prompts", "probe_prompts", "eval_prompts")]
-    for m in ("teacher_dir", "student_dir"):
-        needed += [Path(paths[m]) / f for f in ("config.json", "model.safetensors", "tokenizer.json")]
-    if meta.get("recipe_hash") != key or not all(p.is_file() for p in needed):
-        return None
-    try:
-        return ToyPairSummary(**{**meta["summary"], **paths})  # paths follow the dir if it was moved
+        return None if fields is None else ToyPairSummary(**fields)
     except TypeError:  # a summary written by another version of this module
         return None
 
@@ -359,7 +341,7 @@ def _build(d: Path, recipe: ToyRecipe, seed: int, key: str) -> ToyPairSummary:
 
     samples = generate(student, ids, recipe.max_new_tokens, temperature=1.0, seed=seed)
     summary = ToyPairSummary(
-        **_paths(d), seed=seed, recipe_hash=key,
+        **io.pair_dir_paths(d), seed=seed, recipe_hash=key,
         teacher_accuracy=accuracy(generate(teacher, ids, recipe.max_new_tokens)),
         student_accuracy=accuracy(generate(student, ids, recipe.max_new_tokens)),
         student_sampled_accuracy=accuracy(samples),
