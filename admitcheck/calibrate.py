@@ -51,6 +51,7 @@ from admitcheck.config import CalibrateConfig
 from admitcheck.curve import Budget, bootstrap_budget, default_tolerance, fit_curve
 from admitcheck.errors import AdmitcheckError, CalibrationError, ConfigError
 from admitcheck.levels import GRID_STDS, Level, RunContext, load_context, measure_grid, resolve_levels, run_one
+from admitcheck.opd import quality_definition
 
 __all__ = [
     "Calibration",
@@ -290,8 +291,7 @@ def build_artifact(config, config_file, out: Path, levels, runs, grid, pair_fp) 
         },
         "recipe": {**recipe_of(config), "prompts": _relpath(config.train.prompts, out.parent)},
         "quality": {
-            "definition": "held-out reverse KL student->teacher per token, exact over the vocab, on the student's "
-            "own samples in reference precision (nats/token, lower is better)",
+            "definition": quality_definition(config.train),
             "eval": config.eval.model_dump(mode="json", exclude={"prompts"}),
             "start": start,
             "baseline_mean": f["baseline_mean"],
@@ -310,8 +310,8 @@ def build_artifact(config, config_file, out: Path, levels, runs, grid, pair_fp) 
 
 
 _RUN_KEYS = ("level", "kind", "seed", "in_fit", "relative_std", "staleness", "mismatch", "mismatch_interval",
-             "kl_exact", "fit_x", "quality", "quality_cost", "predicted_cost", "quality_start", "accuracy",
-             "accuracy_start", "steps")  # fmt: skip
+             "kl_exact", "fit_x", "quality", "reverse_kl", "quality_cost", "predicted_cost", "quality_start",
+             "accuracy", "accuracy_start", "steps")  # fmt: skip
 
 
 def _run_entry(r: dict[str, Any]) -> dict[str, Any]:
