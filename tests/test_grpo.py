@@ -105,7 +105,7 @@ def test_the_closed_form_helper_matches_the_hand_written_one() -> None:
 
 def test_on_policy_the_loss_is_the_plain_policy_gradient() -> None:
     """μ = π_θ: every mode gives ∇L = −(1/N) Σ A ∇log π (ratio 1 is inside every clip, weight and range)."""
-    logits, tokens, mask, lp, _, _, adv = _batch(2)
+    logits, _tokens, mask, lp, _, _, adv = _batch(2)
     grads = []
     for cfg in MODES:
         loss, stats = grpo.grpo_loss(cfg, lp, lp.detach(), adv, mask)
@@ -138,11 +138,11 @@ def _ids(text: str) -> list[int]:
 
 def test_toy_reversal_reward_is_exact_match_of_the_reversed_digits() -> None:
     prompt = toy.encode_prompt("3 1 4 1 5 =")
-    assert grpo.toy_reversal_reward(prompt, _ids("51413") + [toy.EOS_ID]) == 1.0
-    assert grpo.toy_reversal_reward(prompt, _ids("51413") + [toy.EOS_ID, 5, 6]) == 1.0  # after <eos>: not read
-    assert grpo.toy_reversal_reward(prompt, _ids("5141") + [toy.EOS_ID]) == 0.0
-    assert grpo.toy_reversal_reward(prompt, _ids("514133") + [toy.EOS_ID]) == 0.0
-    assert grpo.toy_reversal_reward(prompt, _ids("31415") + [toy.EOS_ID]) == 0.0
+    assert grpo.toy_reversal_reward(prompt, [*_ids("51413"), toy.EOS_ID]) == 1.0
+    assert grpo.toy_reversal_reward(prompt, [*_ids("51413"), toy.EOS_ID, 5, 6]) == 1.0  # after <eos>: not read
+    assert grpo.toy_reversal_reward(prompt, [*_ids("5141"), toy.EOS_ID]) == 0.0
+    assert grpo.toy_reversal_reward(prompt, [*_ids("514133"), toy.EOS_ID]) == 0.0
+    assert grpo.toy_reversal_reward(prompt, [*_ids("31415"), toy.EOS_ID]) == 0.0
 
 
 def test_toy_reversal_reward_agrees_with_check_answer_through_the_tokenizer() -> None:
@@ -152,7 +152,7 @@ def test_toy_reversal_reward_agrees_with_check_answer_through_the_tokenizer() ->
         digits = "".join(str(int(d)) for d in torch.randint(10, (int(torch.randint(4, 8, (1,), generator=g)),),
                                                             generator=g))  # fmt: skip
         prompt_text = toy.format_prompt(digits)
-        response = _ids(digits[::-1]) + [toy.EOS_ID]
+        response = [*_ids(digits[::-1]), toy.EOS_ID]
         if torch.rand(1, generator=g) < 0.5:  # corrupt half of them: a digit changed, dropped or added
             i = int(torch.randint(len(digits), (1,), generator=g))
             response[i] = [toy.DIGIT0_ID + (response[i] - toy.DIGIT0_ID + 1) % 10, toy.EOS_ID, response[i]][i % 3]
@@ -161,7 +161,7 @@ def test_toy_reversal_reward_agrees_with_check_answer_through_the_tokenizer() ->
 
 
 def test_toy_reversal_reward_refuses_prompts_of_another_tokenizer() -> None:
-    with pytest.raises(ConfigError, match="train.grpo.reward"):
+    with pytest.raises(ConfigError, match=r"train\.grpo\.reward"):
         grpo.check_reward_prompts("toy_reversal", [[1, 40, 41, 14]])
     grpo.check_reward_prompts("toy_reversal", [toy.encode_prompt("1 2 3 =")])
 
