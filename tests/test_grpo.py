@@ -211,3 +211,24 @@ def test_grpo_train_runs_resyncs_and_is_deterministic(tmp_path) -> None:
         assert max(s.k3 for s in result.steps) < 1e-6  # float32 engine re-synced from the trainer: no mismatch
         runs.append([s.loss for s in result.steps] + [float(p.detach().sum()) for p in student.parameters()])
     assert runs[0] == runs[1]
+
+
+def test_a_grpo_calibration_fits_the_task_error_with_cost_baseline_reward_minus_run_reward(tmp_path) -> None:
+    import numpy as np
+
+    from admitcheck.calibrate import calibrate
+    from admitcheck.config import CalibrateConfig
+    from tests.test_calibrate import tiny_config_dict
+    from tests.test_opd import make_tiny_pair
+
+    data = tiny_config_dict(make_tiny_pair(tmp_path / "pair"), tmp_path / "tiny_rl.yaml")
+    data["train"] |= {"loss": "grpo", "grpo": {"group_size": 4}}
+    data["levels"]["extra"] = []
+    cal = calibrate(CalibrateConfig.model_validate(data))
+    assert cal.data["quality"]["definition"] == grpo.QUALITY_DEFINITION
+    assert cal.recipe["loss"] == "grpo" and cal.recipe["grpo"]["group_size"] == 4
+    base_reward = np.mean([r["accuracy"] for r in cal.runs if r["kind"] == "baseline"])
+    for r in cal.runs:
+        assert r["quality"] == pytest.approx(1.0 - r["accuracy"])
+        assert r["quality_cost"] == pytest.approx(base_reward - r["accuracy"])
+        assert r["reverse_kl"] > 0  # reported beside the task reward
