@@ -53,8 +53,8 @@ def test_mover_ratio_interval_covers_at_its_level_for_log_normal_budgets() -> No
 
 def test_mover_ratio_interval_keeps_its_level_for_skewed_budgets() -> None:
     """Log-budget errors skewed (standardised Gamma(4), skewness 1), each interval exact and asymmetric: MOVER is
-    only approximate here; it must still cover within [0.93, 0.97] (measured 0.95 at n = 4000: a failure means the
-    approximation broke, not noise, since the ±4 sd Monte-Carlo band alone is ±0.014)."""
+    only approximate here; it must still cover within [0.93, 0.97] (a failure means the
+    approximation broke, not noise, since the ±4 sd Monte-Carlo band alone is ±0.014). Measured: 0.9475."""
     rng = np.random.default_rng(1)
     n, k, true_a, true_b, sa, sb = 4000, 4.0, 0.016, 0.004, 0.3, 0.5
     q_lo, q_hi = np.quantile((rng.gamma(k, size=400_000) - k) / math.sqrt(k), [0.025, 0.975])
