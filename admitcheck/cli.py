@@ -311,12 +311,14 @@ def compare(first: CalArg, second: CalArg, as_json: JsonOpt = False) -> None:
         for name, cell in rows:
             table.add_row(name, cell(cmp.first, cal_a), cell(cmp.second, cal_b))
         out.print(table)
-        out.print(
-            f"budget ratio {cmp.second.objective} / {cmp.first.objective} = {_fmt(cmp.ratio)}  "
-            f"{100 * cmp.confidence:.0f}% interval {_interval(cmp.ratio_interval)}  ({cmp.method})"
-        )
+        name = f"budget ratio {cmp.second.objective} / {cmp.first.objective}"
+        if cmp.method == "bound":  # no point estimate: only the bound is claimed
+            out.print(f"{name} within {_interval(cmp.ratio_interval)} (bound)", markup=False)
+        else:
+            out.print(f"{name} = {_fmt(cmp.ratio)}  {100 * cmp.confidence:.0f}% interval "
+                      f"{_interval(cmp.ratio_interval)}  ({cmp.method})", markup=False)  # fmt: skip
         for note in cmp.notes:
-            out.print(f"note: {note}")
+            out.print(f"note: {note}", markup=False)
         levels = Table(title="per level: mean mismatch and mean quality cost in units of each τ (>1: over τ)")
         for c in ("level", f"{cal_a.metric} A", "cost/τ A", f"{cal_b.metric} B", "cost/τ B"):
             levels.add_column(c, justify="right" if c != "level" else "left")

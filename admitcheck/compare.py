@@ -47,7 +47,7 @@ class BudgetSide:
 class Comparison:
     first: BudgetSide
     second: BudgetSide
-    ratio: float  # B_second / B_first (for "bound": the geometric middle of the bound, not an estimate)
+    ratio: float  # B_second / B_first (for "bound": the ratio of the two reported values, not an estimate)
     ratio_interval: tuple[float, float]
     confidence: float
     method: str  # "bootstrap" | "mover (approximate)" | "bound"

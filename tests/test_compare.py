@@ -127,3 +127,11 @@ def test_compare_refuses_budgets_on_different_scales(tmp_path) -> None:
     a = _artifact(tmp_path, "a")
     b = _artifact(tmp_path, "b", protocol__probe__max_new_tokens=32)
     assert_user_error(CliRunner().invoke(app, ["compare", str(a), str(b)]), "max_new_tokens")
+
+
+def test_compare_command_prints_a_bound_as_a_bound(tmp_path) -> None:
+    a = _artifact(tmp_path, "a", budget__kind="upper_bound", budget__value=1e-4, budget__interval=[0.0, 1e-4])
+    b = _artifact(tmp_path, "b")
+    result = CliRunner().invoke(app, ["compare", str(a), str(b)])
+    flat = " ".join(result.output.split())
+    assert result.exit_code == 0 and "(bound)" in flat and "[low_b / high_a, high_b / low_a]" in flat, flat
