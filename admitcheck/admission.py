@@ -1,29 +1,36 @@
-"""Admission: the pure decision rule of a screen — look plan, per-look confidence, decision interval, verdict.
+"""Admission: the pure decision rule of a screen — look plan, per-look level, the look, the verdict.
 
     from admitcheck.admission import Evidence, confidence_per_look, look, looks_plan, verdict
     first, most, max_looks = looks_plan(screen_config, num_prompts=512)  # batches: before the 1st look, at most; K
     conf = confidence_per_look(0.95, max_looks)                          # 1 − α/K (Bonferroni)
-    state = look(k3, lo, hi, threshold=0.05, budget_kind="point")        # admit | reject | undecided | unresolvable
-    v = verdict("fp8_kv", Evidence(state, values, intervals, conf, looks, probes, tokens), budget, "reject")
-    v.decision, v.marginal, v.reason, v.margin, v.ratio_to_budget
+    state = look(lo, hi, share, budget_interval=(0.01, 0.023), at_cap=False)   # admit | reject | undecided | heavy_tail
+    v = verdict("fp8_kv", Evidence(state, values, intervals, conf, looks, probes, tokens, estimator="kl_exact"),
+                budget, "reject", predict_cost)
+    v.decision, v.decided_by, v.error_control, v.mismatch_interval, v.margin
 
-Sequential test (REFERENCE §3.4). After the batch that reaches probe.min_prompts and after every later one, the k3
-interval over all sequences so far is compared with the threshold: upper bound below → ADMIT, lower bound above →
-REJECT. The repeated looks are paid for by spending α evenly over the K looks the probe settings allow (Bonferroni,
-`metrics.sequential_confidence`): each look uses level 1 − α/K, so the chance that any look errs is ≤ α whatever
-the stopping rule; the reported k3 interval has that per-look level. Still undecided at probe.num_prompts: the
-verdict is `marginal`, the point estimate gives the leaning, and policy.undecided applies: `reject` (default)
-rejects every marginal verdict; `admit` lets the point estimate decide (k3 < threshold → ADMIT), so nothing is
-admitted with k3 above the budget.
+The rule (docs/statistics.md has the error accounting). The mismatch m is measured by the estimator with the least
+variance for the budget's quantity (`decision_estimator`: kl_exact where full rows exist, k3 otherwise; both are
+KL(μ‖π)). After the batch that reaches probe.min_prompts and after every later one, its studentized-bootstrap
+interval over all sequences so far (`metrics.bootstrap_t_bounds`, two-sided level 1 − α/K: α spent evenly over the
+K possible looks) is compared with the budget's own interval [B_lo, B_hi] (the calibration's bootstrap interval):
 
-Threshold by budget kind (`curve.Budget`): "point" → B. "lower_bound" (no calibrated level reached τ: B ≥ b) → b,
-conservatively: only mismatch inside the calibrated range is admitted, and a rejection says B may be larger.
-"upper_bound" (even the smallest level cost more than τ: B ≤ b) → b for rejections; an interval below b cannot be
-admitted by the bounds (B is unknown below b), so sampling stops there and the verdict is marginal.
-margin = threshold − k3 upper bound (nats/token; > 0: the whole interval is under it); ratio_to_budget = k3 / threshold.
-Non-finite log-probs reject at once, with their count.
+    ADMIT  when the mismatch upper bound < B_lo      REJECT when the mismatch lower bound > B_hi
 
-Pure: numbers and dataclasses in, dataclasses out; no files, devices, torch or printing.
+so a wrong ADMIT needs the candidate's upper bound to miss (≤ α/2 over all looks) or the budget's lower bound to
+miss (≤ (1 − c_B)/2): P(wrong ADMIT) ≤ α/2 + (1 − c_B)/2, the same for REJECT. Bound-only budgets fit the same
+rule: "lower_bound" (B ≥ b) has the interval (b, ∞) and never rejects by the bound; "upper_bound" (B ≤ b) has
+(0, b) and never admits by it. Heavy tails: while one sequence carries more than HEAVY_TAIL_SHARE of the estimator's
+total, no look decides and more probes are drawn; at probe.num_prompts the bound decides and the verdict is flagged
+`heavy_tail`. Still undecided at probe.num_prompts: `marginal`; policy.undecided = reject rejects it, `admit` lets
+the point estimate decide against B (marked error_control = False: nothing bounds that decision's error).
+
+`decided_by`: "candidate" or "budget" — whose uncertainty was the larger part of the gap between the point estimate
+and the budget on the deciding side (for a marginal verdict: "budget" when the candidate's interval alone would have
+decided against the point budget, else "candidate"); "policy" is never a value: error_control says that.
+margin (nats/token, on the deciding side): ADMIT B_lo − upper; REJECT lower − B_hi; marginal: the side of the point
+estimate, negative. Non-finite log-probs reject at once, with their count.
+
+Pure: numbers, numpy arrays and dataclasses in, dataclasses out; no files, devices, torch or printing.
 """
 
 from __future__ import annotations
@@ -33,7 +40,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from admitcheck.metrics import decide, sequential_confidence
+import numpy as np
+
+from admitcheck.metrics import PARETO_K_LIMIT, sequential_confidence
 
 if TYPE_CHECKING:
     from admitcheck.config import ScreenConfig
@@ -42,35 +51,44 @@ if TYPE_CHECKING:
 Decision = Literal["ADMIT", "REJECT"]
 BudgetKind = Literal["point", "lower_bound", "upper_bound"]
 Policy = Literal["reject", "admit"]  # policy.undecided: what a marginal verdict gets
-# What the looks found so far: decided (admit, reject), not yet (undecided), never by the bounds (unresolvable:
-# an upper-bound budget and an interval below it), or stopped by non-finite log-probs (nonfinite).
-LookState = Literal["admit", "reject", "undecided", "unresolvable", "nonfinite"]
+# What the looks found so far: decided (admit, reject), not yet (undecided), not while one sequence dominates
+# (heavy_tail, before the probe cap), or stopped by non-finite log-probs (nonfinite).
+LookState = Literal["admit", "reject", "undecided", "heavy_tail", "nonfinite"]
+HEAVY_TAIL_SHARE = 0.10  # a look with one sequence above this share of the total draws more probes first
+KL_ESTIMATORS = ("kl_exact", "k3")  # the same KL(μ‖π): kl_exact (full rows) has far less variance
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """One candidate's admission decision and the evidence behind it (mismatch k3 in nats/token)."""
+    """One candidate's admission decision and the evidence behind it (mismatch in nats/token)."""
 
     name: str
     decision: Decision
-    marginal: bool  # undecided at probe.num_prompts (or by a bound-only budget): policy.undecided applied
+    marginal: bool  # undecided at probe.num_prompts: policy.undecided applied
+    error_control: bool  # False when policy.undecided = admit decided (no bound stands behind the decision)
+    decided_by: Literal["candidate", "budget"]  # whose uncertainty was the larger part of the gap (docstring)
     reason: str
-    k3: float
-    k3_interval: tuple[float, float]  # at confidence_per_look
-    budget: float  # the threshold compared with (module docstring: bound-only budgets)
-    budget_interval: tuple[float, float]
+    metric: str  # the budget's scale (the calibration's metric)
+    estimator: str  # what measured it: kl_exact (full rows) or the metric itself
+    mismatch: float  # the estimator's value over every probe, nats/token
+    mismatch_interval: tuple[float, float]  # its studentized-bootstrap interval at confidence_per_look
+    budget: float
+    budget_interval: tuple[float, float]  # the calibration's; the rule compares with its ends
     budget_kind: BudgetKind
-    margin: float  # budget − k3 upper bound, nats/token
-    ratio_to_budget: float  # k3 / budget
-    quality_cost: float | None  # the calibration curve at k3, nats/token; None when k3 is not finite
-    quality_cost_interval: tuple[float, float] | None  # the curve at the k3 interval ends (it is monotone)
-    floor_k3: float | None  # the engine in the reference's configuration on the first-look probes
+    margin: float  # on the deciding side (docstring), nats/token
+    ratio_to_budget: float  # mismatch / budget
+    top_share: float  # the largest sequence's share of the estimator's total
+    tail_index: float  # Pareto k̂ of the estimator's per-sequence sums (metrics.pareto_k); −inf: no tail to fit
+    heavy_tail: bool  # top_share > HEAVY_TAIL_SHARE or tail_index > PARETO_K_LIMIT: the bounds did not decide
+    quality_cost: float | None  # the calibration curve at the mismatch, nats/token; None when not finite
+    quality_cost_interval: tuple[float, float] | None  # the curve at the interval ends (it is monotone)
+    floor: float | None  # the floor engine's mismatch on the same estimator, first-look probes
     probes: int  # sequences measured
     tokens: int
     looks: int
     confidence_per_look: float
-    metrics: dict[str, float] = field(default_factory=dict)
-    metric_intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)  # every metric over every probe
+    metric_intervals: dict[str, tuple[float, float]] = field(default_factory=dict)  # one per metric, same level
     capacity: dict[str, Any] | None = None  # `capacity.kv_capacity` of the candidate, ratio_vs_bf16 first
     seconds: float = 0.0  # engine start + measurement (+ OPD steps for staleness)
     source: Literal["engine", "logs"] = "engine"
@@ -78,6 +96,14 @@ class Verdict:
     @property
     def admitted(self) -> bool:
         return self.decision == "ADMIT"
+
+    @property
+    def k3(self) -> float:
+        return self.metrics.get("k3", math.nan)
+
+    @property
+    def k3_interval(self) -> tuple[float, float]:
+        return tuple(self.metric_intervals.get("k3", (math.nan, math.nan)))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -88,15 +114,18 @@ class Evidence:
     """What one candidate's measurement found: the final metrics and the state of the sequential test."""
 
     state: LookState
-    values: dict[str, float]  # every metric over all sequences measured; "k3" required, nats/token
-    intervals: dict[str, tuple[float, float]]  # symmetric intervals at `confidence` (metrics.ratio_interval)
-    confidence: float  # per look
+    values: dict[str, float]  # every metric over all sequences measured, nats/token
+    intervals: dict[str, tuple[float, float]]  # studentized-bootstrap intervals at `confidence`
+    confidence: float  # per look, two-sided
     looks: int  # looks taken
     probes: int  # sequences measured
     tokens: int
     max_looks: int = 1  # looks the plan allowed (> 1: the reason says "per look")
     nonfinite: int = 0  # non-finite log-probs on either side, masked tokens
     engine_nonfinite: int = 0  # of them on the engine (rollout) side
+    estimator: str = "k3"  # the key of `values` that decides
+    top_share: float = 0.0  # the largest sequence's share of the estimator's total
+    tail_index: float = -math.inf  # Pareto k̂ of the estimator's per-sequence sums (metrics.pareto_k)
 
 
 # ------------------------------------------------------------------------------------------------ the look plan
@@ -115,82 +144,110 @@ def confidence_per_look(confidence: float, max_looks: int) -> float:
     return sequential_confidence(confidence, max_looks)
 
 
+def decision_estimator(metric: str, available: Any) -> str:
+    """The key that measures the budget's `metric` with the least variance among `available` keys (finite ones):
+    kl_exact for the KL scale (k3 or kl_exact) where full rows gave it, else the metric (k3 for kl_exact)."""
+    if metric in KL_ESTIMATORS:
+        return "kl_exact" if "kl_exact" in available else "k3"
+    return metric
+
+
 # ------------------------------------------------------------------------------------------------ one look
 
 
-def decision_interval(k3: float, lo: float, hi: float) -> tuple[float, float]:
-    """The k3 interval on the log scale from the symmetric one (delta method: se(log k3) = se / k3).
-
-    k3 is a mean of non-negative, right-skewed per-token terms; [k3·e^(−h/k3), k3·e^(h/k3)] with h = hi − k3 stays
-    positive and is wider above: its upper bound is ≥ hi (e^x ≥ 1 + x), so admission is never easier than with the
-    symmetric interval, while an estimate far above the budget gets a lower bound above 0 and is rejected sooner.
-    """
-    h = hi - k3
-    if not (math.isfinite(k3) and math.isfinite(h)) or k3 <= 0:
-        return lo, hi
-    return k3 * math.exp(-h / k3), k3 * math.exp(h / k3)
+def budget_band(budget: Budget) -> tuple[float, float]:
+    """[B_lo, B_hi] the rule compares with: the calibration's interval, widened to hold the value itself."""
+    lo, hi = (float(x) for x in budget.interval)
+    return min(lo, float(budget.value)), max(hi, float(budget.value))
 
 
-def look(k3: float, lo: float, hi: float, threshold: float, budget_kind: BudgetKind) -> LookState:
-    """One look of the sequential test on the symmetric interval [lo, hi] (see `decision_interval`)."""
-    state = decide(k3, *decision_interval(k3, lo, hi), threshold)
-    return "unresolvable" if state == "admit" and budget_kind == "upper_bound" else state
+def is_heavy(share: Any, tail_index: Any) -> Any:
+    """True where one sequence carries > HEAVY_TAIL_SHARE of the total or the tail index k̂ > PARETO_K_LIMIT."""
+    with np.errstate(invalid="ignore"):
+        return (np.asarray(share) > HEAVY_TAIL_SHARE) | (np.asarray(tail_index) > PARETO_K_LIMIT)
+
+
+def look_states(lower: Any, upper: Any, share: Any, tail_index: Any, budget_interval: tuple[float, float]) -> Any:
+    """Vectorised look (numpy arrays broadcast): "admit" | "reject" | "undecided" | "heavy_tail" per element."""
+    lo, hi = (np.asarray(x, dtype=np.float64) for x in (lower, upper))
+    b_lo, b_hi = budget_interval
+    with np.errstate(invalid="ignore"):
+        admit, reject = hi < b_lo, lo > b_hi  # nan compares False: undecided
+        heavy = is_heavy(share, tail_index)
+    out = np.where(admit, "admit", np.where(reject, "reject", "undecided")).astype(object)
+    return np.where(heavy & (admit | reject), "heavy_tail", out)
+
+
+def look(lower: float, upper: float, share: float, tail_index: float, budget_interval: tuple[float, float]) -> str:
+    """One look: the mismatch interval [lower, upper] against the budget's interval (module docstring)."""
+    return str(look_states(lower, upper, share, tail_index, budget_interval)[()])  # type: ignore[return-value]
 
 
 # ------------------------------------------------------------------------------------------------ the verdict
 
 
-def threshold_of(budget: Budget) -> float:
-    """The mismatch compared with, nats/token: the budget's value for every kind (module docstring)."""
-    return float(budget.value)
+def ratio_to_budget(mismatch: float, threshold: float) -> float:
+    """mismatch / threshold; inf for a threshold of 0."""
+    return mismatch / threshold if threshold > 0 else math.inf
 
 
-def margin_to_budget(threshold: float, k3_upper: float) -> float:
-    """threshold − k3 upper bound, nats/token: > 0 when the whole interval is under the threshold."""
-    return threshold - k3_upper
-
-
-def ratio_to_budget(k3: float, threshold: float) -> float:
-    """k3 / threshold; inf for a threshold of 0."""
-    return k3 / threshold if threshold > 0 else math.inf
-
-
-def ruling(evidence: Evidence, budget: Budget, policy: Policy) -> tuple[Decision, bool, str]:
-    """(decision, marginal, reason) from the final state of the sequential test, by budget kind and policy."""
-    e, thr = evidence, threshold_of(budget)
-    k3, (lo, hi) = e.values["k3"], decision_interval(e.values["k3"], *e.intervals["k3"])
+def ruling(evidence: Evidence, budget: Budget, policy: Policy) -> tuple[Decision, bool, bool, str, str, float]:
+    """(decision, marginal, error_control, decided_by, reason, margin) from the final state of the test."""
+    e, b = evidence, float(budget.value)
+    b_lo, b_hi = budget_band(budget)
+    m, (lo, hi) = e.values[e.estimator], e.intervals[e.estimator]
     at = f"at {e.confidence:.4g}" + (" per look" if e.max_looks > 1 else "")
+    name = e.estimator
+    below = m < b
+    # the candidate's and the budget's half-widths on the side of the point estimate
+    cand_w, budget_w = (hi - m, b - b_lo) if below else (m - lo, b_hi - b)
+    by = "budget" if budget_w > cand_w else "candidate"
     if e.state == "nonfinite":
         reason = (
             f"engine produced {e.engine_nonfinite} non-finite log-probs"
             if e.engine_nonfinite
             else f"the reference gives {e.nonfinite} sampled tokens zero probability or non-finite log-probs "
-            "(k3 is infinite: the candidate samples outside the reference's top-k/top-p set)"
+            "(the mismatch is infinite: the candidate samples outside the reference's support)"
         )
-        return "REJECT", False, reason
-    if e.state == "admit":
-        return "ADMIT", False, f"k3 upper bound {hi:.3g} < budget {thr:.3g} {at}"
-    if e.state == "reject":
-        beyond = "; the budget is only known to be ≥ this (no level reached τ): calibrate further to decide beyond it"
-        reason = f"k3 lower bound {lo:.3g} > budget {thr:.3g} {at}"
-        return "REJECT", False, reason + (beyond if budget.kind == "lower_bound" else "")
-    why = (
-        f"the budget is only known to be ≤ {thr:.3g} (even the smallest level exceeded τ)"
-        if e.state == "unresolvable"
-        else f"[{lo:.3g}, {hi:.3g}] {at} still contains the budget {thr:.3g} after {e.probes} probes"
+        return "REJECT", False, True, "candidate", reason, math.inf
+    heavy = (
+        f"; heavy tail: one sequence carries {e.top_share:.0%} of {name}, tail index k̂ {e.tail_index:.2f} (limits "
+        f"{HEAVY_TAIL_SHARE:.0%}, {PARETO_K_LIMIT}): more probes needed"
+        if is_heavy(e.top_share, e.tail_index)
+        else ""
     )
-    decision: Decision = "ADMIT" if policy == "admit" and k3 < thr else "REJECT"
-    side = "below" if k3 < thr else "above"
-    return decision, True, f"marginal: {why}; point estimate {k3:.3g} is {side} it; policy.undecided = {policy}"
+    if e.state == "admit":
+        reason = f"{name} upper bound {hi:.3g} < budget lower bound {b_lo:.3g} {at}{heavy}"
+        return "ADMIT", False, True, by, reason, b_lo - hi
+    if e.state == "reject":
+        reason = f"{name} lower bound {lo:.3g} > budget upper bound {b_hi:.3g} {at}{heavy}"
+        if budget.kind == "upper_bound":
+            reason += " (the budget is only known to be ≤ it)"
+        return "REJECT", False, True, by, reason, lo - b_hi
+    # marginal: whose uncertainty kept it undecided
+    by = "budget" if (hi < b or lo > b) else "candidate"
+    why = {
+        "budget": f"[{lo:.3g}, {hi:.3g}] {at} is clear of the budget {b:.3g} but not of its interval "
+        f"[{b_lo:.3g}, {b_hi:.3g}] (the budget's uncertainty)",
+        "candidate": f"[{lo:.3g}, {hi:.3g}] {at} still contains the budget {b:.3g} after {e.probes} probes",
+    }[by]
+    margin = (b_lo - hi) if below else (lo - b_hi)
+    if policy == "admit":
+        decision: Decision = "ADMIT" if below else "REJECT"
+        tail = f"policy.undecided = admit: the point estimate decides, NO ERROR CONTROL{heavy}"
+        side = "below" if below else "above"
+        return decision, True, False, by, f"marginal: {why}; {name} {m:.3g} is {side} {b:.3g}; {tail}", margin
+    reason = f"marginal: {why}; policy.undecided = reject{heavy}"
+    return "REJECT", True, True, by, reason, margin
 
 
 def predicted_cost(
-    predict: Callable[[float], float], k3: float, lo: float, hi: float
+    predict: Callable[[float], float], m: float, lo: float, hi: float
 ) -> tuple[float | None, tuple[float, float] | None]:
-    """The calibration curve at k3 and at the interval ends (monotone curve); None where k3 is not finite."""
-    if not math.isfinite(k3):
+    """The calibration curve at m and at the interval ends (monotone curve); None where m is not finite."""
+    if not math.isfinite(m):
         return None, None
-    cost = [float(predict(max(x, 0.0))) for x in (k3, lo if math.isfinite(lo) else 0.0)]
+    cost = [float(predict(max(x, 0.0))) for x in (m, lo if math.isfinite(lo) else 0.0)]
     return cost[0], ((cost[1], float(predict(hi))) if math.isfinite(hi) else None)
 
 
@@ -201,31 +258,39 @@ def verdict(
     policy: Policy,
     predict_cost: Callable[[float], float],
     *,
-    floor_k3: float | None = None,
+    metric: str = "k3",
+    floor: float | None = None,
     capacity: dict[str, Any] | None = None,
     seconds: float = 0.0,
     source: Literal["engine", "logs"] = "engine",
 ) -> Verdict:
-    """The Verdict of one candidate: the ruling, the decision interval, margin, ratio and predicted quality cost."""
-    decision, marginal, reason = ruling(evidence, budget, policy)
-    thr, k3 = threshold_of(budget), evidence.values["k3"]
-    lo, hi = decision_interval(k3, *evidence.intervals["k3"])
-    cost, cost_interval = predicted_cost(predict_cost, k3, lo, hi)
+    """The Verdict of one candidate: the ruling, the interval, margin, ratio and predicted quality cost."""
+    decision, marginal, control, by, reason, margin = ruling(evidence, budget, policy)
+    m = evidence.values[evidence.estimator]
+    lo, hi = evidence.intervals[evidence.estimator]
+    cost, cost_interval = predicted_cost(predict_cost, m, lo, hi)
     return Verdict(
         name=name,
         decision=decision,
         marginal=marginal,
+        error_control=control,
+        decided_by=by,  # type: ignore[arg-type]
         reason=reason,
-        k3=k3,
-        k3_interval=(lo, hi),
-        budget=thr,
-        budget_interval=tuple(budget.interval),
+        metric=metric,
+        estimator=evidence.estimator,
+        mismatch=m,
+        mismatch_interval=(lo, hi),
+        budget=float(budget.value),
+        budget_interval=tuple(float(x) for x in budget.interval),
         budget_kind=budget.kind,
-        margin=margin_to_budget(thr, hi),
-        ratio_to_budget=ratio_to_budget(k3, thr),
+        margin=margin,
+        ratio_to_budget=ratio_to_budget(m, float(budget.value)),
+        top_share=evidence.top_share,
+        tail_index=evidence.tail_index,
+        heavy_tail=bool(is_heavy(evidence.top_share, evidence.tail_index)),
         quality_cost=cost,
         quality_cost_interval=cost_interval,
-        floor_k3=floor_k3,
+        floor=floor,
         probes=evidence.probes,
         tokens=evidence.tokens,
         looks=evidence.looks,

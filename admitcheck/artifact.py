@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from admitcheck import io
+from admitcheck import fingerprint, io
 from admitcheck.config import CalibrateConfig, PairConfig, ProbeConfig, ReferenceConfig, SamplingConfig
 from admitcheck.curve import Budget, CurveFit
 from admitcheck.errors import AdmitcheckError, CalibrationError
@@ -37,7 +37,7 @@ RECIPE_KEYS = ("loss", "student_logprobs", "lr", "lr_schedule", "tis_cap", "temp
 _NUM = (int, float)
 _REQUIRED: dict[str, type | tuple[type, ...]] = {
     "schema_version": int, "name": str, "metric": str,
-    "pair.student.config": str, "pair.student.weights": str, "pair.teacher.config": str,
+    "pair.student.architecture": dict, "pair.student.weights": str, "pair.teacher.architecture": dict,
     "pair.teacher.weights": str, "pair.tokenizer": str, "pair.prompts.probe": str,
     "protocol": dict, "recipe": dict, "recipe.loss": str, "recipe.student_logprobs": str, "recipe.seed": int,
     "tolerance.value": _NUM, "runs": list,
@@ -47,15 +47,9 @@ _REQUIRED: dict[str, type | tuple[type, ...]] = {
 
 
 def fingerprint_pair(pair: PairConfig, probe: ProbeConfig | None = None) -> dict[str, Any]:
-    """Hashes of what makes a pair: student and teacher {config, weights}, tokenizer, and the probe prompt set."""
-    out: dict[str, Any] = {
-        "student": io.fingerprint_model(pair.student),
-        "teacher": io.fingerprint_model(pair.teacher),
-        "tokenizer": io.fingerprint_tokenizer(pair.tokenizer or pair.student),
-    }
-    if probe is not None:
-        out["probe_prompts"] = io.sha256_file(probe.prompts)
-    return out
+    """`fingerprint.pair_fingerprint`: canonical architecture and content hashes of student and teacher, the
+    tokenizer, and the probe prompt set when `probe` is given."""
+    return fingerprint.pair_fingerprint(pair, probe.prompts if probe is not None else None)
 
 
 def protocol_keys(sampling: SamplingConfig, probe: ProbeConfig, reference: ReferenceConfig) -> dict[str, Any]:
@@ -127,6 +121,11 @@ class Calibration:
         }
 
     @property
+    def behaviour(self) -> dict[str, Any] | None:
+        """Both models' log-probs on fixed sequences (`fingerprint.behaviour_fingerprint`), None in old artifacts."""
+        return self.data["pair"].get("behaviour")
+
+    @property
     def recipe(self) -> dict[str, Any]:
         return self.data["recipe"]
 
@@ -160,7 +159,7 @@ class Calibration:
         """The recipe's train prompt set (stored relative to the artifact), checked against its hash."""
         rel = self.recipe.get("prompts")
         path = Path(rel) if self.path is None or Path(rel).is_absolute() else (self.path.parent / rel).resolve()
-        if not path.is_file() or io.sha256_file(path) != self.data["pair"]["prompts"].get("train"):
+        if not path.is_file() or fingerprint.prompts_fingerprint(path) != self.data["pair"]["prompts"].get("train"):
             raise CalibrationError(
                 f"train prompts {path} missing or not the set this calibration trained on",
                 file=str(self.path),
@@ -279,10 +278,13 @@ def calibration_matches(config: CalibrateConfig, artifact: Calibration | str | P
     """
     cal = artifact if isinstance(artifact, Calibration) else load_calibration(artifact)
     p = cal.data["pair"]
-    theirs = _flat({"pair": {k: p[k] for k in ("student", "teacher", "tokenizer")}, "prompts": p["prompts"]})
-    mine = _flat({"pair": fingerprint_pair(config.pair), "prompts": prompt_hashes(config)})
-    theirs |= cal.protocol | {"metric": cal.metric} | _flat({"recipe": _recipe_core(cal.recipe)})
-    mine |= protocol_keys(config.sampling, config.probe, config.reference) | {"metric": config.metric}
+    stored = {k: p[k] for k in ("student", "teacher", "tokenizer")} | {"prompts": p["prompts"]}
+    present = fingerprint_pair(config.pair) | {"prompts": prompt_hashes(config)}
+    diffs = fingerprint.strict_differences(stored, present, prefix="pair.")
+    if diffs:
+        return False, str(diffs[0])
+    theirs = cal.protocol | {"metric": cal.metric} | _flat({"recipe": _recipe_core(cal.recipe)})
+    mine = protocol_keys(config.sampling, config.probe, config.reference) | {"metric": config.metric}
     mine |= _flat({"recipe": _recipe_core(recipe_of(config))})
     for key in sorted(set(mine) | set(theirs)):
         if mine.get(key) != theirs.get(key):
@@ -292,9 +294,9 @@ def calibration_matches(config: CalibrateConfig, artifact: Calibration | str | P
 
 def prompt_hashes(config: CalibrateConfig) -> dict[str, str]:
     return {
-        "probe": io.sha256_file(config.probe.prompts),
-        "train": io.sha256_file(config.train.prompts),
-        "eval": io.sha256_file(config.eval.prompts),
+        "probe": fingerprint.prompts_fingerprint(config.probe.prompts),
+        "train": fingerprint.prompts_fingerprint(config.train.prompts),
+        "eval": fingerprint.prompts_fingerprint(config.eval.prompts),
     }
 
 

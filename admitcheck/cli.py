@@ -11,16 +11,19 @@ Only this module prints to the terminal or chooses exit codes.
 from __future__ import annotations
 
 import json
+import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
-from admitcheck.errors import AdmitcheckError
+from admitcheck.errors import AdmitcheckError, AdmitcheckWarning
 
 app = typer.Typer(
     add_completion=False,
@@ -29,20 +32,47 @@ app = typer.Typer(
     help="Mismatch budgets for on-policy distillation: calibrate how much training-inference mismatch a "
     "student/teacher pair tolerates, then admit or reject rollout configs against it.",
 )
-err = Console(stderr=True)
-out = Console()
+# Not a terminal (a CI log, a pipe): rich would cut tables to 80 columns and every number to "0.…"; render at the
+# tables' natural width instead (NO_WIDTH: wide enough for any table, and tables never stretch to fill it).
+NO_WIDTH = 10_000
+err = Console(stderr=True, width=None if sys.stderr.isatty() else NO_WIDTH)
+out = Console(width=None if sys.stdout.isatty() else NO_WIDTH)
 
 ConfigArg = Annotated[Path, typer.Argument(help="Path to the YAML config file.", show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout instead of tables.")]
+FromLogsOpt = Annotated[
+    Path | None,
+    typer.Option("--from-logs", help="Read a pipeline's logged log-probs (JSONL or Parquet) instead of sampling."),
+]
+FormatOpt = Annotated[
+    str,
+    typer.Option(
+        "--format",
+        help="The logs' format: auto (detected from the columns), admitcheck, prime-rl, verl, trl or nemo-rl.",
+    ),
+]
+DashboardOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--dashboard",
+        help="Also show the same tokens' metrics the way verl, prime-rl, nemo-rl, slime or trl logs them "
+        "(their W&B keys), beside admitcheck's.",
+    ),
+]
 
 
 def _guard(fn: Callable[[], int | None]) -> None:
-    """Run a command body; user errors become one red panel and exit 2 (or 3 for engine failures)."""
+    """Run a command body; user errors become one red panel and exit 2 (or 3 for engine failures); admitcheck's own
+    warnings are printed in yellow on stderr."""
     try:
-        code = fn() or 0
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", AdmitcheckWarning)
+            warnings.showwarning = _show_warning
+            code = fn() or 0
     except AdmitcheckError as exc:
         _stop_bars()  # before the panel, so a live bar does not overwrite it
-        err.print(Panel(str(exc), title=f"admitcheck: {type(exc).__name__}", border_style="red", expand=False))
+        msg = escape(str(exc))  # not markup: "pip install 'admitcheck[ray]'" must print its brackets
+        err.print(Panel(msg, title=f"admitcheck: {type(exc).__name__}", border_style="red", expand=False))
         raise typer.Exit(exc.exit_code) from None
     except MemoryError:
         _stop_bars()
@@ -51,6 +81,14 @@ def _guard(fn: Callable[[], int | None]) -> None:
     finally:
         _stop_bars()
     raise typer.Exit(code)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    if issubclass(category, AdmitcheckWarning):
+        _stop_bars()
+        err.print(f"[yellow]warning:[/yellow] {message}", highlight=False)
+    else:
+        err.print(warnings.formatwarning(message, category, filename, lineno, line).rstrip(), highlight=False)
 
 
 def _stop_bars() -> None:
@@ -77,6 +115,11 @@ class _ProgressBars:
         self.bars.update(self.tasks[label], completed=done, total=total)
         if all(t.finished for t in self.bars.tasks):  # done: clear the bars before the command prints its tables
             self.stop()
+
+    def status(self, label: str, text: str) -> None:
+        """A one-line status beside the bar `label` (the runs in flight, retried, failed)."""
+        if self.bars is not None and label in self.tasks:
+            self.bars.update(self.tasks[label], description=f"{label} · {text}" if text else label)
 
     def stop(self) -> None:
         if self.bars is not None:
@@ -174,23 +217,106 @@ def render_prefix_shift(name: str, d: dict) -> None:
 
 
 @app.command()
-def measure(config: ConfigArg, as_json: JsonOpt = False) -> None:
+def measure(
+    config: Annotated[
+        Path | None, typer.Argument(help="Path to the YAML config (not needed with --from-logs).", show_default=False)
+    ] = None,
+    as_json: JsonOpt = False,
+    from_logs: FromLogsOpt = None,
+    log_format: FormatOpt = "auto",
+    dashboard: DashboardOpt = None,
+) -> None:
     """Measure a rollout config's mismatch against the reference on the probe set, beside the noise floor."""
 
     def body() -> int:
         from admitcheck import io
         from admitcheck.config import MeasureConfig
+        from admitcheck.dashboards import dashboard as token_dashboard
+        from admitcheck.dashboards import dashboard_from_metrics
+        from admitcheck.errors import ConfigError
         from admitcheck.measure import measure as run_measure
 
+        _check_dashboard(dashboard)
+        if from_logs is not None:
+            from admitcheck.metrics import mismatch_metrics
+
+            logs = _pipeline_logs(from_logs, log_format)
+            m = mismatch_metrics(logs.rollout_logprobs, logs.trainer_logprobs, logs.mask)
+            dash = token_dashboard(dashboard, logs.rollout_logprobs, logs.trainer_logprobs, logs.mask,
+                                   groups=logs.groups) if dashboard else None  # fmt: skip
+            if as_json:
+                doc = {"logs": str(from_logs), "format": logs.format, "warnings": list(logs.warnings)}
+                doc |= {"metrics": m.to_dict(), "dashboard": dash.to_dict() if dash else None}
+                print(json.dumps(doc, indent=2, default=_json_default))
+            else:
+                render_dashboard(dash, metrics=m)
+            return 0
+        if config is None:
+            raise ConfigError("give a measure config, or --from-logs FILE", field="CONFIG")
         cfg = io.load_config(config, MeasureConfig)
         report = run_measure(cfg, config_file=str(config), progress=_progress())
+        c = report.candidate.metrics
+        dash = dashboard_from_metrics(dashboard, c.values, c.num_tokens, c.per_sequence) if dashboard else None
         if as_json:
-            print(json.dumps(report.to_dict(), indent=2))
+            doc = report.to_dict() | ({"dashboard": dash.to_dict()} if dash else {})
+            print(json.dumps(doc, indent=2, default=_json_default))
         else:
             render_measure(report)
+            if dash:
+                render_dashboard(dash)
         return 0
 
     _guard(body)
+
+
+def _check_dashboard(name: str | None) -> None:
+    from admitcheck.dashboards import FRAMEWORKS
+    from admitcheck.errors import ConfigError
+
+    if name is not None and name not in FRAMEWORKS:
+        raise ConfigError(f"unknown framework {name!r} (known: {', '.join(FRAMEWORKS)})", field="--dashboard")
+
+
+def _pipeline_logs(path: Path, fmt: str):
+    """Read logs for --from-logs (exit 2 on bad input), print their warnings on stderr."""
+    from admitcheck.logs import read_logs
+
+    logs = read_logs(path, format=fmt, field="--from-logs")
+    for w in logs.warnings:
+        err.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+    return logs
+
+
+def _json_default(x: Any) -> Any:
+    return x.tolist() if hasattr(x, "tolist") else str(x)
+
+
+def render_dashboard(d, *, metrics=None, budget: float | None = None, title: str = "") -> None:
+    """admitcheck's metrics (when given) and a framework's keys on the same tokens, with the budget in its keys."""
+    if metrics is not None:
+        table = Table(title="mismatch on the logged tokens (nats/token unless noted)")
+        for c in ("metric", "value", "95% CI"):
+            table.add_column(c, justify="right" if c != "metric" else "left")
+        for key in _MEASURE_ROWS:
+            if key in metrics.values:
+                table.add_row(key, _fmt(metrics.values[key]), _interval(metrics.intervals.get(key)))
+        out.print(table)
+        out.print(f"{metrics.num_sequences} sequences, {metrics.num_tokens} tokens")
+    if d is None:
+        return
+    table = Table(title=f"{d.framework} dashboard{title} ({d.source}), beside admitcheck")
+    cols = [f"{d.framework} key", "value", "admitcheck", "value ", "relation"] + (["budget"] if budget else [])
+    for c in cols:  # key names fold rather than truncate: they are what users search W&B for
+        right = c.startswith(("value", "budget"))
+        table.add_column(c, justify="right" if right else "left", overflow="fold", no_wrap=right)
+    for r in d.rows:
+        row = [r.key, _fmt(r.value), r.admitcheck or "-", _fmt(r.admitcheck_value), r.relation]
+        if budget:
+            row.append(_fmt(budget) if r.budget == "same" else f"≈{_fmt(budget)} (mean)" if r.budget != "none" else "-")
+        table.add_row(*row)
+    out.print(table)
+    for note in d.notes:
+        out.print(f"  {note}")
 
 
 # --------------------------------------------------------------------------------------------------- toy pair
@@ -235,7 +361,26 @@ def render_toy(summary) -> None:
 @app.command()
 def calibrate(
     config: ConfigArg,
-    jobs: Annotated[int, typer.Option("--jobs", help="Run levels in this many parallel processes.")] = 1,
+    jobs: Annotated[
+        int, typer.Option("--jobs", help="With --executor local: run levels in this many parallel processes.")
+    ] = 1,
+    executor: Annotated[
+        Literal["local", "ray"],
+        typer.Option(
+            "--executor",
+            help="Where the runs execute: local (this machine, --jobs processes) or ray (one Ray task per run, "
+            "asking the config's resources; needs the ray extra of admitcheck).",
+        ),
+    ] = "local",
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray-address",
+            envvar="RAY_ADDRESS",
+            help="With --executor ray: the cluster to connect to (head:6379, or ray://head:10001); without it, "
+            "a local Ray instance is started.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run short OPD trainings at controlled mismatch levels and write the pair's mismatch budget (resumable)."""
@@ -246,7 +391,8 @@ def calibrate(
         from admitcheck.config import CalibrateConfig
 
         cfg = io.load_config(config, CalibrateConfig)
-        cal = run_calibrate(cfg, config_file=str(config), jobs=jobs, progress=_progress())
+        cal = run_calibrate(cfg, config_file=str(config), jobs=jobs, executor=executor, ray_address=ray_address,
+                            progress=_progress())  # fmt: skip
         if as_json:
             print(json.dumps(cal.to_dict(), indent=2, default=str))
         else:
@@ -349,9 +495,9 @@ def screen(
     candidate: Annotated[
         list[str] | None, typer.Option("--candidate", help="Screen only this candidate (repeatable).")
     ] = None,
-    from_logs: Annotated[
-        Path | None, typer.Option("--from-logs", help="Screen a pipeline's logged log-probs (JSONL or Parquet).")
-    ] = None,
+    from_logs: FromLogsOpt = None,
+    log_format: FormatOpt = "auto",
+    dashboard: DashboardOpt = None,
 ) -> None:
     """Admit or reject each candidate rollout config against the calibration's mismatch budget (exit 1: rejected)."""
 
@@ -363,27 +509,56 @@ def screen(
         from admitcheck.screen import screen as run_screen
 
         cfg = io.load_config(config, ScreenConfig)
+        _check_dashboard(dashboard)
+        logs = _pipeline_logs(from_logs, log_format) if from_logs is not None else None
         failure = None
         try:
             result = run_screen(
-                cfg, config_file=str(config), candidates=candidate or None, from_logs=from_logs, progress=_progress()
+                cfg,
+                config_file=str(config),
+                candidates=candidate or None,
+                from_logs=from_logs,
+                log_format=log_format,
+                progress=_progress(),
             )
         except EngineError as exc:  # a candidate's engine failed: report the verdicts obtained, then exit 3
             result, failure = getattr(exc, "partial", None), exc
             if result is None:
                 raise
         write_reports(result, junit_path=junit, markdown_path=markdown)
+        dashes = _screen_dashboards(dashboard, result, logs) if dashboard else {}
         if as_json:
-            print(to_json(result))
+            text = to_json(result)
+            print(json.dumps(json.loads(text) | {"dashboard": _dashes_json(dashes)}, indent=2) if dashboard else text)
         else:
             out.print(verdict_table(result))
             for name, diag in result.diagnostics.items():
                 render_prefix_shift(name, diag["prefix_shift"])
+            for name, d in dashes.items():
+                render_dashboard(d, budget=result.calibration.get("budget"), title=f" for {name}")
         if failure is not None:
             raise failure
         return result.exit_code
 
     _guard(body)
+
+
+def _screen_dashboards(framework: str, result, logs) -> dict:
+    """One dashboard per verdict: exact from the logs' tokens, or from each engine verdict's token means."""
+    from admitcheck.dashboards import dashboard, dashboard_from_metrics
+
+    out = {}
+    for v in result.verdicts:
+        if v.source == "logs" and logs is not None:
+            out[v.name] = dashboard(framework, logs.rollout_logprobs, logs.trainer_logprobs, logs.mask,
+                                    groups=logs.groups)  # fmt: skip
+        else:
+            out[v.name] = dashboard_from_metrics(framework, v.metrics, v.tokens)
+    return out
+
+
+def _dashes_json(dashes: dict) -> dict:
+    return {name: d.to_dict() for name, d in dashes.items()}
 
 
 # --------------------------------------------------------------------------------------------------- validate
@@ -415,6 +590,10 @@ def validate(
 
         schema = _schema_for(io.read_yaml(config))
         cfg = io.load_config(config, schema)
+        if (Path(cfg.pair.student) / "config.json").is_file():  # else the pair check below names it
+            from admitcheck.recipes import check_config_rollouts
+
+            check_config_rollouts(cfg, file=str(config))
         if schema is ScreenConfig:
             from admitcheck.screen import validate as validate_screen
 
@@ -506,20 +685,26 @@ def recipe(
             print(json.dumps(res.to_dict(), indent=2, default=str))
             return res.exit_code
         table = Table(title="recipe search (units returned to the engine dtype, most sensitive first)")
-        for c in ("step", "returned", "decision", "k3", "95% CI", "budget", "KV ratio vs BF16"):
-            table.add_column(c, justify="right" if c not in ("returned", "decision") else "left")
+        level = f"{res.confidence_per_recipe:.4g}"
+        for c in ("step", "returned", "decision", "estimator", "mismatch", f"CI ({level}, per look)", "budget",
+                  "KV ratio vs BF16"):  # fmt: skip
+            table.add_column(c, justify="right" if c not in ("returned", "decision", "estimator") else "left")
         for i, st in enumerate(res.steps):
             table.add_row(
                 str(i),
                 ", ".join(st.returned) or "-",
-                st.decision,
-                _fmt(st.k3),
-                _interval(st.k3_interval),
+                st.decision + ("" if st.error_control else " (NO ERROR CONTROL)"),
+                st.estimator,
+                _fmt(st.mismatch),
+                _interval(st.mismatch_interval),
                 _fmt(st.budget),
                 _fmt(st.ratio_vs_bf16),
             )
         out.print(table)
-        out.print(res.message)
+        out.print(
+            f"{res.message} (each screen at confidence {level}: Bonferroni over the {res.recipes_tested_at_most} "
+            "recipes the search may screen)"
+        )
         if res.vllm_args:
             out.print(f"vLLM arguments: {json.dumps(res.vllm_args)}")
         if output is not None and res.chosen is not None:
@@ -534,7 +719,10 @@ def recipe(
 
 @app.command()
 def demo(
-    directory: Annotated[Path, typer.Option("--dir", help="Where the toy pair is built (or reused).")] = Path("toy"),
+    directory: Annotated[
+        Path | None,
+        typer.Option("--dir", help="Where the toy pair is (re)built; default: the shipped toy/ of a source checkout."),
+    ] = None,
     reports: Annotated[Path, typer.Option("--reports", help="Where the demo writes its reports.")] = Path("reports"),
     recalibrate: Annotated[
         bool, typer.Option("--recalibrate", help="Run the quick calibration even if the shipped one matches.")
@@ -543,9 +731,11 @@ def demo(
     """The built-in toy pair end to end: build, calibrate (or reuse calibrations/toy.yaml), screen 8 candidates."""
 
     def body() -> int:
-        from admitcheck.demo import run_demo
+        from admitcheck.demo import ROOT, run_demo
 
-        result = run_demo(directory, reports, recalibrate=recalibrate, say=err.print, progress=_progress())
+        shipped = ROOT / "toy"
+        toy_dir = directory or (shipped if (shipped / "toy_pair.json").is_file() else Path("toy"))
+        result = run_demo(toy_dir, reports, recalibrate=recalibrate, say=err.print, progress=_progress())
         render_toy(result.toy)
         render_calibration(result.calibration)
         from admitcheck.report import verdict_table

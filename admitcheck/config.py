@@ -267,6 +267,13 @@ class ToleranceConfig(Strict):
     absolute: float | None = Field(None, gt=0)  # nats/token; overrides the two rules above
 
 
+class ResourcesConfig(Strict):
+    """What one calibration run asks of a Ray cluster (`--executor ray`; the local executor ignores it)."""
+
+    num_cpus: float = Field(1.0, gt=0)  # CPUs per run (fractions allowed)
+    num_gpus: float = Field(0.0, ge=0)  # GPUs per run; a fraction (0.25) lets several small-pair runs share a GPU
+
+
 class CalibrateConfig(Strict):
     """`admitcheck calibrate`: short OPD runs at controlled mismatch levels -> curve -> budget."""
 
@@ -274,7 +281,7 @@ class CalibrateConfig(Strict):
     probe: ProbeConfig  # how each level's mismatch is measured: a screen must use the same protocol
     sampling: SamplingConfig = SamplingConfig()
     reference: ReferenceConfig = ReferenceConfig()
-    metric: MetricName = "k3"
+    metric: MetricName = "k3"  # the budget's scale; screen measures on it (k3/kl_exact: kl_exact where full rows exist)
     rollout: RolloutConfig = RolloutConfig(dtype="float32")  # the unperturbed engine the levels perturb
     train: TrainConfig
     eval: EvalConfig
@@ -284,6 +291,7 @@ class CalibrateConfig(Strict):
     confidence: float = Field(0.95, gt=0, lt=1)
     output: str | None = None  # artifact path; default calibrations/<pair name>.yaml next to the config
     seed: int = 0  # base seed of the runs (run seed = seed + replicate index)
+    resources: ResourcesConfig = ResourcesConfig()  # per run, on Ray; where runs execute never changes their numbers
 
 
 # ------------------------------------------------------------------------------------------------ screening
@@ -316,8 +324,13 @@ class ScreenProbeConfig(ProbeConfig):
 
 
 class PolicyConfig(Strict):
-    confidence: float = Field(0.95, gt=0, lt=1)  # two-sided level of the bounds compared with the budget
-    undecided: Literal["reject", "admit"] = "reject"  # what a marginal (still undecided at the maximum) gets
+    """The screen's decision rule (docs/statistics.md): ADMIT when the mismatch's upper bound is below the budget's
+    lower bound, REJECT when its lower bound is above the budget's upper bound, α spent evenly over the looks."""
+
+    confidence: float = Field(0.95, gt=0, lt=1)  # two-sided level of the mismatch bounds over all looks
+    # what a marginal verdict (undecided at probe.num_prompts, or held back by a heavy tail) gets; `admit` lets the
+    # point estimate decide, and the verdict is marked error_control: false
+    undecided: Literal["reject", "admit"] = "reject"
 
 
 class CapacityConfig(Strict):
@@ -331,6 +344,7 @@ class CapacityConfig(Strict):
 
 class LogsSource(Strict):
     path: str  # JSONL (rollout_logprobs, trainer_logprobs[, mask]) per sequence, or Parquet with those columns
+    format: Literal["auto", "admitcheck", "prime-rl", "verl", "trl", "nemo-rl"] = "auto"  # auto: from the columns
 
 
 class ScreenConfig(Strict):

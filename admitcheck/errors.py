@@ -34,3 +34,7 @@ class EngineError(AdmitcheckError):
     """The rollout engine failed at run time: it would not start, ran out of memory (exit 3)."""
 
     exit_code = 3
+
+
+class AdmitcheckWarning(UserWarning):
+    """Something a user should know that does not stop the command (the CLI prints it in yellow on stderr)."""

@@ -158,6 +158,17 @@ def append_jsonl(path: str | Path, record: dict) -> None:
         os.fsync(fh.fileno())
 
 
+def read_json(path: str | Path) -> Any:
+    """A JSON file; a ConfigError naming it when it is missing or malformed."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError("file not found", file=str(path)) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"cannot read JSON: {exc}", file=str(path)) from None
+
+
 def read_jsonl(path: str | Path) -> list[dict]:
     path = Path(path)
     out = []
@@ -182,30 +193,31 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def fingerprint_dir(path: str | Path, patterns: tuple[str, ...]) -> str:
-    """sha256 over the (name, content hash) of the files in `path` matching any pattern, sorted by name."""
-    path = Path(path)
-    h = hashlib.sha256()
-    files = sorted({p for pat in patterns for p in path.glob(pat) if p.is_file()})
-    for p in files:
-        h.update(p.name.encode())
-        h.update(sha256_file(p).encode())
-    return h.hexdigest()
-
-
-def fingerprint_model(path: str | Path) -> dict[str, str]:
-    """{"config": ..., "weights": ...} hashes of an HF model dir."""
-    return {
-        "config": fingerprint_dir(path, ("config.json",)),
-        "weights": fingerprint_dir(path, ("*.safetensors", "*.bin")),
-    }
-
-
-def fingerprint_tokenizer(path: str | Path) -> str:
-    return fingerprint_dir(path, ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.*"))
-
-
 # ----------------------------------------------------------------------------------------------- models
+
+
+def model_layout(path: str | Path, *, file: str | None = None, field: str = "pair.student") -> tuple[int, list[str]]:
+    """(decoder layers, module names) of an HF model dir, from config.json and the safetensors headers: no torch,
+    no weights read. Module names are the tensor names without their last part ("model.layers.0.mlp.up_proj");
+    a tied lm_head is listed too. (0, []) parts when the dir does not say (no num_hidden_layers, no safetensors)."""
+    path = Path(path)
+    try:
+        cfg = read_json(path / "config.json")
+    except ConfigError:
+        raise ConfigError(f"not a model dir (no readable config.json): {path}", file=file, field=field) from None
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    layers = int(text.get("num_hidden_layers") or cfg.get("num_hidden_layers") or 0)
+    names: set[str] = set()
+    for f in sorted(path.glob("*.safetensors")):
+        try:
+            with f.open("rb") as fh:
+                header = json.loads(fh.read(int.from_bytes(fh.read(8), "little")))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"unreadable safetensors header: {exc}", file=str(f), field=field) from None
+        names |= {k.rpartition(".")[0] for k in header if k != "__metadata__"}
+    if names and (text.get("tie_word_embeddings") or cfg.get("tie_word_embeddings")):
+        names.add("lm_head")
+    return layers, sorted(names)
 
 
 def load_tokenizer(path: str | Path, *, file: str | None = None, field: str = "pair.tokenizer"):

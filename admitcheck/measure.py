@@ -5,9 +5,10 @@
     report = measure(io.load_config("examples/toy_measure.yaml", MeasureConfig))
     report.candidate.values["k3"], report.floor.values["k3"]     # nats/token
 
-The flow: tokenize the probe prompts -> the candidate engine samples (batch i with seed + i) -> the reference (the
-student in trainer precision) re-scores the same tokens by teacher forcing under the same sampling transform ->
-`metrics.mismatch_metrics`. The floor is the same engine kind in the reference's own dtype with no recipe.
+The flow: tokenize the probe prompts -> `probe.probe_batches` (the candidate engine samples batch i with seed + i,
+the reference — the student in trainer precision — re-scores the same tokens by teacher forcing under the same
+sampling transform and the engine's kept set) -> per-sequence sums -> metrics with bootstrap-t intervals. The floor
+is the same engine kind in the reference's own dtype with no recipe.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import torch
 from admitcheck import io
 from admitcheck.config import MeasureConfig, PairConfig, ProbeConfig, ReferenceConfig, RolloutConfig, SamplingConfig
 from admitcheck.errors import ConfigError
-from admitcheck.metrics import MismatchMetrics, mismatch_metrics
+from admitcheck.metrics import MismatchMetrics
+from admitcheck.probe import ProbeRun, probe_batches
 
 Progress = Callable[[str, int, int], None]  # (label, done, total)
 
@@ -92,54 +94,7 @@ def floor_rollout(rollout: RolloutConfig, reference: ReferenceConfig) -> Rollout
     return RolloutConfig(engine=rollout.engine, dtype=dtype, device=rollout.device, vllm=rollout.vllm)
 
 
-@dataclass
-class Accumulator:
-    """Collects (rollout, reference) log-prob batches of different lengths; pads to a common T on demand."""
-
-    rollout_lp: list[torch.Tensor] = field(default_factory=list)
-    reference_lp: list[torch.Tensor] = field(default_factory=list)
-    masks: list[torch.Tensor] = field(default_factory=list)
-    rollout_full: list[torch.Tensor] = field(default_factory=list)
-    reference_full: list[torch.Tensor] = field(default_factory=list)
-    token_ids: list[torch.Tensor] = field(default_factory=list)
-
-    def add(self, rollouts, reference_lp: torch.Tensor, reference_full: torch.Tensor | None) -> None:
-        self.rollout_lp.append(rollouts.logprobs.float().cpu())
-        self.reference_lp.append(reference_lp.float().cpu())
-        self.masks.append(rollouts.mask.cpu())
-        self.token_ids.append(rollouts.token_ids.cpu())
-        if reference_full is not None and rollouts.full_logprobs is not None:
-            self.rollout_full.append(rollouts.full_logprobs.float().cpu())
-            self.reference_full.append(reference_full.float().cpu())
-
-    @property
-    def num_sequences(self) -> int:
-        return sum(m.shape[0] for m in self.masks)
-
-    @property
-    def num_tokens(self) -> int:
-        return int(sum(int(m.sum()) for m in self.masks))
-
-    def metrics(self, confidence: float = 0.95) -> MismatchMetrics:
-        T = max(m.shape[1] for m in self.masks)
-
-        def pad(ts: list[torch.Tensor], value: float | bool = 0.0) -> torch.Tensor:
-            return torch.cat([torch.nn.functional.pad(t, _pad_spec(t, T), value=value) for t in ts])
-
-        full = len(self.rollout_full) == len(self.masks) and self.rollout_full
-        return mismatch_metrics(
-            pad(self.rollout_lp),
-            pad(self.reference_lp),
-            torch.cat([torch.nn.functional.pad(m, (0, T - m.shape[1]), value=False) for m in self.masks]),
-            rollout_full=pad(self.rollout_full) if full else None,
-            reference_full=pad(self.reference_full) if full else None,
-            confidence=confidence,
-        )
-
-
-def _pad_spec(t: torch.Tensor, T: int) -> tuple[int, ...]:
-    # pad dim 1 (time) on the right; full rows (B, T, V) have a trailing vocab dim left alone
-    return (0, T - t.shape[1]) if t.dim() == 2 else (0, 0, 0, T - t.shape[1])
+Accumulator = ProbeRun  # the name levels.py and logs.py know
 
 
 def measure_engine(
@@ -152,26 +107,14 @@ def measure_engine(
     full: bool,
     label: str = "",
     progress: Progress | None = None,
-    acc: Accumulator | None = None,
+    acc: ProbeRun | None = None,
     first_batch: int = 0,
-) -> Accumulator:
-    """Sample every probe batch with `engine`, re-score with the reference, accumulate both sides' log-probs."""
-    from admitcheck.scorer import score
-
-    acc = acc or Accumulator()
-    total = (len(prompt_ids) + probe.batch_size - 1) // probe.batch_size
-    for i, chunk in batches(prompt_ids, probe.batch_size):
-        rollouts = engine.sample(chunk, sampling, probe.seed + first_batch + i, probe.max_new_tokens, return_full=full)
-        # The reference replays the engine's kept set when the engine reports it (REFERENCE §2: same temperature
-        # and same kept set); otherwise (vLLM, full=False) it applies the same top-k/top-p to its own logits.
-        truncating = sampling.top_k > 0 or sampling.top_p < 1.0
-        kept = torch.isfinite(rollouts.full_logprobs) if truncating and rollouts.full_logprobs is not None else None
-        scores = score(
-            reference_model, rollouts.prompt_ids, rollouts.token_ids, rollouts.mask, sampling, full=full, kept=kept
-        )
-        acc.add(rollouts, scores.logprobs, scores.full_logprobs)
-        if progress:
-            progress(label, i + 1, total)
+) -> ProbeRun:
+    """Every probe batch through the one probe loop (`probe.probe_batches`), accumulated in a ProbeRun."""
+    acc = acc if acc is not None else ProbeRun()
+    kw = dict(full=full, seed_offset=first_batch, label=label, progress=progress)
+    for batch in probe_batches(engine, reference_model, prompt_ids, probe, sampling, **kw):
+        acc.add(batch)
     return acc
 
 

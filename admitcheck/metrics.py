@@ -8,7 +8,10 @@
 
 Conventions: ℓ_t = log π(y_t) − log μ(y_t), r_t = exp(ℓ_t); π = reference (trainer), μ = rollout (engine).
 All maths in float64. Sequences are the independent units: a token-mean metric is the ratio estimator
-Σ_i s_i / Σ_i n_i over sequences, its interval a delta-method (CLT) standard error with a Student-t quantile.
+Σ_i s_i / Σ_i n_i over sequences; its interval is a studentized bootstrap (bootstrap-t) over sequences
+(`ratio_interval_t`), which keeps its level where a few sequences carry much of the total and the delta-method t
+interval (`ratio_interval`, its standard error) does not; `pareto_k` and `top_share` say when even it cannot be
+trusted (docs/statistics.md).
 Sequences with no masked token are dropped. Terms are written so that ℓ = 0 gives exact zeros (expm1, not exp − 1):
 identical inputs give exactly 0 (1 for the ratio metrics). Non-finite log-probs never raise: they propagate into
 the metrics they touch (nan, or +inf for a KL that is truly infinite) and are counted in `nonfinite`.
@@ -16,6 +19,7 @@ the metrics they touch (nan, or +inf for a KL that is truly infinite) and are co
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -148,24 +152,21 @@ def _kl_rows(rollout_full: Any, reference_full: Any) -> np.ndarray:
     return out
 
 
-def mismatch_metrics(
+def per_sequence_sums(
     rollout_logprobs: Any,
     reference_logprobs: Any,
     mask: Any,
     *,
     rollout_full: Any = None,
     reference_full: Any = None,
-    confidence: float = 0.95,
-    bucket_size: int = 16,
-) -> MismatchMetrics:
-    """Mismatch of μ (rollout) against π (reference) on the masked sampled tokens.
+) -> dict[str, np.ndarray]:
+    """The per-sequence sums of `MismatchMetrics.per_sequence` (one entry per non-empty sequence), without the
+    metrics and intervals: what a probe loop keeps per batch (arguments as in `mismatch_metrics`)."""
+    return _terms(rollout_logprobs, reference_logprobs, mask, rollout_full, reference_full)[0]
 
-    rollout_logprobs, reference_logprobs: (B, T) log μ(y_t), log π(y_t) (torch or numpy); mask (B, T) bool.
-    rollout_full, reference_full: optional (B, T, V) processed log-probs (−inf outside a top-k/top-p kept set).
-    `values`: k1, k2, k3, kl_exact (with full rows), abs_diff_mean/_p95/_p99/_max, mult_prob_error, prob_diff_max,
-    chi2_token, is_frac_outside (r outside [0.5, 2]), ess ((Σr)²/(n Σr²)), is_weight_mean (mean r),
-    seq_log_ratio_mean/_std (per-sequence Σℓ, population std), geo_mean_ratio (mean_i exp(mean_t ℓ)).
-    """
+
+def _terms(rollout_logprobs, reference_logprobs, mask, rollout_full, reference_full):
+    """(per-sequence sums, per-token terms, ℓ, mask) of the non-empty sequences."""
     lmu = _f64(rollout_logprobs)  # (B, T) nats
     lpi = _f64(reference_logprobs)  # (B, T) nats
     msk = np.asarray(mask.detach().cpu().numpy() if hasattr(mask, "detach") else mask, dtype=bool)  # (B, T)
@@ -214,6 +215,28 @@ def mismatch_metrics(
         prob_diff_max=row_max(prob_diff),
         nonfinite=nonfinite.sum(axis=1).astype(np.float64),
     )
+    return per_seq, terms, ell, msk
+
+
+def mismatch_metrics(
+    rollout_logprobs: Any,
+    reference_logprobs: Any,
+    mask: Any,
+    *,
+    rollout_full: Any = None,
+    reference_full: Any = None,
+    confidence: float = 0.95,
+    bucket_size: int = 16,
+) -> MismatchMetrics:
+    """Mismatch of μ (rollout) against π (reference) on the masked sampled tokens.
+
+    rollout_logprobs, reference_logprobs: (B, T) log μ(y_t), log π(y_t) (torch or numpy); mask (B, T) bool.
+    rollout_full, reference_full: optional (B, T, V) processed log-probs (−inf outside a top-k/top-p kept set).
+    `values`: k1, k2, k3, kl_exact (with full rows), abs_diff_mean/_p95/_p99/_max, mult_prob_error, prob_diff_max,
+    chi2_token, is_frac_outside (r outside [0.5, 2]), ess ((Σr)²/(n Σr²)), is_weight_mean (mean r),
+    seq_log_ratio_mean/_std (per-sequence Σℓ, population std), geo_mean_ratio (mean_i exp(mean_t ℓ)).
+    """
+    per_seq, terms, ell, msk = _terms(rollout_logprobs, reference_logprobs, mask, rollout_full, reference_full)
     pooled = metrics_from_per_sequence(per_seq, confidence)
 
     abs_tok = np.abs(ell[msk])  # (N,)
@@ -231,7 +254,7 @@ def mismatch_metrics(
             continue
         n_b = bm.sum(axis=1)[rows].astype(np.float64)  # (m_b,)
         sums = {k: np.where(bm, terms[k][:, sl], 0.0).sum(axis=1)[rows] for k in terms}  # each (m_b,)
-        k3, lo, hi = ratio_interval(sums["k3"], n_b, confidence)
+        k3, lo, hi = ratio_interval_t(sums["k3"], n_b, confidence)
         with np.errstate(all="ignore"):
             mean = {k: float(s.sum() / n_b.sum()) for k, s in sums.items()}
         buckets.append(
@@ -276,7 +299,7 @@ def metrics_from_per_sequence(per_sequence: Mapping[str, np.ndarray], confidence
     intervals: dict[str, tuple[float, float]] = {}
     for k in TOKEN_MEAN_METRICS:
         if k in ps:
-            values[k], lo, hi = ratio_interval(ps[k], n, confidence)
+            values[k], lo, hi = ratio_interval_t(ps[k], n, confidence)
             intervals[k] = (lo, hi)
     with np.errstate(all="ignore"):
         sum_r = float(ps["is_weight"].sum())
@@ -323,3 +346,114 @@ def sequential_confidence(confidence: float, max_looks: int) -> float:
     if max_looks < 1:
         raise ValueError("max_looks must be >= 1")
     return 1.0 - (1.0 - confidence) / max_looks
+
+
+# ------------------------------------------------------------------------------- heavy-tail-aware ratio bounds
+
+BOOTSTRAP_RESAMPLES = 2000  # resamples of the bootstrap-t; ≥ 6 fall beyond the 0.31% per-look quantile of a screen
+BOOTSTRAP_SEED = 20251203  # fixed: a verdict is a function of the data, not of the bootstrap's draw
+
+
+@functools.lru_cache(maxsize=64)
+def resample_counts(m: int, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED) -> np.ndarray:
+    """(resamples, m) multinomial counts of a nonparametric bootstrap over m units (each row sums to m); cached and
+    read-only (every look of every screen with m units resamples the same way)."""
+    rng = np.random.default_rng([seed, m])
+    idx = rng.integers(0, m, size=(resamples, m))  # (R, m)
+    counts = np.zeros((resamples, m), dtype=np.float64)
+    np.add.at(counts, (np.arange(resamples)[:, None], idx), 1.0)
+    counts.flags.writeable = False
+    return counts
+
+
+def bootstrap_t_bounds(
+    sums: np.ndarray, counts: np.ndarray, alpha_low: float, alpha_high: float, weights: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Studentized (bootstrap-t) bounds of the ratio Σs/Σn for k data sets at once.
+
+    sums, counts: (k, m) per-unit sums and token counts; weights: (R, m) bootstrap counts (`resample_counts`).
+    Returns (estimate, lower, upper), each (k,): lower misses the ratio with probability ≈ alpha_low, upper with
+    ≈ alpha_high. t* = (R* − R̂)/se*, se the delta-method standard error of `ratio_interval` in each resample;
+    lower = R̂ − q_{1−α_low}(t*)·se, upper = R̂ − q_{α_high}(t*)·se. On right-skewed units a resample without the
+    largest ones has a small se* and a very negative t*, which is what pushes the upper bound up (Hall 1992, §3.10).
+    """
+    s, n = np.asarray(sums, dtype=np.float64), np.asarray(counts, dtype=np.float64)  # (k, m)
+    m = s.shape[1]
+    with np.errstate(all="ignore"):
+        est = s.sum(1) / n.sum(1)  # (k,)
+        resid = s - est[:, None] * n  # (k, m)
+        se = np.sqrt((resid * resid).sum(1) / (m * (m - 1))) / n.mean(1)  # (k,)
+        w = weights  # (R, m)
+        sw, nw = s @ w.T, n @ w.T  # (k, R)
+        est_b = sw / nw  # (k, R)
+        # Σ w (s − R* n)² = Σ w s² − 2 R* Σ w s n + R*² Σ w n²: three products instead of a (k, R, m) array
+        ss = (s * s) @ w.T - 2.0 * est_b * ((s * n) @ w.T) + est_b * est_b * ((n * n) @ w.T)  # (k, R)
+        se_b = np.sqrt(np.maximum(ss, 0.0) / (m * (m - 1))) / (nw / m)  # (k, R)
+        t = (est_b - est[:, None]) / se_b  # (k, R); 0/0 (a resample of one repeated unit) is nan
+        t = np.where(np.isnan(t), 0.0, t)  # such a resample says nothing about the spread
+        q_hi = np.quantile(t, 1.0 - alpha_low, axis=1)  # (k,)
+        q_lo = np.quantile(t, alpha_high, axis=1)  # (k,)
+        lower = np.where(se > 0, est - q_hi * se, est)
+        upper = np.where(se > 0, est - q_lo * se, est)
+    return est, lower, upper
+
+
+def ratio_interval_t(sums: Any, counts: Any, confidence: float = 0.95) -> tuple[float, float, float]:
+    """Ratio estimator Σs/Σn with a two-sided studentized-bootstrap interval at `confidence` -> (mean, lo, hi).
+
+    The interval every published figure and every screen decision uses: it keeps its level where one sequence
+    carries a large share of the total (docs/statistics.md; bench/coverage.py), where the delta-method t interval
+    of `ratio_interval` does not. Non-finite or degenerate inputs behave as in `ratio_interval`.
+    """
+    s = np.asarray(sums, dtype=np.float64)  # (m,)
+    n = np.asarray(counts, dtype=np.float64)  # (m,)
+    est, lo, hi = ratio_interval(s, n, confidence)
+    if not (math.isfinite(est) and math.isfinite(lo) and math.isfinite(hi)) or s.size < 3 or hi == lo:
+        return est, lo, hi
+    a = (1.0 - confidence) / 2.0
+    e, lo_b, hi_b = bootstrap_t_bounds(s[None], n[None], a, a, resample_counts(s.size))
+    return float(e[0]), float(lo_b[0]), float(hi_b[0])
+
+
+def top_share(sums: Any) -> float:
+    """The largest unit's share of the total, max|s_i| / Σ|s_i| (0 for an all-zero total): the heavy-tail flag."""
+    a = np.abs(np.asarray(sums, dtype=np.float64))
+    with np.errstate(all="ignore"):
+        total = float(a.sum())
+    return float(a.max()) / total if a.size and total > 0 and math.isfinite(total) else 0.0
+
+
+PARETO_K_LIMIT = 0.7  # Vehtari et al. (2024, JMLR) "Pareto smoothed importance sampling": above it a mean is unreliable
+PARETO_MIN_UNITS = 100  # below, the tail has < 20 points and k̂ is mostly its prior and noise (sd ~0.3 at 32 units)
+
+
+def pareto_k(sums: Any) -> float:
+    """Tail index k̂ of the per-unit values |s_i|: a generalized Pareto fit to the largest min(20%, 3√m) exceedances
+    (Zhang & Stephens 2009 profile estimator with the weak prior of Vehtari et al. 2024, as in PSIS).
+
+    k̂ ≥ 1/2: infinite variance in the limit; k̂ > 0.7: the sample mean of this many units is not reliable — its
+    error is dominated by values not yet seen, and no interval computed from the sample can know that.
+    Returns −inf when the tail is flat (fewer than 5 distinct exceedances: nothing heavy to fit) or m <
+    PARETO_MIN_UNITS (then `top_share` alone speaks for the tail).
+    """
+    a = np.sort(np.abs(np.asarray(sums, dtype=np.float64)))  # (m,)
+    m = a.size
+    if m < PARETO_MIN_UNITS or not np.all(np.isfinite(a)):
+        return -math.inf
+    tail = math.ceil(min(0.2 * m, 3.0 * math.sqrt(m)))
+    x = a[-tail:] - a[-tail - 1]  # (M,) exceedances over the cutoff, ascending
+    x = x[x > 0]
+    n = x.size
+    if n < 5:
+        return -math.inf
+    grid = 30 + int(math.sqrt(n))
+    b = 1.0 - np.sqrt(grid / (np.arange(1, grid + 1) - 0.5))  # (grid,)
+    b = b / (3.0 * x[int(n / 4 + 0.5) - 1]) + 1.0 / x[-1]
+    with np.errstate(all="ignore"):
+        k = np.log1p(-b[:, None] * x).mean(axis=1)  # (grid,)
+        profile = n * (np.log(-b / k) - k - 1.0)  # (grid,)
+        w = 1.0 / np.exp(profile - profile[:, None]).sum(axis=1)  # (grid,)
+        w = np.where(np.isfinite(w), w, 0.0)
+        b_post = float((b * w).sum() / w.sum())
+        k_post = float(np.log1p(-b_post * x).mean())
+    return (n * k_post + 10 * 0.5) / (n + 10)  # shrunk toward 0.5 with weight 10, as in PSIS

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from admitcheck.config import SamplingConfig
+from admitcheck.config import ProbeConfig, SamplingConfig
 
 
 @dataclass(frozen=True)
@@ -118,6 +118,7 @@ def prefix_shift(
     `reference_model` re-scores the candidate's tokens (π); default: `reference_engine.model` (an HFEngine's copy).
     The teacher scores both engines' responses at temperature 1 with no truncation (its plain likelihood).
     """
+    from admitcheck.probe import probe_batches
     from admitcheck.scorer import score
 
     pi_model = reference_model if reference_model is not None else reference_engine.model
@@ -129,13 +130,18 @@ def prefix_shift(
         for k, v in kv.items():
             sums.setdefault(k, []).append(v.double().numpy())
 
-    for i, start in enumerate(range(0, len(prompt_ids), batch_size)):
-        chunk = prompt_ids[start : start + batch_size]
+    # The candidate side is the one probe loop (its kept set replayed by π); the reference engine draws the same
+    # batches with the same seeds beside it (coupled sampling).
+    probe = ProbeConfig(
+        prompts="-", num_prompts=len(prompt_ids), batch_size=batch_size, max_new_tokens=max_new_tokens, seed=seed
+    )
+    for batch in probe_batches(candidate_engine, pi_model, prompt_ids, probe, sampling, full=False):
+        i, cand = batch.index, batch.rollouts
+        chunk = prompt_ids[i * batch_size : (i + 1) * batch_size]
         ref = reference_engine.sample(chunk, sampling, seed + i, max_new_tokens)
-        cand = candidate_engine.sample(chunk, sampling, seed + i, max_new_tokens)
         d = _first_divergence(ref.token_ids, ref.mask, cand.token_ids, cand.mask)  # (B,)
         m = cand.mask  # (B, T)
-        pi = score(pi_model, cand.prompt_ids, cand.token_ids, m, sampling).logprobs  # (B, T)
+        pi = batch.scores.logprobs  # (B, T)
         ell = (pi - cand.logprobs.float()).masked_fill(~m, 0.0)  # (B, T) log r
         r = ell.exp()
         w = r.clamp(max=tis_cap).masked_fill(~m, 0.0)  # (B, T) TIS weights

@@ -71,7 +71,26 @@ def _capacity_ratio(v: Verdict) -> float | None:
 
 
 def _verdict_word(v: Verdict) -> str:
-    return v.decision + (" (marginal)" if v.marginal else "")
+    marks = [m for m, on in (("marginal", v.marginal), ("NO ERROR CONTROL", not v.error_control)) if on]
+    return v.decision + (f" ({', '.join(marks)})" if marks else "")
+
+
+def _mismatch(v: Verdict) -> str:
+    """The deciding estimator with its interval, e.g. `kl_exact 0.0012 [0.001, 0.0015]`."""
+    return f"{v.estimator} {fmt(v.mismatch)} {fmt_interval(v.mismatch_interval)}"
+
+
+def _other(v: Verdict) -> str:
+    """The other KL estimator (k3 when kl_exact decided), shown beside: they estimate the same KL(μ‖π)."""
+    other = "k3" if v.estimator == "kl_exact" else "kl_exact"
+    if other not in v.metrics:
+        return "-"
+    return f"{fmt(v.metrics[other])} {fmt_interval(v.metric_intervals.get(other))}"
+
+
+def _tail(v: Verdict) -> str:
+    flag = " ⚠" if v.heavy_tail else ""
+    return f"{v.top_share:.0%}, k̂ {fmt(v.tail_index)}{flag}"
 
 
 def to_junit_xml(result: ScreenResult) -> str:
@@ -95,11 +114,18 @@ def to_junit_xml(result: ScreenResult) -> str:
         for key, value in (
             ("decision", v.decision),
             ("marginal", str(v.marginal).lower()),
+            ("error_control", str(v.error_control).lower()),
+            ("decided_by", v.decided_by),
+            ("estimator", v.estimator),
+            ("mismatch", fmt(v.mismatch)),
+            ("mismatch_interval", fmt_interval(v.mismatch_interval)),
             ("k3", fmt(v.k3)),
-            ("k3_interval", fmt_interval(v.k3_interval)),
             ("budget", fmt(v.budget)),
+            ("budget_interval", fmt_interval(v.budget_interval)),
             ("budget_kind", v.budget_kind),
             ("margin", fmt(v.margin)),
+            ("top_share", fmt(v.top_share)),
+            ("heavy_tail", str(v.heavy_tail).lower()),
             ("probes", str(v.probes)),
             ("kv_capacity_vs_bf16", fmt(_capacity_ratio(v))),
         ):
@@ -118,25 +144,27 @@ def to_junit_xml(result: ScreenResult) -> str:
 def _detail(v: Verdict) -> str:
     return (
         f"{_verdict_word(v)}: {v.reason}\n"
-        f"k3 {fmt(v.k3)} {fmt_interval(v.k3_interval)} vs budget {fmt(v.budget)} {fmt_interval(v.budget_interval)} "
-        f"({v.budget_kind}); margin {fmt(v.margin)}; predicted quality cost {fmt(v.quality_cost)} "
-        f"{fmt_interval(v.quality_cost_interval)}; floor {fmt(v.floor_k3)}; {v.probes} probes, {v.tokens} tokens, "
-        f"{v.seconds:.1f} s"
+        f"{_mismatch(v)} vs budget {fmt(v.budget)} {fmt_interval(v.budget_interval)} ({v.budget_kind}); "
+        f"decided by the {v.decided_by}'s uncertainty; margin {fmt(v.margin)}; k3 {fmt(v.k3)} "
+        f"{fmt_interval(v.k3_interval)}; top sequence share, tail index: {_tail(v)}; predicted quality cost "
+        f"{fmt(v.quality_cost)} {fmt_interval(v.quality_cost_interval)}; floor {fmt(v.floor)}; {v.probes} probes, "
+        f"{v.tokens} tokens, {v.seconds:.1f} s"
     )
 
 
 _COLUMNS = (
     "candidate",
     "verdict",
-    "k3",
-    "k3 CI",
-    "budget",
+    "mismatch [CI]",
+    "other estimator",
+    "budget [CI]",
+    "decided by",
     "margin",
+    "top share, k̂",
     "pred. cost",
     "floor",
     "KV × BF16",
     "probes",
-    "tokens",
     "s",
 )
 
@@ -145,15 +173,16 @@ def _row(v: Verdict) -> list[str]:
     return [
         v.name,
         _verdict_word(v),
-        fmt(v.k3),
-        fmt_interval(v.k3_interval),
-        fmt(v.budget),
+        _mismatch(v),
+        _other(v),
+        f"{fmt(v.budget)} {fmt_interval(v.budget_interval)}",
+        v.decided_by,
         fmt(v.margin),
+        _tail(v),
         fmt(v.quality_cost),
-        fmt(v.floor_k3),
+        fmt(v.floor),
         fmt(_capacity_ratio(v)),
         str(v.probes),
-        str(v.tokens),
         f"{v.seconds:.1f}",
     ]
 
@@ -192,14 +221,18 @@ def to_markdown(result: ScreenResult) -> str:
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in _error_row(name)) + " |")
     lines += [
         "",
-        "k3 and budget in nats/token; CI at the per-look confidence of the sequential test; "
-        "pred. cost = quality cost the calibration curve predicts at k3.",
+        "mismatch and budget in nats/token; mismatch CI: studentized bootstrap over sequences at the per-look "
+        "confidence of the sequential test; ADMIT needs its upper bound below the budget's lower bound, REJECT its "
+        "lower bound above the budget's upper bound (docs/statistics.md); decided by = whose uncertainty was the "
+        "larger part of the gap; ⚠ = heavy tail (one sequence > 10% of the total or k̂ > 0.7): the bounds did not "
+        "decide; pred. cost = quality cost the calibration curve predicts at the mismatch.",
         "",
     ]
     lines += [f"- **{v.name}**: {v.reason}" for v in result.verdicts]
     lines += [f"- **{name}**: ERROR, no verdict: {message}" for name, message in result.failures.items()]
     for kind, f in result.floor.items():
-        lines.append(f"- noise floor ({kind}, {f['dtype']}): k3 {fmt(f['k3'])} on {f['probes']} probes")
+        kl = f", kl_exact {fmt(f['kl_exact'])}" if "kl_exact" in f else ""
+        lines.append(f"- noise floor ({kind}, {f['dtype']}): k3 {fmt(f['k3'])}{kl} on {f['probes']} probes")
     return "\n".join(lines) + "\n"
 
 
@@ -210,22 +243,12 @@ def verdict_table(result: ScreenResult):
     table = Table(title="admitcheck screen", caption=_headline(result))
     table.add_column("candidate", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
-    for c in ("k3 [CI]", "budget", "margin", "pred. cost", "floor", "KV × BF16", "probes", "s"):
+    for c in _COLUMNS[2:]:
         table.add_column(c, justify="right")
     for v in result.verdicts:
         style = "green" if v.admitted else "red"
-        table.add_row(
-            v.name,
-            f"[{style}]{_verdict_word(v)}[/{style}]",
-            f"{fmt(v.k3)} {fmt_interval(v.k3_interval)}",
-            fmt(v.budget),
-            fmt(v.margin),
-            fmt(v.quality_cost),
-            fmt(v.floor_k3),
-            fmt(_capacity_ratio(v)),
-            str(v.probes),
-            f"{v.seconds:.1f}",
-        )
+        cells = _row(v)
+        table.add_row(v.name, f"[{style}]{cells[1]}[/{style}]", *cells[2:])
     for name in result.failures:
         table.add_row(name, "[red]ERROR[/red]", *["-"] * (len(table.columns) - 2))
     return table

@@ -2,20 +2,22 @@
 
     from admitcheck import io
     from admitcheck.config import ScreenConfig
-    from admitcheck.screen import screen, validate
+    from admitcheck.screen import ScreenSession, screen, validate
     cfg = io.load_config("examples/toy_screen.yaml", ScreenConfig)
     validate(cfg)                                      # inputs + calibration compatibility, loads no model
     result = screen(cfg, candidates=["fp8_kv"])        # ScreenResult; result.exit_code is 0 or 1
-    v = result.verdicts[0]; v.decision, v.k3, v.k3_interval, v.budget, v.margin
+    v = result.verdicts[0]; v.decision, v.estimator, v.mismatch, v.mismatch_interval, v.decided_by, v.margin
     screen(cfg, from_logs="rollouts.jsonl")            # one verdict from a pipeline's logged log-probs
+    session = ScreenSession(cfg); session.screen_candidate(cfg.candidates[0])   # one reference, many candidates
 
-This module orchestrates; the decision rule (look plan, per-look confidence, decision interval, verdict by budget kind
-and policy) is `admitcheck.admission`, pure. Batch i samples probe prompts [i·bs, (i+1)·bs) with seed probe.seed + i,
-as `measure` does; after the batch that reaches probe.min_prompts and after every later one, the k3 interval over all
-sequences so far (`metrics.ratio_interval`) is one look of `admission.look`, until decided or probe.num_prompts.
-A staleness-k candidate's mismatch is KL(π_θ0 ‖ π_θk) on tokens the start weights sample, θk = the student after k
-real OPD steps with the calibration's recipe. One reference model and one noise floor per engine kind (on the
-first-look probes) serve every candidate.
+This module orchestrates; the decision rule (look plan, per-look level, heavy-tail rule, the budget's interval,
+verdict) is `admitcheck.admission`, pure; the measurement is the one probe loop, `admitcheck.probe`. Batch i samples
+probe prompts [i·bs, (i+1)·bs) with seed probe.seed + i, as `measure` does; after the batch that reaches
+probe.min_prompts and after every later one, the studentized-bootstrap interval of the decision estimator (kl_exact
+where the engine gives full rows, else the calibration's metric) over all sequences so far is one look of
+`admission.look`, until decided or probe.num_prompts. A staleness-k candidate's mismatch is KL(π_θ0 ‖ π_θk) on
+tokens the start weights sample, θk = the student after k real OPD steps with the calibration's recipe. One
+reference model and one noise floor per engine kind (on the first-look probes) serve every candidate.
 
 A candidate whose engine fails (EngineError: vLLM would not start, out of memory) does not lose the others: the rest
 are screened, then `screen` raises an EngineError (exit 3) naming the first failed candidate, with the partial
@@ -25,29 +27,30 @@ ScreenResult (verdicts obtained, `failures` by name) in its `partial` attribute,
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
-from admitcheck import io
+from admitcheck import fingerprint, io
 from admitcheck.admission import (
     Decision,
     Evidence,
     Verdict,
+    budget_band,
     confidence_per_look,
-    decision_interval,
+    decision_estimator,
     look,
     looks_plan,
-    threshold_of,
     verdict,
 )
 from admitcheck.config import CandidateConfig, RolloutConfig, ScreenConfig
-from admitcheck.errors import CalibrationError, ConfigError, EngineError
+from admitcheck.errors import AdmitcheckWarning, CalibrationError, ConfigError, EngineError
 
 # Re-exported: the verdict and the look plan were defined here before `admission` (cli, report, bench use them).
-__all__ = ["Decision", "ScreenResult", "Verdict", "decision_interval", "looks_plan", "screen", "validate"]
+__all__ = ["Decision", "ScreenResult", "ScreenSession", "Verdict", "looks_plan", "screen", "validate"]
 
 Progress = Callable[[str, int, int], None]  # (label, batches done, batches at most)
 
@@ -110,54 +113,51 @@ def select_candidates(config: ScreenConfig, names: list[str] | None) -> list[Can
     return [known[n] for n in dict.fromkeys(names)] if names else list(config.candidates)
 
 
-def with_logs(config: ScreenConfig, path: str | Path) -> ScreenConfig:
-    """The config with `source: logs` reading `path` (what `--from-logs FILE` means)."""
-    data = config.model_dump() | {"source": "logs", "logs": {"path": str(Path(path).resolve())}}
+def with_logs(config: ScreenConfig, path: str | Path, log_format: str = "auto") -> ScreenConfig:
+    """The config with `source: logs` reading `path` in `log_format` (what `--from-logs FILE --format F` means)."""
+    data = config.model_dump() | {"source": "logs", "logs": {"path": str(Path(path).resolve()), "format": log_format}}
     return ScreenConfig.model_validate(data)
 
 
-def check_compatibility(config: ScreenConfig, calibration: Any, *, config_file: str | None = None) -> None:
-    """A CalibrationError naming the first field where the screen's pair or protocol differs from the calibration.
+def check_compatibility(config: ScreenConfig, calibration: Any, *, config_file: str | None = None) -> list[str]:
+    """Whether the screen's pair and protocol are the calibration's. Returns warnings (strict fingerprint
+    differences the behaviour check must settle); raises a CalibrationError naming the first field that makes the
+    calibration unusable: the tokenizer, the probe prompt set or the protocol (sampling temperature, top_p, top_k,
+    probe.max_new_tokens, reference.dtype). From logs, only the pair's models and tokenizer are compared (the logs
+    come from the pipeline's own prompts and sampling).
 
-    Compared: student and teacher config and weight hashes, tokenizer hash, probe prompt-set hash, metric (k3),
-    sampling (temperature, top_p, top_k), probe.max_new_tokens, reference.dtype. From logs, only the pair's models,
-    tokenizer and the metric (the logs come from the pipeline's own prompts and sampling).
+    Architecture and weight hashes that differ are not refused here: a re-saved or rebuilt pair can be the same
+    pair. `load_checked_calibration` then compares the models' behaviour (`fingerprint.check_behaviour`). The metric
+    is the calibration's, whatever it is: the screen measures on its scale (`admission.decision_estimator`).
     """
     from admitcheck.artifact import fingerprint_pair, protocol_of_screen
 
     logs = config.source == "logs"
-    mine = _flat(fingerprint_pair(config.pair, None if logs else config.probe), "pair.")
-    theirs = _flat(calibration.pair_fingerprint, "pair.")
-    if logs:
-        theirs = {k: v for k, v in theirs.items() if k in mine}
-    else:
+    present = fingerprint_pair(config.pair, None if logs else config.probe)
+    diffs = fingerprint.strict_differences(calibration.pair_fingerprint, present)
+    mine: dict[str, Any] = {}
+    theirs: dict[str, Any] = {}
+    if not logs:
         mine |= protocol_of_screen(config)
         theirs |= calibration.protocol
-    mine["metric"], theirs["metric"] = "k3", calibration.metric
-    for key in sorted(set(mine) | set(theirs), key=lambda k: (k != "metric", k)):
-        a, b = theirs.get(key), mine.get(key)
-        if a != b:
-            name = "probe.prompts" if key == "pair.probe_prompts" else key.removeprefix("protocol.")
-            raise CalibrationError(
-                f"differs from the calibration {calibration.path}: it has {_short(a)}, this screen {_short(b)}; use a "
-                "calibration of this pair and protocol, or screen with the calibration's settings",
-                file=config_file,
-                field=name,
-            )
+    blocking = [d for d in diffs if d.field in ("pair.tokenizer", "pair.probe_prompts")]
+    blocking += [fingerprint.Difference(k, theirs.get(k), mine.get(k)) for k in sorted(set(mine) | set(theirs))
+                 if theirs.get(k) != mine.get(k)]  # fmt: skip
+    blocking.sort(key=lambda d: d.field != "metric")
+    if blocking:
+        d = blocking[0]
+        name = "probe.prompts" if d.field == "pair.probe_prompts" else d.field.removeprefix("protocol.")
+        raise CalibrationError(
+            f"differs from the calibration {calibration.path}: it has {fingerprint.short_value(d.stored)}, this screen "
+            f"{fingerprint.short_value(d.present)}; use a calibration of this pair and protocol, or screen with the "
+            "calibration's settings",
+            file=config_file,
+            field=name,
+        )
+    return [str(d) for d in diffs if d.field not in ("pair.tokenizer", "pair.probe_prompts")]
 
 
-def _short(v: Any) -> str:
-    return f"{v[:12]}…" if isinstance(v, str) and len(v) == 64 else repr(v)  # sha256 hex digests shortened
-
-
-def _flat(d: dict[str, Any], prefix: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        out |= _flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v}
-    return out
-
-
-def _check_inputs(config: ScreenConfig, chosen: list[CandidateConfig], file: str | None) -> None:
+def check_inputs(config: ScreenConfig, chosen: list[CandidateConfig], file: str | None) -> None:
     """Files and dirs the screen needs exist (before any hashing or loading)."""
     for fld, d in (("pair.student", config.pair.student), ("pair.teacher", config.pair.teacher)):
         if not (Path(d) / "config.json").is_file():
@@ -176,13 +176,49 @@ def _check_inputs(config: ScreenConfig, chosen: list[CandidateConfig], file: str
         raise ConfigError(f"file not found: {cap}", file=file, field="capacity.model_config_path")
 
 
-def load_checked_calibration(config: ScreenConfig, *, config_file: str | None = None):
-    """`artifact.load_calibration(config.calibration)` after `check_compatibility`."""
+def load_checked_calibration(config: ScreenConfig, *, config_file: str | None = None, behaviour: bool = True):
+    """`artifact.load_calibration(config.calibration)` after `check_compatibility`. When the strict fingerprints
+    differ and `behaviour` is set, both models are loaded (float32, CPU) and their log-probs on the calibration's
+    fixed sequences compared (`fingerprint.check_behaviour`: CalibrationError when they drifted); the strict
+    differences are then issued as `PairRewrittenWarning`s."""
     from admitcheck.artifact import load_calibration
 
     calibration = load_calibration(config.calibration)
-    check_compatibility(config, calibration, config_file=config_file)
+    notes = check_compatibility(config, calibration, config_file=config_file)
+    if notes and behaviour:
+        stored = calibration.behaviour
+        if stored is None:
+            raise CalibrationError(
+                f"{notes[0]}; the calibration stores no behavioural fingerprint to settle it: re-run calibrate",
+                file=config_file,
+                field="pair",
+            )
+        student = io.load_causal_lm(config.pair.student, "float32", "cpu", file=config_file, field="pair.student")
+        teacher = io.load_causal_lm(config.pair.teacher, "float32", "cpu", file=config_file, field="pair.teacher")
+        drift = fingerprint.check_behaviour(stored, student, teacher, budget=calibration.budget.value, file=config_file)
+        del student, teacher
+        warnings.warn(
+            PairRewrittenWarning(
+                f"the pair's files differ from the calibration's ({'; '.join(notes[:3])}"
+                f"{'; …' if len(notes) > 3 else ''}) but it behaves the same (log-prob drift student "
+                f"{drift['student']:.2g}, teacher {drift['teacher']:.2g} nats/token, within "
+                f"{fingerprint.BEHAVIOUR_TOLERANCE:g} × budget)"
+            ),
+            stacklevel=2,
+        )
+    elif notes:
+        warnings.warn(
+            PairRewrittenWarning(
+                f"the pair's files differ from the calibration's ({'; '.join(notes[:3])}); screen compares the "
+                "models' behaviour before measuring"
+            ),
+            stacklevel=2,
+        )
     return calibration
+
+
+class PairRewrittenWarning(AdmitcheckWarning):
+    """The pair's strict fingerprints differ from the calibration's (the CLI prints these in yellow)."""
 
 
 def _probe_prompts(config: ScreenConfig, file: str | None) -> list[dict]:
@@ -221,12 +257,12 @@ def validate(
     """Inputs on disk, calibration compatibility, engine support, logs file; no model loads. Returns what a screen
     would run."""
     chosen = select_candidates(config, candidates)
-    _check_inputs(config, chosen, config_file)
-    calibration = load_checked_calibration(config, config_file=config_file)
+    check_inputs(config, chosen, config_file)
+    calibration = load_checked_calibration(config, config_file=config_file, behaviour=False)
     if config.source == "logs":
         from admitcheck.logs import read_logs
 
-        logs = read_logs(config.logs.path)
+        logs = read_logs(config.logs.path, format=config.logs.format)
         looks, probes = 1, logs.num_sequences
     else:
         check_engines(chosen, config_file)
@@ -245,34 +281,176 @@ def validate(
 # ------------------------------------------------------------------------------------------------ screening
 
 
-@dataclass
-class _Context:
-    """What every candidate shares: the calibration, one reference, the probe prompts, the look plan, the floors."""
+class ScreenSession:
+    """What every candidate of one screen shares: the calibration, one reference, the probe prompts, the look plan
+    and one noise floor per engine kind. The recipe search screens its steps through one session.
 
-    config: ScreenConfig
-    file: str | None
-    calibration: Any
-    tokens: Any = None
-    prompt_ids: list[list[int]] = field(default_factory=list)
-    reference: Any = None
-    plan: tuple[int, int, int] = (1, 1, 1)  # batches before the first look, batches at most, looks
-    confidence: float = 0.95  # per look
-    floors: dict[str, dict[str, Any]] = field(default_factory=dict)
-    failed_floors: dict[str, EngineError] = field(default_factory=dict)  # engine kind -> why its floor failed
+        session = ScreenSession(cfg, config_file="screen.yaml")     # inputs checked, calibration loaded
+        v = session.screen_candidate(CandidateConfig(name="fp8_kv", rollout=...))   # a Verdict
+    """
 
+    def __init__(self, config: ScreenConfig, *, config_file: str | None = None, calibration: Any = None) -> None:
+        self.config, self.file = config, config_file
+        self.calibration = calibration or load_checked_calibration(config, config_file=config_file)
+        self.metric = self.calibration.metric  # the budget's scale; `admission.decision_estimator` measures it
+        self.tokens: Any = None
+        self.prompt_ids: list[list[int]] = []
+        self.reference: Any = None
+        self.plan: tuple[int, int, int] = (1, 1, 1)  # batches before the first look, batches at most, looks K
+        self.confidence = config.policy.confidence  # per look, once prepared
+        self.floors: dict[str, dict[str, Any]] = {}
+        self.failed_floors: dict[str, EngineError] = {}  # engine kind -> why its floor failed
 
-@dataclass
-class _Run:
-    """The sequential measurement of one engine: per-batch per-sequence sums, the padded log-probs, the state."""
+    def prepare(self) -> None:
+        """Tokenizer, probe prompts, look plan and the reference model (once)."""
+        from admitcheck.measure import check_devices, load_pair_tokenizer, tokenize_prompts
 
-    per_sequence: list[dict] = field(default_factory=list)
-    acc: Any = None  # measure.Accumulator
-    looks: int = 0
-    state: str = "undecided"  # admission.LookState: admit | reject | undecided | unresolvable | nonfinite
-    engine_nonfinite: int = 0  # non-finite log-probs from the engine (μ side), masked tokens
-    nonfinite: int = 0  # either side
-    probes: int = 0
-    tokens: int = 0
+        if self.reference is not None:
+            return
+        cfg, file = self.config, self.file
+        check_devices(cfg, file=file)
+        self.tokens = load_pair_tokenizer(cfg.pair, file=file)
+        prompts = _probe_prompts(cfg, file)
+        self.prompt_ids = tokenize_prompts(self.tokens, prompts, file=cfg.probe.prompts)
+        self.plan = looks_plan(cfg, len(prompts))
+        self.confidence = confidence_per_look(cfg.policy.confidence, self.plan[2])
+        io.check_causal_lm(cfg.pair.teacher, file=file, field="pair.teacher")
+        self.reference = io.load_causal_lm(cfg.pair.student, cfg.reference.dtype, cfg.reference.device, file=file)
+
+    def _start_engine(self, rollout: RolloutConfig, name: str):
+        from admitcheck.engines import build_engine
+
+        ids = {"eos_token_id": self.tokens.eos_token_id, "pad_token_id": self.tokens.pad_token_id}
+        return engine_call(name, partial(build_engine, rollout, self.config.pair.student, **ids))
+
+    def _measure(self, name: str, engine, reference, max_batches: int, decide: bool, progress: Progress | None):
+        """(ProbeRun, final look state, looks): sample, score and look batch after batch until decided."""
+        from admitcheck.probe import ProbeRun, probe_batches
+
+        cfg, run, state, looks = self.config, ProbeRun(), "undecided", 0
+        loop = probe_batches(
+            engine,
+            reference,
+            self.prompt_ids,
+            cfg.probe,
+            cfg.sampling,
+            full=cfg.full_logprobs,
+            max_batches=max_batches,
+            guard=partial(engine_call, name),
+            label=name,
+            progress=progress,
+        )
+        for batch in loop:
+            run.add(batch)
+            if run.nonfinite:
+                state = "nonfinite"
+                break
+            if not decide or batch.index + 1 < self.plan[0]:
+                continue
+            looks += 1
+            pooled = run.pooled(self.confidence)
+            est = decision_estimator(self.metric, pooled.values)
+            state = look(*pooled.intervals[est], *run.tail(est), budget_band(self.calibration.budget))
+            if state in ("admit", "reject"):
+                break
+        return run, state, looks
+
+    def _evidence(self, run, state: str, looks: int, max_looks: int) -> Evidence:
+        m = run.metrics(self.confidence)
+        est = decision_estimator(self.metric, m.values)
+        share, k = run.tail(est)
+        counts = dict(looks=looks, probes=run.num_sequences, tokens=run.num_tokens, max_looks=max_looks)
+        bad = dict(nonfinite=run.nonfinite, engine_nonfinite=run.engine_nonfinite)
+        return Evidence(state, dict(m.values), dict(m.intervals), self.confidence, **counts, **bad, estimator=est,
+                        top_share=share, tail_index=k)  # fmt: skip
+
+    def floor(self, rollout: RolloutConfig, progress: Progress | None = None) -> dict[str, Any]:
+        """The engine in the reference's configuration on the first-look probes, measured once per engine kind."""
+        from admitcheck.measure import floor_rollout
+
+        self.prepare()
+        fr = floor_rollout(rollout, self.config.reference)
+        if fr.engine in self.failed_floors:  # failed once: every candidate of this engine kind fails the same way
+            raise self.failed_floors[fr.engine]
+        if fr.engine not in self.floors:
+            t0, label = time.perf_counter(), f"floor ({fr.engine})"
+            try:
+                engine = self._start_engine(fr, label)
+                try:
+                    run, _, _ = self._measure(label, engine, self.reference, self.plan[0], False, progress)
+                finally:
+                    engine.close()
+            except EngineError as exc:
+                self.failed_floors[fr.engine] = exc
+                raise
+            pooled = run.pooled(self.confidence)
+            keys = [k for k in ("k3", "kl_exact") if k in pooled.values]
+            self.floors[fr.engine] = {
+                "dtype": fr.dtype,
+                **{k: pooled.values[k] for k in keys},
+                **{f"{k}_interval": pooled.intervals[k] for k in keys},
+                "probes": run.num_sequences,
+                "tokens": run.num_tokens,
+                "seconds": time.perf_counter() - t0,
+            }
+        return self.floors[fr.engine]
+
+    def screen_candidate(self, cand: CandidateConfig, progress: Progress | None = None) -> Verdict:
+        """One candidate's Verdict (its engine started, measured sequentially, closed); EngineError on failure."""
+        from admitcheck import opd
+        from admitcheck.measure import floor_rollout
+
+        self.prepare()
+        rollout, reference = cand.rollout, self.reference
+        if cand.staleness is not None:  # θ0 samples in the reference's configuration; θk is the reference
+            rollout = floor_rollout(RolloutConfig(**self.calibration.recipe["rollout"]), self.config.reference)
+        floor = self.floor(rollout, progress)
+        t0 = time.perf_counter()
+        if cand.staleness is not None:
+            start = self.reference if self.config.reference.dtype == "float32" else None
+            stale = partial(opd.stale_reference, self.calibration, self.config, cand.staleness, reference=start)
+            reference = engine_call(cand.name, stale)
+        engine = self._start_engine(rollout, cand.name)
+        try:
+            run, state, looks = self._measure(cand.name, engine, reference, self.plan[1], True, progress)
+            allocated = getattr(engine, "kv_cache_report", None)  # vLLM: what the engine really allocated
+            allocated = allocated() if callable(allocated) and cand.staleness is None else None
+        finally:
+            engine.close()
+        e = self._evidence(run, state, looks, self.plan[2])
+        capacity = self.capacity(cand) | ({"engine_allocated": allocated} if allocated else {})
+        return self._verdict(cand.name, e, floor.get(e.estimator), capacity, time.perf_counter() - t0, "engine")
+
+    def screen_logs(self, chosen: list[CandidateConfig]) -> Verdict:
+        """One verdict from a pipeline's logged log-probs: every sequence at once (one look, nominal confidence)."""
+        import numpy as np
+
+        from admitcheck.logs import read_logs
+        from admitcheck.metrics import mismatch_metrics, pareto_k, top_share
+
+        t0 = time.perf_counter()
+        logs = read_logs(self.config.logs.path, format=self.config.logs.format)
+        self.confidence = self.config.policy.confidence
+        m = mismatch_metrics(logs.rollout_logprobs, logs.trainer_logprobs, logs.mask, confidence=self.confidence)
+        est = decision_estimator(self.metric, m.values)
+        sums = m.per_sequence[est]
+        state = "nonfinite" if m.nonfinite else look(*m.intervals[est], top_share(sums), pareto_k(sums),
+                                                       budget_band(self.calibration.budget))  # fmt: skip
+        engine_bad = int((~np.isfinite(logs.rollout_logprobs) & logs.mask).sum())
+        e = Evidence(state, dict(m.values), dict(m.intervals), self.confidence, 1, m.num_sequences, m.num_tokens,
+                     1, m.nonfinite, engine_bad, est, top_share(sums), pareto_k(sums))  # fmt: skip
+        one = chosen[0] if len(chosen) == 1 else None  # the logs belong to the one candidate selected, if any
+        name, capacity = (one.name, self.capacity(one)) if one else (Path(logs.path).stem, None)
+        return self._verdict(name, e, None, capacity, time.perf_counter() - t0, "logs")
+
+    def capacity(self, cand: CandidateConfig) -> dict[str, Any]:
+        """KV-cache capacity of the candidate on the configured GPU (staleness changes no memory: plain BF16)."""
+        return _capacity(self.config, cand)
+
+    def _verdict(self, name, e: Evidence, floor, capacity, seconds: float, source) -> Verdict:
+        cal, policy = self.calibration, self.config.policy.undecided
+        extra = {"metric": self.metric, "floor": floor, "capacity": capacity, "seconds": seconds, "source": source}
+        return verdict(name, e, cal.budget, policy, cal.predict_cost, **extra)
 
 
 def screen(
@@ -281,32 +459,34 @@ def screen(
     config_file: str | None = None,
     candidates: list[str] | None = None,
     from_logs: str | Path | None = None,
+    log_format: str = "auto",
     progress: Progress | None = None,
 ) -> ScreenResult:
-    """Verdicts for the chosen candidates (all by default) against `config.calibration`; see the module docstring."""
+    """Verdicts for the chosen candidates (all by default) against `config.calibration`; see the module docstring.
+    `from_logs` (+ `log_format`, see `logs.read_logs`) screens a pipeline's logged log-probs instead of sampling."""
     t0 = time.perf_counter()
-    config = with_logs(config, from_logs) if from_logs is not None else config
+    config = with_logs(config, from_logs, log_format) if from_logs is not None else config
     chosen = select_candidates(config, candidates)
-    _check_inputs(config, chosen, config_file)
-    ctx = _Context(config, config_file, load_checked_calibration(config, config_file=config_file))
+    check_inputs(config, chosen, config_file)
+    session = ScreenSession(config, config_file=config_file)
     verdicts: list[Verdict] = []
     failures: dict[str, str] = {}
     if config.source == "logs":
-        verdicts, setup = [_screen_logs(ctx, chosen)], 0.0
+        verdicts, setup = [session.screen_logs(chosen)], 0.0
     else:
         check_engines(chosen, config_file)
-        _prepare(ctx)
+        session.prepare()
         setup = time.perf_counter() - t0
         for c in chosen:
             try:
-                verdicts.append(_screen_candidate(ctx, c, progress))
+                verdicts.append(session.screen_candidate(c, progress))
             except EngineError as exc:  # this candidate has no verdict; the others keep theirs
                 failures[c.name] = _failure_message(exc, c.name)
     result = ScreenResult(
         verdicts,
-        _calibration_summary(ctx.calibration),
-        ctx.floors,
-        config.policy.model_dump(),
+        _calibration_summary(session.calibration),
+        session.floors,
+        config.policy.model_dump() | {"confidence_per_look": session.confidence, "max_looks": session.plan[2]},
         config.source,
         setup,
         time.perf_counter() - t0,
@@ -335,21 +515,7 @@ def _partial_failure(result: ScreenResult, file: str | None) -> EngineError:
     return exc
 
 
-def _prepare(ctx: _Context) -> None:
-    from admitcheck.measure import check_devices, load_pair_tokenizer, tokenize_prompts
-
-    cfg, file = ctx.config, ctx.file
-    check_devices(cfg, file=file)
-    ctx.tokens = load_pair_tokenizer(cfg.pair, file=file)
-    prompts = _probe_prompts(cfg, file)
-    ctx.prompt_ids = tokenize_prompts(ctx.tokens, prompts, file=cfg.probe.prompts)
-    ctx.plan = looks_plan(cfg, len(prompts))
-    ctx.confidence = confidence_per_look(cfg.policy.confidence, ctx.plan[2])
-    io.check_causal_lm(cfg.pair.teacher, file=file, field="pair.teacher")
-    ctx.reference = io.load_causal_lm(cfg.pair.student, cfg.reference.dtype, cfg.reference.device, file=file)
-
-
-def _engine_call(name: str, fn: Callable[[], Any]) -> Any:
+def engine_call(name: str, fn: Callable[[], Any]) -> Any:
     """Run an engine (or reference) call; out-of-memory and crashes become an EngineError (exit 3) naming the
     candidate. User errors (AdmitcheckError) pass through; bugs other than RuntimeError keep their traceback."""
     import torch
@@ -362,163 +528,14 @@ def _engine_call(name: str, fn: Callable[[], Any]) -> Any:
         raise EngineError(f"engine failed: {exc}".split("\n")[0], field=f"candidates.{name}") from exc
 
 
-def _start_engine(ctx: _Context, rollout: RolloutConfig, name: str):
-    from admitcheck.engines import build_engine
-
-    ids = {"eos_token_id": ctx.tokens.eos_token_id, "pad_token_id": ctx.tokens.pad_token_id}
-    return _engine_call(name, partial(build_engine, rollout, ctx.config.pair.student, **ids))
-
-
-def _run_batches(
-    ctx: _Context, name: str, engine, reference, max_batches: int, threshold: float | None, progress: Progress | None
-) -> _Run:
-    """Sample, score and look, batch after batch, until decided (never when threshold is None) or max_batches."""
-    import torch
-
-    from admitcheck.measure import Accumulator
-    from admitcheck.metrics import combine, metrics_from_per_sequence, mismatch_metrics
-    from admitcheck.scorer import score
-
-    probe, sampling, full = ctx.config.probe, ctx.config.sampling, ctx.config.full_logprobs
-    run = _Run(acc=Accumulator())
-    for i in range(max_batches):
-        chunk = ctx.prompt_ids[i * probe.batch_size : (i + 1) * probe.batch_size]
-        call = partial(engine.sample, chunk, sampling, probe.seed + i, probe.max_new_tokens, return_full=full)
-        r = _engine_call(name, call)
-        s = _engine_call(
-            name,
-            partial(
-                score, reference, r.prompt_ids, r.token_ids, r.mask, sampling, full=full and r.full_logprobs is not None
-            ),
-        )
-        m = mismatch_metrics(
-            r.logprobs,
-            s.logprobs,
-            r.mask,
-            confidence=ctx.confidence,
-            reference_full=s.full_logprobs,
-            rollout_full=r.full_logprobs if s.full_logprobs is not None else None,
-        )
-        run.per_sequence.append(m.per_sequence)
-        run.acc.add(r, s.logprobs, None)  # (B, T) sides only: kl_exact comes from the per-sequence sums
-        run.engine_nonfinite += int((~torch.isfinite(r.logprobs) & r.mask).sum())
-        run.nonfinite += m.nonfinite
-        run.probes, run.tokens = run.acc.num_sequences, run.acc.num_tokens
-        if progress:
-            progress(name, i + 1, max_batches)
-        if run.nonfinite:
-            run.state = "nonfinite"
-            break
-        if threshold is None or i + 1 < ctx.plan[0]:
-            continue
-        run.looks += 1
-        pooled = metrics_from_per_sequence(combine(run.per_sequence), ctx.confidence)
-        run.state = look(pooled.values["k3"], *pooled.intervals["k3"], threshold, ctx.calibration.budget.kind)
-        if run.state != "undecided":
-            break
-    return run
-
-
-def _final_metrics(run: _Run, confidence: float) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
-    """All metrics over every sequence measured (quantiles from the padded log-probs, kl_exact from the sums)."""
-    from admitcheck.metrics import combine, metrics_from_per_sequence
-
-    whole = run.acc.metrics(confidence)
-    pooled = metrics_from_per_sequence(combine(run.per_sequence), confidence)
-    values, intervals = dict(whole.values), dict(whole.intervals)
-    if "kl_exact" in pooled.values:
-        values["kl_exact"], intervals["kl_exact"] = pooled.values["kl_exact"], pooled.intervals["kl_exact"]
-    return values, intervals
-
-
-def _floor(ctx: _Context, rollout: RolloutConfig, progress: Progress | None) -> dict[str, Any]:
-    """The engine in the reference's configuration on the first-look probes, measured once per engine kind."""
-    from admitcheck.measure import floor_rollout
-
-    fr = floor_rollout(rollout, ctx.config.reference)
-    if fr.engine in ctx.failed_floors:  # failed once: every candidate of this engine kind fails the same way
-        raise ctx.failed_floors[fr.engine]
-    if fr.engine not in ctx.floors:
-        t0, label = time.perf_counter(), f"floor ({fr.engine})"
-        try:
-            engine = _start_engine(ctx, fr, label)
-            try:
-                run = _run_batches(ctx, label, engine, ctx.reference, ctx.plan[0], None, progress)
-            finally:
-                engine.close()
-        except EngineError as exc:
-            ctx.failed_floors[fr.engine] = exc
-            raise
-        values, intervals = _final_metrics(run, ctx.confidence)
-        ctx.floors[fr.engine] = {
-            "dtype": fr.dtype,
-            "k3": values["k3"],
-            "k3_interval": intervals["k3"],
-            "probes": run.probes,
-            "tokens": run.tokens,
-            "seconds": time.perf_counter() - t0,
-        }
-    return ctx.floors[fr.engine]
-
-
-def _screen_candidate(ctx: _Context, cand: CandidateConfig, progress: Progress | None) -> Verdict:
-    from admitcheck import opd
-    from admitcheck.measure import floor_rollout
-
-    rollout, reference = cand.rollout, ctx.reference
-    if cand.staleness is not None:  # θ0 samples in the reference's configuration; θk is the reference
-        rollout = floor_rollout(RolloutConfig(**ctx.calibration.recipe["rollout"]), ctx.config.reference)
-    floor = _floor(ctx, rollout, progress)
-    t0 = time.perf_counter()
-    if cand.staleness is not None:
-        start = ctx.reference if ctx.config.reference.dtype == "float32" else None
-        stale = partial(opd.stale_reference, ctx.calibration, ctx.config, cand.staleness, reference=start)
-        reference = _engine_call(cand.name, stale)
-    engine = _start_engine(ctx, rollout, cand.name)
-    try:
-        run = _run_batches(ctx, cand.name, engine, reference, ctx.plan[1], _threshold(ctx), progress)
-        allocated = getattr(engine, "kv_cache_report", None)  # vLLM: what the engine really allocated
-        allocated = allocated() if callable(allocated) and cand.staleness is None else None
-    finally:
-        engine.close()
-    values, intervals = _final_metrics(run, ctx.confidence)
-    capacity = _capacity(ctx, cand) | ({"engine_allocated": allocated} if allocated else {})
-    seconds = time.perf_counter() - t0
-    return _verdict(ctx, cand.name, values, intervals, run, floor["k3"], capacity, seconds, "engine")
-
-
-def _screen_logs(ctx: _Context, chosen: list[CandidateConfig]) -> Verdict:
-    """One verdict from a pipeline's logged log-probs: every sequence at once (one look, nominal confidence)."""
-    import numpy as np
-
-    from admitcheck.logs import read_logs
-    from admitcheck.metrics import mismatch_metrics
-
-    t0 = time.perf_counter()
-    logs = read_logs(ctx.config.logs.path)
-    ctx.confidence = ctx.config.policy.confidence
-    m = mismatch_metrics(logs.rollout_logprobs, logs.trainer_logprobs, logs.mask, confidence=ctx.confidence)
-    run = _Run(looks=1, nonfinite=m.nonfinite, probes=m.num_sequences, tokens=m.num_tokens)
-    run.engine_nonfinite = int((~np.isfinite(logs.rollout_logprobs) & logs.mask).sum())
-    k3, (lo, hi) = m.values["k3"], m.intervals["k3"]
-    run.state = "nonfinite" if m.nonfinite else look(k3, lo, hi, _threshold(ctx), ctx.calibration.budget.kind)
-    one = chosen[0] if len(chosen) == 1 else None  # the logs belong to the one candidate selected, if any
-    name, capacity = (one.name, _capacity(ctx, one)) if one else (Path(logs.path).stem, None)
-    return _verdict(ctx, name, dict(m.values), dict(m.intervals), run, None, capacity, time.perf_counter() - t0, "logs")
-
-
-def _threshold(ctx: _Context) -> float:
-    return threshold_of(ctx.calibration.budget)
-
-
-def _capacity(ctx: _Context, cand: CandidateConfig) -> dict[str, Any]:
+def _capacity(config: ScreenConfig, cand: CandidateConfig) -> dict[str, Any]:
     """KV-cache capacity of the candidate on the configured GPU (staleness changes no memory: plain BF16)."""
     import json
 
     from admitcheck.capacity import kv_capacity
 
-    cap, gib = ctx.config.capacity, 2**30
-    path = Path(cap.model_config_path or Path(ctx.config.pair.student) / "config.json")
+    cap, gib = config.capacity, 2**30
+    path = Path(cap.model_config_path or Path(config.pair.student) / "config.json")
     try:
         c = kv_capacity(
             json.loads(path.read_text(encoding="utf-8")),
@@ -543,25 +560,6 @@ def _capacity(ctx: _Context, cand: CandidateConfig) -> dict[str, Any]:
         "fits",
     )
     return {k: getattr(c, k) for k in keys} | {"gpu_memory_gib": cap.gpu_memory_gib}
-
-
-def _verdict(
-    ctx: _Context,
-    name: str,
-    values: dict,
-    intervals: dict,
-    run: _Run,
-    floor_k3: float | None,
-    capacity: dict | None,
-    seconds: float,
-    source: Literal["engine", "logs"],
-) -> Verdict:
-    counts = {k: getattr(run, k) for k in ("state", "looks", "probes", "tokens", "nonfinite", "engine_nonfinite")}
-    max_looks = ctx.plan[2] if source == "engine" else 1  # "per look" in the reason only for a sequential screen
-    e = Evidence(values=values, intervals=intervals, confidence=ctx.confidence, max_looks=max_looks, **counts)
-    cal, policy = ctx.calibration, ctx.config.policy.undecided
-    extra = {"floor_k3": floor_k3, "capacity": capacity, "seconds": seconds, "source": source}
-    return verdict(name, e, cal.budget, policy, cal.predict_cost, **extra)
 
 
 def _calibration_summary(calibration) -> dict[str, Any]:

@@ -336,6 +336,10 @@ class RecipeStep:
     budget: float
     ratio_vs_bf16: float | None  # KV-capacity tokens against plain BF16 (capacity settings of the config)
     reason: str
+    estimator: str = "k3"  # what decided (admission.decision_estimator)
+    mismatch: float = float("nan")  # the estimator's value, nats/token
+    mismatch_interval: tuple[float, float] = (float("nan"), float("nan"))
+    error_control: bool = True  # False when policy.undecided = admit decided
 
 
 @dataclass(frozen=True)
@@ -350,6 +354,8 @@ class RecipeResult:
     screen_config: dict[str, Any] | None  # a ScreenConfig for `screen`, the chosen rollout as its one candidate
     message: str
     seconds_total: float
+    recipes_tested_at_most: int = 1  # screens the search may run: the Bonferroni divisor
+    confidence_per_recipe: float = 0.95  # each screen's policy.confidence (two-sided), the family's α split evenly
 
     @property
     def exit_code(self) -> int:
@@ -394,31 +400,40 @@ def _step(returned: list[Unit], rollout: RolloutConfig, v) -> RecipeStep:
         v.budget,
         ratio,
         v.reason,
+        v.estimator,
+        v.mismatch,
+        tuple(v.mismatch_interval),
+        v.error_control,
     )
 
 
 def recipe(config: RecipeConfig, *, config_file: str | None = None, progress=None) -> RecipeResult:
     """Screen every unit in the engine dtype (the floor: if even that is rejected, stop, exit 1); rank the units by
     `sensitivity`; then screen the whole recipe and return the most sensitive unit to the engine dtype one at a
-    time, re-screening sequentially (screen's look plan, one reference and one floor for every step), until admitted.
+    time, re-screening sequentially (screen's look plan, one `ScreenSession`: one reference and one floor for every
+    step), until admitted. The first ADMIT wins, so each screen runs at 1 − α/(units + 1) (Bonferroni over the
+    recipes the search may try): the chosen recipe keeps the policy's error rate.
     """
-    from admitcheck import screen as scr
     from admitcheck.config import CandidateConfig, ScreenConfig
+    from admitcheck.screen import ScreenSession, check_inputs
 
     t0 = time.perf_counter()
     L = num_layers_of(config.pair.student)
     plain = plain_rollout(config.rollout)
+    # Bonferroni over the recipes the search may screen (the floor, the whole recipe and each restriction of it):
+    # the first ADMIT wins, so the chance that any admitted step is wrong is ≤ Σ per-screen α = the policy's α.
+    tries = len(recipe_units(config.rollout, L, tuple(config.units), config.layers)) + 1
+    level = 1.0 - (1.0 - config.policy.confidence) / tries
     base = config.model_dump(include={"pair", "calibration", "probe", "sampling", "reference", "policy", "capacity"})
+    policy = base["policy"] | {"confidence": level}
     cfg = ScreenConfig.model_validate(
-        base | {"candidates": [{"name": config.name, "rollout": plain}], "full_logprobs": False}
+        base | {"policy": policy, "candidates": [{"name": config.name, "rollout": plain}]}  # kl_exact decides
     )
-    scr._check_inputs(cfg, cfg.candidates, config_file)  # files first, named by field
-    # screen's internals, so that one reference model and one floor serve every step of the search
-    ctx = scr._Context(cfg, config_file, scr.load_checked_calibration(cfg, config_file=config_file))
-    scr._prepare(ctx)
+    check_inputs(cfg, cfg.candidates, config_file)  # files first, named by field
+    session = ScreenSession(cfg, config_file=config_file)  # one reference model and one floor for every step
 
     def screen_one(name: str, rollout: RolloutConfig):
-        return scr._screen_candidate(ctx, CandidateConfig(name=name, rollout=rollout), progress)
+        return session.screen_candidate(CandidateConfig(name=name, rollout=rollout), progress)
 
     floor = _step([], plain, screen_one("floor", plain))
     if floor.decision != "ADMIT":
@@ -427,7 +442,7 @@ def recipe(config: RecipeConfig, *, config_file: str | None = None, progress=Non
             f"no recipe can be admitted: even with every unit in {plain.dtype} (the floor) k3 {floor.k3:.3g} "
             f"[{lo:.3g}, {hi:.3g}] is not under the budget {floor.budget:.3g} ({floor.reason})"
         )
-        return RecipeResult(None, [], floor, [], None, None, msg, time.perf_counter() - t0)
+        return RecipeResult(None, [], floor, [], None, None, msg, time.perf_counter() - t0, tries, level)
     probe = ProbeConfig(**config.probe.model_dump(exclude={"min_prompts"}))
     sens = SensitivityConfig(
         pair=config.pair,
@@ -457,7 +472,8 @@ def recipe(config: RecipeConfig, *, config_file: str | None = None, progress=Non
             f"not admitted even with every searched unit ({', '.join(u.name for u in ranking)}) returned to "
             f"{plain.dtype}; the floor is admitted (k3 {floor.k3:.3g}): search more units or layers"
         )
-        return RecipeResult(None, steps, floor, [u.name for u in ranking], None, None, msg, time.perf_counter() - t0)
+        ranked = [u.name for u in ranking]
+        return RecipeResult(None, steps, floor, ranked, None, None, msg, time.perf_counter() - t0, tries, level)
     screen_config = base | {"candidates": [{"name": config.name, "rollout": chosen_rollout.model_dump(mode="json")}]}
     n = len(chosen.returned)
     msg = f"admitted with {n} unit(s) returned to {plain.dtype}: {', '.join(chosen.returned) or 'none'}"
@@ -466,8 +482,10 @@ def recipe(config: RecipeConfig, *, config_file: str | None = None, progress=Non
         steps,
         floor,
         [u.name for u in ranking],
-        vllm_args(chosen_rollout, ctx.reference),
+        vllm_args(chosen_rollout, session.reference),
         screen_config,
         msg,
         time.perf_counter() - t0,
+        tries,
+        level,
     )

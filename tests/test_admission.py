@@ -1,6 +1,7 @@
-"""Admission, the pure decision rule: look plan, per-look confidence, decision interval, ruling, margin and ratio.
+"""Admission, the pure decision rule: look plan, per-look level, the look against the budget's interval, the ruling.
 
-Closed forms and golden numbers; no model, no file. `screen`'s orchestration is tests/test_screen.py.
+Closed forms and golden numbers; no model, no file. `screen`'s orchestration is tests/test_screen.py; the error
+rates of the rule by simulation are tests/test_coverage.py.
 """
 
 from __future__ import annotations
@@ -11,16 +12,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from admitcheck.admission import (
     Evidence,
     Verdict,
+    budget_band,
     confidence_per_look,
-    decision_interval,
+    decision_estimator,
     look,
+    look_states,
     looks_plan,
-    margin_to_budget,
     predicted_cost,
     ratio_to_budget,
     ruling,
@@ -38,7 +41,7 @@ def budget(value: float = 0.05, kind: str = "point") -> Budget:
 
 
 def evidence(state: str, k3: float = 0.01, half: float = 0.01, **kw) -> Evidence:
-    """Evidence with the symmetric k3 interval k3 ± half (at 0.99 per look, 2 of 4 looks, 16 probes)."""
+    """Evidence with the k3 interval k3 ± half (at 0.99 per look, 2 of 4 looks, 16 probes), light tail."""
     fields = dict(
         state=state,
         values={"k3": k3, "k1": 0.0},
@@ -48,6 +51,8 @@ def evidence(state: str, k3: float = 0.01, half: float = 0.01, **kw) -> Evidence
         probes=16,
         tokens=160,
         max_looks=4,
+        top_share=0.05,
+        tail_index=0.1,
     )
     return Evidence(**(fields | kw))
 
@@ -64,53 +69,72 @@ def test_looks_plan_and_confidence_per_look():
     assert confidence_per_look(0.95, 4) == pytest.approx(1 - 0.05 / 4)  # Bonferroni: α spent evenly
 
 
-def test_decision_interval_is_log_scale():
-    lo, hi = decision_interval(0.01, 0.0, 0.02)  # symmetric ±0.01 -> log scale: positive, wider above
-    assert 0 < lo < 0.01 < 0.02 < hi and math.isclose(lo * hi, 0.01**2)
-    assert (lo, hi) == pytest.approx((0.01 / math.e, 0.01 * math.e))
-    assert decision_interval(0.0, 0.0, 0.0) == (0.0, 0.0)
-    assert decision_interval(math.inf, math.inf, math.inf) == (math.inf, math.inf)
-
-
 @pytest.mark.parametrize(
-    ("k3", "half", "kind", "state"),
+    ("lo", "hi", "share", "k_hat", "kind", "state"),
     [
-        (0.01, 0.001, "point", "admit"),
-        (0.2, 0.01, "point", "reject"),
-        (0.05, 0.01, "point", "undecided"),
-        (0.01, 0.001, "lower_bound", "admit"),  # inside the calibrated range: admitted against b
-        (0.2, 0.01, "upper_bound", "reject"),
-        (0.01, 0.001, "upper_bound", "unresolvable"),  # B ≤ b: an interval below b proves nothing
-        (math.nan, math.nan, "point", "undecided"),
+        (0.001, 0.02, 0.05, 0.1, "point", "admit"),  # upper 0.02 < B_lo 0.025
+        (0.001, 0.03, 0.05, 0.1, "point", "undecided"),  # below B = 0.05 but not below B_lo: the budget's doubt
+        (0.11, 0.2, 0.05, 0.1, "point", "reject"),  # lower 0.11 > B_hi 0.1
+        (0.06, 0.2, 0.05, 0.1, "point", "undecided"),  # above B but not above B_hi
+        (0.001, 0.02, 0.30, 0.1, "point", "heavy_tail"),  # one sequence carries 30%: draw more first
+        (0.11, 0.2, 0.05, 0.9, "point", "heavy_tail"),  # k̂ 0.9 > 0.7: the mean is not reliable yet
+        (0.06, 0.2, 0.05, 0.1, "lower_bound", "undecided"),  # B ≥ b: (b, inf) never rejects by the bound
+        (0.001, 0.02, 0.05, 0.1, "upper_bound", "undecided"),  # B ≤ b: (0, b) never admits by the bound
+        (0.11, 0.2, 0.05, 0.1, "upper_bound", "reject"),
+        (math.nan, math.nan, 0.05, 0.1, "point", "undecided"),
     ],
 )
-def test_look(k3, half, kind, state):
-    assert look(k3, k3 - half, k3 + half, 0.05, kind) == state
+def test_look(lo, hi, share, k_hat, kind, state):
+    assert look(lo, hi, share, k_hat, budget_band(budget(0.05, kind))) == state
 
 
-def test_ruling_by_state_budget_kind_and_policy():
-    d, marginal, reason = ruling(evidence("admit", half=0.001), budget(), "reject")
-    assert (d, marginal) == ("ADMIT", False) and reason.startswith("k3 upper bound") and "at 0.99 per look" in reason
-    d, marginal, reason = ruling(evidence("admit", half=0.001, max_looks=1), budget(), "reject")
+def test_look_states_vectorised_matches_scalar():
+    rng = np.random.default_rng(0)
+    lo, hi = rng.uniform(0, 0.2, 50), rng.uniform(0, 0.2, 50)
+    share, k_hat = rng.uniform(0, 0.2, 50), rng.uniform(0, 1, 50)
+    band = budget_band(budget())
+    states = look_states(lo, hi, share, k_hat, band)
+    assert list(states) == [look(*x, band) for x in zip(lo, hi, share, k_hat)]
+
+
+def test_decision_estimator():
+    assert decision_estimator("k3", {"k3": 1, "kl_exact": 1}) == "kl_exact"  # same KL, less variance
+    assert decision_estimator("k3", {"k3": 1}) == "k3"
+    assert decision_estimator("kl_exact", {"k3": 1}) == "k3"  # no full rows: k3 estimates the same quantity
+    assert decision_estimator("k1", {"k1": 1, "kl_exact": 1}) == "k1"  # other scales are measured as themselves
+
+
+def test_ruling_by_state_budget_interval_and_policy():
+    d, marginal, control, by, reason, margin = ruling(evidence("admit", k3=0.004, half=0.001), budget(), "reject")
+    assert (d, marginal, control) == ("ADMIT", False, True) and "at 0.99 per look" in reason
+    assert reason.startswith("k3 upper bound 0.005 < budget lower bound 0.025")
+    assert margin == pytest.approx(0.025 - 0.005) and by == "budget"  # 0.025 of budget doubt vs 0.001 of candidate
+    narrow = Budget(0.05, "point", (0.045, 0.1), tolerance=0.05)  # 0.005 of budget doubt below B
+    _, _, _, by, _, _ = ruling(evidence("admit", k3=0.01, half=0.02), narrow, "reject")
+    assert by == "candidate"
+    d, _, _, _, reason, _ = ruling(evidence("admit", half=0.001, max_looks=1), budget(), "reject")
     assert "per look" not in reason  # one look (logs): nominal confidence
-    d, marginal, reason = ruling(evidence("reject", k3=0.2), budget(), "reject")
-    assert (d, marginal) == ("REJECT", False) and "lower bound" in reason and "only known" not in reason
-    d, _, reason = ruling(evidence("reject", k3=0.2), budget(kind="lower_bound"), "reject")
-    assert d == "REJECT" and "only known to be ≥" in reason  # a rejection says B may be larger
-    for k3, policy, decision in ((0.04, "reject", "REJECT"), (0.04, "admit", "ADMIT"), (0.06, "admit", "REJECT")):
-        d, marginal, reason = ruling(evidence("undecided", k3=k3), budget(), policy)
-        assert (d, marginal) == (decision, True), (k3, policy)
-        assert reason.startswith("marginal:") and f"policy.undecided = {policy}" in reason and "16 probes" in reason
-    d, marginal, reason = ruling(evidence("unresolvable"), budget(kind="upper_bound"), "admit")
-    assert (d, marginal) == ("ADMIT", True) and "only known to be ≤" in reason  # point estimate below b
-    d, marginal, reason = ruling(evidence("nonfinite", nonfinite=3, engine_nonfinite=3), budget(), "admit")
+    d, marginal, control, by, reason, margin = ruling(evidence("reject", k3=0.3, half=0.05), budget(), "reject")
+    assert (d, marginal, control) == ("REJECT", False, True) and "lower bound 0.25 > budget upper bound 0.1" in reason
+    assert margin == pytest.approx(0.15)
+    # marginal, the budget's doubt: the candidate's interval is clear of B = 0.05 but not of [0.025, 0.1]
+    d, marginal, control, by, reason, margin = ruling(evidence("undecided", k3=0.02, half=0.01), budget(), "reject")
+    assert (d, marginal, control, by) == ("REJECT", True, True, "budget") and "budget's uncertainty" in reason
+    assert margin == pytest.approx(0.025 - 0.03)  # the side of the point estimate, negative
+    d, marginal, control, by, reason, _ = ruling(evidence("undecided", k3=0.04, half=0.02), budget(), "reject")
+    assert (d, marginal, by) == ("REJECT", True, "candidate") and "still contains the budget" in reason
+    for k3, decision in ((0.04, "ADMIT"), (0.06, "REJECT")):
+        d, marginal, control, _, reason, _ = ruling(evidence("undecided", k3=k3, half=0.02), budget(), "admit")
+        assert (d, marginal, control) == (decision, True, False) and "NO ERROR CONTROL" in reason
+    _, _, _, _, reason, _ = ruling(evidence("heavy_tail", top_share=0.3), budget(), "reject")
+    assert "heavy tail: one sequence carries 30%" in reason
+    d, marginal, _, _, reason, _ = ruling(evidence("nonfinite", nonfinite=3, engine_nonfinite=3), budget(), "admit")
     assert (d, marginal, reason) == ("REJECT", False, "engine produced 3 non-finite log-probs")
-    _, _, reason = ruling(evidence("nonfinite", k3=math.inf, nonfinite=2), budget(), "admit")
+    _, _, _, _, reason, _ = ruling(evidence("nonfinite", k3=math.inf, nonfinite=2), budget(), "admit")
     assert reason.startswith("the reference gives 2 sampled tokens zero probability")
 
 
-def test_margin_ratio_and_predicted_cost():
-    assert margin_to_budget(0.05, 0.02) == pytest.approx(0.03) and margin_to_budget(0.05, 0.07) < 0
+def test_ratio_and_predicted_cost():
     assert ratio_to_budget(0.01, 0.05) == pytest.approx(0.2) and ratio_to_budget(0.01, 0.0) == math.inf
     double = lambda x: 2 * x  # noqa: E731 - a monotone stand-in for the calibration curve
     assert predicted_cost(double, 0.01, 0.005, 0.02) == (0.02, (0.01, 0.04))
@@ -119,23 +143,27 @@ def test_margin_ratio_and_predicted_cost():
 
 
 def test_verdict_golden():
-    e = evidence("admit", k3=0.01, half=0.01)
-    v = verdict("fp8_kv", e, budget(0.05), "reject", lambda x: 2 * x, floor_k3=1e-9, capacity={"ratio_vs_bf16": 2.0})
-    assert isinstance(v, Verdict) and v.admitted and not v.marginal and v.source == "engine"
-    assert v.k3_interval == pytest.approx((0.01 / math.e, 0.01 * math.e))  # the decision interval, not ± half
-    assert v.margin == pytest.approx(0.05 - 0.01 * math.e) and v.ratio_to_budget == pytest.approx(0.2)
-    assert v.quality_cost == pytest.approx(0.02)
-    assert v.quality_cost_interval == pytest.approx((0.02 / math.e, 0.02 * math.e))
+    values = {"k3": 0.012, "kl_exact": 0.01, "k1": 0.0}
+    intervals = {"k3": (0.002, 0.03), "kl_exact": (0.008, 0.012)}
+    e = evidence("admit", values=values, intervals=intervals, estimator="kl_exact", top_share=0.04, tail_index=0.3)
+    v = verdict("fp8_kv", e, budget(0.05), "reject", lambda x: 2 * x, floor=1e-9, capacity={"ratio_vs_bf16": 2.0})
+    assert isinstance(v, Verdict) and v.admitted and not v.marginal and v.error_control and v.source == "engine"
+    assert (v.estimator, v.mismatch, v.mismatch_interval) == ("kl_exact", 0.01, (0.008, 0.012))
+    assert v.metric_intervals == intervals  # one interval per metric; the decision's is the estimator's
+    assert (v.k3, v.k3_interval) == (0.012, (0.002, 0.03))
+    assert v.margin == pytest.approx(0.025 - 0.012) and v.ratio_to_budget == pytest.approx(0.2)
+    assert v.quality_cost == pytest.approx(0.02) and v.quality_cost_interval == pytest.approx((0.016, 0.024))
     assert (v.budget, v.budget_interval, v.budget_kind) == (0.05, (0.025, 0.1), "point")
     assert (v.probes, v.tokens, v.looks, v.confidence_per_look) == (16, 160, 2, 0.99)
-    assert v.metric_intervals["k3"] == (0.0, 0.02) and v.to_dict()["capacity"] == {"ratio_vs_bf16": 2.0}
+    assert not v.heavy_tail and v.decided_by == "budget" and v.to_dict()["capacity"] == {"ratio_vs_bf16": 2.0}
+    assert "k3_interval" not in v.to_dict()
 
 
 def test_screen_reexports_the_same_objects():
     import admitcheck.admission as admission
     import admitcheck.screen as screen
 
-    for name in ("Verdict", "Decision", "decision_interval", "looks_plan"):
+    for name in ("Verdict", "Decision", "looks_plan"):
         assert getattr(screen, name) is getattr(admission, name)
 
 

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from admitcheck import fingerprint
+from admitcheck.artifact import SCHEMA_VERSION
 from admitcheck.config import (
     KVCacheConfig,
     NoiseConfig,
@@ -291,21 +293,20 @@ def test_opd_training_with_vllm_rollouts_keeps_the_engine_in_sync(toy_dirs, prob
 
 def _synthetic_calibration(path: Path, toy: dict[str, Path], budget: float) -> None:
     """A schema-valid calibration of the toy pair with a fixed budget (nats/token); no OPD runs behind it."""
-    from admitcheck import io
     from admitcheck.artifact import dump_calibration
 
     run = {"level": "baseline", "kind": "baseline", "mismatch": 0.0, "mismatch_interval": [0.0, 0.0], "fit_x": 0.0,
            "quality": 1.0, "quality_cost": 0.0, "steps": 1}  # fmt: skip
     runs = [{**run, "seed": s} for s in range(3)]
     data = {
-        "schema_version": 1,
+        "schema_version": SCHEMA_VERSION,
         "name": "toy",
         "metric": "k3",
         "pair": {
-            "student": io.fingerprint_model(toy["student"]),
-            "teacher": io.fingerprint_model(toy["teacher"]),
-            "tokenizer": io.fingerprint_tokenizer(toy["student"]),
-            "prompts": {"probe": io.sha256_file(toy["probe"])},
+            "student": fingerprint.model_fingerprint(toy["student"]),
+            "teacher": fingerprint.model_fingerprint(toy["teacher"]),
+            "tokenizer": fingerprint.tokenizer_fingerprint(toy["student"]),
+            "prompts": {"probe": fingerprint.prompts_fingerprint(toy["probe"])},
         },
         "protocol": {
             "sampling": {"temperature": 1.0, "top_p": 1.0, "top_k": 0},

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from admitcheck.errors import ConfigError
-from admitcheck.logs import read_logs, write_logs
+from admitcheck.logs import COLUMNS, fake_truncation_k3, read_logs, write_logs
 from admitcheck.metrics import mismatch_metrics
 
 
@@ -135,3 +135,295 @@ def test_parquet_same_as_jsonl(tmp_path):
     (tmp_path / "junk.parquet").write_text("not parquet")
     with pytest.raises(ConfigError, match="not a readable Parquet file"):
         read_logs(tmp_path / "junk.parquet")
+
+
+# ------------------------------------------------------------------------------------- pipelines' own formats
+
+
+def _ragged(seed=0, B=10, T=30, sd=0.05):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(2, T + 1, B)
+    mu = [(-rng.exponential(1.0, n)).tolist() for n in lengths]
+    pi = [np.minimum(np.array(m) + rng.normal(0, sd, len(m)), 0.0).tolist() for m in mu]
+    return mu, pi
+
+
+def _expect(logs, mu, pi, masks):
+    """The logs read as these per-sequence (rollout, trainer, mask) lists: same metrics as admitcheck's format."""
+    T = max(len(m) for m in masks)
+    pad = lambda rows: np.array([np.pad(np.asarray(r, dtype=float), (0, T - len(r))) for r in rows])  # noqa: E731
+    m = pad(masks) > 0
+    a = mismatch_metrics(np.where(m, pad(mu), 0), np.where(m, pad(pi), 0), m).values
+    b = mismatch_metrics(logs.rollout_logprobs, logs.trainer_logprobs, logs.mask).values
+    assert a == b
+
+
+def test_prime_rl_token_export(tmp_path):
+    """One line per sequence as TokenExporter writes it: prompt tokens under loss_mask false, null for non-finite,
+    component weights as lists of null when absent, many other columns."""
+    mu, pi = _ragged(1)
+    rows, masks = [], []
+    for b, (m, p) in enumerate(zip(mu, pi, strict=True)):
+        prompt = 4
+        loss = [False] * prompt + [True] * len(m)
+        rl = [None] * len(loss) if b % 2 else [0.0] * prompt + [1.0] * (len(m) - 1) + [0.0]  # last: a ce token
+        row = {
+            "schema_version": 1, "step": 3, "rank": 0, "micro_step": 0, "micro_sequence_idx": b,
+            "token_ids": list(range(len(loss))), "loss_mask": loss, "advantages": [0.1] * len(loss),
+            "inference_logprobs": [0.0] * prompt + m, "trainer_logprobs": [-2.3] * prompt + p,
+            "entropy": [1.0] * len(loss), "mismatch_kl": [None] * len(loss), "rl_weights": rl,
+            "ce_weights": [None] * len(loss), "ref_kl_weights": [None] * len(loss), "env_name": "math",
+        }  # fmt: skip
+        rows.append(row)
+        masks.append([x and (r is None or r != 0) for x, r in zip(loss, rl, strict=True)])
+    p = _write(tmp_path / "rank_0.jsonl", rows)
+    logs = read_logs(p)
+    assert logs.format == "prime-rl" and logs.warnings == ()
+    _expect(logs, [r["inference_logprobs"] for r in rows], [r["trainer_logprobs"] for r in rows], masks)
+    # prime-rl writes inf/nan as null: inside the mask it is a non-finite log-prob (counted), outside it is ignored
+    rows[0]["trainer_logprobs"][5] = None
+    rows[0]["trainer_logprobs"][0] = None
+    logs = read_logs(_write(tmp_path / "nan.jsonl", rows))
+    assert mismatch_metrics(logs.rollout_logprobs, logs.trainer_logprobs, logs.mask).nonfinite == 1
+
+
+def test_verl_dump_and_parquet(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    mu, pi = _ragged(2)
+    T = max(len(m) for m in mu)  # verl rows are padded to the batch's response length
+    rows = [
+        {
+            "rollout_log_probs": m + [0.0] * (T - len(m)),
+            "old_log_probs": p + [-7.0] * (T - len(m)),
+            "response_mask": [1] * len(m) + [0] * (T - len(m)),
+        }
+        for m, p in zip(mu, pi, strict=True)
+    ]
+    logs = read_logs(_write(tmp_path / "verl.jsonl", rows))
+    assert logs.format == "verl"
+    _expect(logs, mu, pi, [[1] * len(m) for m in mu])
+    pq.write_table(pa.table({k: [r[k] for r in rows] for k in rows[0]}), tmp_path / "verl.parquet")
+    b = read_logs(tmp_path / "verl.parquet")
+    assert b.format == "verl" and np.array_equal(b.trainer_logprobs, logs.trainer_logprobs)
+
+
+def test_trl_tool_mask_and_processes(tmp_path):
+    mu, pi = _ragged(3)
+    rows, masks = [], []
+    for b, (m, p) in enumerate(zip(mu, pi, strict=True)):
+        tool = [1] * len(m)
+        if b % 3 == 0 and len(m) > 6:
+            for j in range(2, 5):  # a tool result: TRL gives it rollout log-prob 0.0 and tool_mask 0
+                m[j], tool[j] = 0.0, 0
+        row = {"sampling_per_token_logps": m, "old_per_token_logps": p, "completion_mask": [1] * len(m)}
+        rows.append(row | {"tool_mask": tool, "process_index": b % 2})
+        masks.append(tool)
+    logs = read_logs(_write(tmp_path / "trl.jsonl", rows))
+    assert logs.format == "trl" and logs.warnings == () and logs.groups.tolist() == [b % 2 for b in range(10)]
+    _expect(logs, mu, pi, masks)
+    bare = [{k: r[k] for k in ("sampling_per_token_logps", "old_per_token_logps", "completion_mask")} for r in rows]
+    logs = read_logs(_write(tmp_path / "trl_no_tool_mask.jsonl", bare))
+    assert len(logs.warnings) == 1 and "tool_mask" in logs.warnings[0] and "exactly 0.0" in logs.warnings[0]
+
+
+def test_nemo_rl_train_data(tmp_path):
+    """train_data_stepN.jsonl: every value a batch of one ([[...]]), padded, position 0 dropped like [:, 1:]."""
+    mu, pi = _ragged(4)
+    T = max(len(m) for m in mu) + 3
+    rows, masks = [], []
+    for b, (m, p) in enumerate(zip(mu, pi, strict=True)):
+        prompt = 3  # token_loss_mask is 0 on the prompt; log-probs there are 0
+        tok = [0] * prompt + [1] * len(m) + [0] * (T - prompt - len(m))
+        gen = [0.0] * prompt + m + [0.0] * (T - prompt - len(m))
+        prev = [0.0] * prompt + p + [0.0] * (T - prompt - len(m))
+        keep = 0 if b == 4 else 1  # dynamic sampling dropped this sample
+        rows.append(
+            {
+                "content": ["..."], "rewards": [1.0], "input_lengths": [prompt + len(m)], "token_ids": [[1] * T],
+                "token_loss_mask": [tok], "sample_loss_mask": [keep], "advantages": [[0.0] * T],
+                "generation_logprobs": [gen], "prev_logprobs": [prev], "idx": b,
+            }
+        )  # fmt: skip
+        masks.append([x * keep for x in tok[1:]])
+    logs = read_logs(_write(tmp_path / "train_data_step1.jsonl", rows))
+    assert logs.format == "nemo-rl"
+    _expect(logs, [r["generation_logprobs"][0][1:] for r in rows], [r["prev_logprobs"][0][1:] for r in rows], masks)
+
+
+def test_format_named_detected_or_refused(tmp_path):
+    mu, pi = _ragged(5)
+    p = _write(
+        tmp_path / "l.jsonl", [{"rollout_log_probs": m, "old_log_probs": q} for m, q in zip(mu, pi, strict=True)]
+    )
+    with pytest.raises(ConfigError, match="missing 'response_mask'"):
+        read_logs(p)
+    with pytest.raises(ConfigError, match="missing 'rollout_logprobs'"):
+        read_logs(p, format="admitcheck")
+    with pytest.raises(ConfigError, match="unknown logs format 'openrlhf'"):
+        read_logs(p, format="openrlhf")
+    both = _write(tmp_path / "both.jsonl", [{"rollout_logprobs": [-1.0], "trainer_logprobs": [-1.1]} | {
+        "inference_logprobs": [-1.0], "loss_mask": [True]}])  # fmt: skip
+    with pytest.raises(ConfigError, match=r"several formats \(admitcheck, prime-rl\): name one with --format"):
+        read_logs(both)
+    assert read_logs(both, format="prime-rl").format == "prime-rl"
+    with pytest.raises(ConfigError, match="cannot tell the logs format"):
+        read_logs(_write(tmp_path / "x.jsonl", [{"logprobs": [-1.0]}]))
+
+
+@pytest.mark.parametrize("fmt", ["verl", "admitcheck"])
+def test_identical_log_probs_are_refused_naming_verl_bypass_mode(tmp_path, fmt):
+    mu, _ = _ragged(6)
+    keys = {"verl": ("rollout_log_probs", "old_log_probs"), "admitcheck": COLUMNS}[fmt]
+    extra = {"verl": lambda m: {"response_mask": [1] * len(m)}, "admitcheck": lambda m: {}}[fmt]
+    p = _write(tmp_path / "l.jsonl", [{keys[0]: m, keys[1]: list(m)} | extra(m) for m in mu])
+    with pytest.raises(ConfigError) as exc:
+        read_logs(p)
+    assert "identical on all" in str(exc.value) and "bypass_mode" in str(exc.value)
+    mu[0][0] -= 1e-9  # one token recomputed differently is a (tiny) measurement, not a copy
+    rows = [{keys[0]: m, keys[1]: list(q)} | extra(m) for m, q in zip(mu, _ragged(6)[0], strict=True)]
+    assert read_logs(_write(tmp_path / "ok.jsonl", rows)).num_tokens == sum(len(m) for m in mu)
+
+
+def _top_p_logs(seed=0, B=40, T=40, V=50, top_p=0.9, noise=0.01):
+    """vLLM processed log-probs under top-p (renormalised over the kept set) and a trainer that applies temperature
+    only (TRL): returns (mu, pi, mask, true fake k3 = mean over tokens of Z − 1 − log Z)."""
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(0, 2.0, (B, T, V))
+    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))  # (B, T, V)
+    order = np.argsort(-logp, axis=-1)
+    sorted_p = np.take_along_axis(np.exp(logp), order, -1)
+    keep_sorted = np.cumsum(sorted_p, -1) - sorted_p < top_p  # vLLM: keep while the mass before a token < top_p
+    keep = np.zeros_like(keep_sorted)
+    np.put_along_axis(keep, order, keep_sorted, -1)
+    Z = np.where(keep, np.exp(logp), 0.0).sum(-1)  # (B, T) kept mass
+    probs = np.where(keep, np.exp(logp), 0.0) / Z[..., None]
+    y = np.array([[rng.choice(V, p=probs[b, t]) for t in range(T)] for b in range(B)])
+    lp_y = np.take_along_axis(logp, y[..., None], -1)[..., 0]  # (B, T) log p(y)
+    mu = lp_y - np.log(Z)  # processed: renormalised over the kept set
+    pi = np.minimum(lp_y + rng.normal(0, noise, (B, T)), 0.0)  # temperature only, plus numeric noise
+    mask = np.ones((B, T), dtype=bool)
+    return mu, pi, mask, float(np.mean(Z - 1 - np.log(Z)))
+
+
+def test_top_p_fake_mismatch_warning_and_its_size(tmp_path):
+    mu, pi, mask, true_fake = _top_p_logs()
+    est = fake_truncation_k3(mu, pi, mask)
+    # bias: the noise's own k3 on tokens where the kept set bites (≈ σ²/2 = 5e-5) against a fake part of ≈ 4.7e-3
+    # (1%), plus the mirror's sampling error (±k3 ~ 5e-5 per token, averaged over 1600 tokens): 5% covers both
+    assert est["fake_k3"] == pytest.approx(true_fake, rel=0.05)
+    write_logs(tmp_path / "l.jsonl", mu, pi, mask)
+    logs = read_logs(tmp_path / "l.jsonl")
+    assert len(logs.warnings) == 1 and "top-p/top-k" in logs.warnings[0] and f"{est['fake_k3']:.3g}" in logs.warnings[0]
+    # TRL logs that declare top_p warn even before the signature is clear
+    rows = [{"sampling_per_token_logps": [-0.5, -0.1], "old_per_token_logps": [-0.4, -0.2], "completion_mask": [1, 1],
+             "top_p": 0.95}]  # fmt: skip
+    assert "top_p=0.95" in read_logs(_write(tmp_path / "trl.jsonl", rows)).warnings[0]
+
+
+def test_symmetric_noise_gives_no_warning(tmp_path):
+    mu, pi, mask = _random_logs(seed=9, B=40, T=40)
+    write_logs(tmp_path / "l.jsonl", mu, pi, mask)
+    logs = read_logs(tmp_path / "l.jsonl")
+    assert logs.warnings == ()
+    assert fake_truncation_k3(mu, pi, mask)["share_negative"] < 0.7
+
+
+# -------------------------------------------------------------------------------------------------------- CLI
+
+
+def _cli(*args):
+    from typer.testing import CliRunner
+
+    from admitcheck.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def _prime_rl_file(path, seed=10):
+    mu, pi = _ragged(seed, B=12)
+    rows = [
+        {"inference_logprobs": m, "trainer_logprobs": p, "loss_mask": [True] * len(m), "rank": 0}
+        for m, p in zip(mu, pi, strict=True)
+    ]
+    return _write(path, rows)
+
+
+@pytest.mark.parametrize("framework", ["verl", "prime-rl", "nemo-rl", "slime", "trl"])
+def test_cli_measure_from_logs_with_each_dashboard(tmp_path, framework):
+    from admitcheck.dashboards import ROWS
+
+    p = _prime_rl_file(tmp_path / "rank_0.jsonl")
+    r = _cli("measure", "--from-logs", p, "--dashboard", framework, "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["format"] == "prime-rl" and doc["dashboard"]["framework"] == framework
+    assert [row["key"] for row in doc["dashboard"]["rows"]] == [k for k, *_ in ROWS[framework]]
+    k3 = doc["metrics"]["values"]["k3"]
+    for row in doc["dashboard"]["rows"]:
+        if row["budget"] == "same":  # verl, prime-rl, nemo-rl: their k3 key is admitcheck's k3
+            assert row["value"] == pytest.approx(k3, rel=1e-11)
+    r = _cli("measure", "--from-logs", p, "--format", "prime-rl", "--dashboard", framework)
+    assert r.exit_code == 0 and f"{framework} dashboard (tokens)" in r.stdout  # keys: checked in the JSON above
+
+
+def test_cli_user_errors_and_warnings(tmp_path):
+    from tests.test_cli import assert_user_error
+
+    same = _write(tmp_path / "verl.jsonl", [{"rollout_log_probs": [-1.0, -0.5], "old_log_probs": [-1.0, -0.5],
+                                             "response_mask": [1, 1]}])  # fmt: skip
+    assert_user_error(_cli("measure", "--from-logs", same), "--from-logs", "identical on all 2 tokens", "bypass_mode")
+    p = _prime_rl_file(tmp_path / "p.jsonl")
+    assert_user_error(_cli("measure", "--from-logs", p, "--dashboard", "openrlhf"), "--dashboard", "unknown framework")
+    assert_user_error(_cli("measure", "--from-logs", p, "--format", "x"), "--format", "unknown logs format 'x'")
+    assert_user_error(_cli("measure", "--from-logs", p, "--format", "verl"), "missing 'rollout_log_probs'")
+    assert_user_error(_cli("measure"), "CONFIG", "--from-logs FILE")
+    mu, pi, mask, _ = _top_p_logs(B=10, T=10)
+    write_logs(tmp_path / "topp.jsonl", mu, pi, mask)
+    r = _cli("measure", "--from-logs", tmp_path / "topp.jsonl")
+    assert r.exit_code == 0 and "warning" in r.output and "top-p/top-k" in r.output
+
+
+@pytest.mark.slow
+def test_cli_screen_from_logs_with_dashboard(tmp_path, toy_pair_dir):
+    from tests.test_screen import BF16, write_artifact, write_config
+
+    cal = write_artifact(tmp_path / "cal.yaml", toy_pair_dir, budget=0.05)
+    cfg = write_config(tmp_path / "s.yaml", toy_pair_dir, cal, [BF16])
+    p = _prime_rl_file(tmp_path / "rank_0.jsonl")
+    r = _cli("screen", cfg, "--from-logs", p, "--dashboard", "prime-rl", "--json")
+    assert r.exit_code in (0, 1), r.output
+    doc = json.loads(r.stdout)
+    v = doc["verdicts"][0]
+    row = doc["dashboard"][v["name"]]["rows"][0]
+    assert row["key"] == "mismatch_kl/all/mean" and row["value"] == pytest.approx(v["metrics"]["k3"], rel=1e-11)
+    r = _cli("screen", cfg, "--from-logs", p, "--dashboard", "nemo-rl")
+    assert r.exit_code in (0, 1) and "train/gen_kl_error" in r.stdout and "0.05" in r.stdout  # the budget column
+    r = _cli("screen", cfg, "--from-logs", p, "--format", "prime-rl", "--json")  # the detected format: fine
+    assert r.exit_code in (0, 1) and json.loads(r.stdout)["verdicts"][0]["metrics"]["k3"] == v["metrics"]["k3"]
+    both = _write(tmp_path / "both.jsonl", [{"rollout_logprobs": [-1.0], "trainer_logprobs": [-1.1],
+                                             "inference_logprobs": [-1.0], "loss_mask": [True]}])  # fmt: skip
+    from tests.test_cli import assert_user_error
+
+    assert_user_error(_cli("screen", cfg, "--from-logs", both), "several formats", "--format")
+    r = _cli("screen", cfg, "--from-logs", both, "--format", "prime-rl", "--json")  # named: read as prime-rl
+    assert r.exit_code in (0, 1), r.output
+    assert json.loads(r.stdout)["verdicts"][0]["metrics"]["k3"] == pytest.approx(math.exp(-0.1) - 1 + 0.1)
+    r = _cli("screen", cfg, "--dashboard", "verl", "--json")  # engine-sampled tokens: the verdict's token means
+    assert r.exit_code in (0, 1), r.output
+    doc = json.loads(r.stdout)
+    v = doc["verdicts"][0]
+    d = doc["dashboard"][v["name"]]
+    assert d["source"] == "token means" and d["rows"][0]["key"] == "rollout_corr/k3_kl"
+    assert d["rows"][0]["value"] == pytest.approx(v["metrics"]["k3"], rel=1e-7)
+
+
+@pytest.mark.slow
+def test_cli_measure_engine_with_dashboard(tmp_path, toy_pair_dir):
+    from tests.test_cli import measure_config
+
+    r = _cli("measure", measure_config(tmp_path, toy_pair_dir), "--dashboard", "verl", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    d, k3 = doc["dashboard"], doc["candidate"]["metrics"]["values"]["k3"]
+    assert d["source"] == "per-sequence sums" and d["rows"][0]["value"] == pytest.approx(k3, rel=1e-7)

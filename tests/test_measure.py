@@ -45,8 +45,13 @@ def test_identical_configuration_gives_zero_mismatch(random_lm, prompts, samplin
     assert values["abs_diff_max"] <= 5e-5
     for key in ("k1", "chi2_token"):  # linear in the gap: ~ its mean
         assert abs(values[key]) < 1e-6, (key, values[key])
-    for key in ("k2", "k3", "kl_exact"):  # quadratic in the gap
-        assert abs(values[key]) < 1e-9, (key, values[key])
+    # kl_exact = mean_t Σ_v μ(v)(log μ(v) − log π(v)) is quadratic only between exactly normalised distributions; in
+    # float32 each row's log-softmax carries its own rounding (a per-row shift of a few ulp), which enters Σ_v μ δ_v
+    # linearly. So |kl_exact| ≤ the mean per-entry gap, the same rounding abs_diff_mean measures on sampled tokens
+    # (a 1e-9 bound held on one transformers version and failed at −1.6e-9 on another).
+    assert abs(values["kl_exact"]) <= max(values["abs_diff_mean"], 1e-9), (values["kl_exact"], values["abs_diff_mean"])
+    for key in ("k2", "k3"):  # per token ℓ²/2 (+ O(ℓ³) for k3): at most the largest gap squared over 2
+        assert 0 <= values[key] <= values["abs_diff_max"] ** 2 / 2 * 1.01, (key, values[key])
     assert values["mult_prob_error"] == pytest.approx(1.0, abs=1e-5)
 
 

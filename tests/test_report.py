@@ -13,27 +13,35 @@ from admitcheck.screen import ScreenResult, Verdict
 
 
 def make_verdict(name: str, decision: str = "ADMIT", k3: float = 1e-3, marginal: bool = False, **kw) -> Verdict:
+    interval = kw.pop("k3_interval", (k3 / 2, k3 * 2))
     fields = dict(
         name=name,
         decision=decision,
         marginal=marginal,
+        error_control=True,
+        decided_by="candidate",
         reason=f"{name} because <k3 & budget>",
-        k3=k3,
-        k3_interval=(k3 / 2, k3 * 2),
+        metric="k3",
+        estimator="k3",
+        mismatch=k3,
+        mismatch_interval=interval,
         budget=0.01,
         budget_interval=(0.005, 0.02),
         budget_kind="point",
-        margin=0.01 - k3 * 2,
+        margin=0.005 - k3 * 2,
         ratio_to_budget=k3 / 0.01,
+        top_share=0.05,
+        tail_index=0.2,
+        heavy_tail=False,
         quality_cost=0.001,
         quality_cost_interval=(0.0, 0.002),
-        floor_k3=0.0,
+        floor=0.0,
         probes=64,
         tokens=640,
         looks=2,
         confidence_per_look=0.99375,
         metrics={"k3": k3, "k1": 0.0},
-        metric_intervals={"k3": (k3 / 2, k3 * 2)},
+        metric_intervals={"k3": interval},
         capacity={"ratio_vs_bf16": 2.0},
         seconds=1.5,
     )
@@ -91,7 +99,8 @@ def test_json_is_strict_and_complete():
     assert doc["exit_code"] == 1 and doc["all_admitted"] is False
     assert [v["name"] for v in doc["verdicts"]] == ["bf16", "noise", "edge"]
     v = doc["verdicts"][1]
-    assert v["k3"] is None and v["k3_interval"] == [None, None] and v["decision"] == "REJECT"
+    assert v["mismatch"] is None and v["mismatch_interval"] == [None, None] and v["decision"] == "REJECT"
+    assert v["metric_intervals"] == {"k3": [None, None]} and "k3_interval" not in v  # one interval per metric
     assert doc["verdicts"][2]["metrics"]["kl_exact"] is None and doc["verdicts"][2]["marginal"] is True
     for key in (
         "budget",
@@ -99,7 +108,12 @@ def test_json_is_strict_and_complete():
         "budget_kind",
         "margin",
         "quality_cost",
-        "floor_k3",
+        "floor",
+        "decided_by",
+        "error_control",
+        "estimator",
+        "top_share",
+        "heavy_tail",
         "probes",
         "tokens",
         "metrics",
@@ -148,6 +162,15 @@ def test_write_reports_and_step_summary(tmp_path, monkeypatch):
     assert summary.read_text().startswith("previous step\n## admitcheck screen")
     monkeypatch.delenv("GITHUB_STEP_SUMMARY")
     assert write_reports(make_result(make_verdict("a"))) == []
+
+
+def test_no_error_control_is_marked_everywhere():
+    v = make_verdict("lenient", marginal=True, error_control=False)
+    r = make_result(v)
+    assert "ADMIT (marginal, NO ERROR CONTROL)" in to_markdown(r)
+    props = {p.get("name"): p.get("value") for p in ET.fromstring(to_junit_xml(r)).iter("property")}
+    assert props["error_control"] == "false"
+    assert json.loads(to_json(r))["verdicts"][0]["error_control"] is False
 
 
 def test_all_admitted_exit_code_and_fmt():

@@ -76,11 +76,20 @@ def _recipe_config(tmp_path, toy, budget: float) -> RecipeConfig:
 
 
 @pytest.mark.slow
-def test_recipe_large_budget_keeps_everything_fp8(toy_pair_dir, tmp_path):
-    res = recipe(_recipe_config(tmp_path, toy_pair_dir, budget=0.5))  # the toy PG budget is ~0.5 nats
-    assert res.exit_code == 0 and res.chosen.returned == []
-    assert res.chosen.ratio_vs_bf16 >= 1.9
-    assert res.vllm_args["kv_cache_dtype"] == "fp8_e4m3" and res.vllm_args["kv_cache_dtype_skip_layers"] == []
+def test_recipe_large_budget(toy_pair_dir, tmp_path):
+    """Budget 0.5 (interval [0.25, 1]), ~100x the recipe's KL: nothing is rejected by the bound. The toy's FP8 KV
+    cache has a heavy tail even in kl_exact (one of 256 sequences carries ~27% of it, k̂ ≈ 1), so steps that keep
+    it are held back (marginal) until the heavy units are returned; the search corrects for testing several."""
+    res = recipe(_recipe_config(tmp_path, toy_pair_dir, budget=0.5))
+    assert res.exit_code == 0 and res.chosen.returned == res.ranking[: len(res.chosen.returned)]
+    for st in res.steps[:-1]:
+        assert st.decision == "REJECT" and "heavy tail" in st.reason and "lower bound" not in st.reason, st.reason
+    assert res.chosen.estimator == "kl_exact" and res.chosen.mismatch_interval[1] < 0.25
+    assert res.recipes_tested_at_most == 7 and res.confidence_per_recipe == pytest.approx(1 - 0.05 / 7)
+    skipped = {int(u.split(".")[1]) for u in res.chosen.returned if u.startswith("kv.")}
+    if len(skipped) < 2:  # some FP8 KV layer left
+        assert res.vllm_args["kv_cache_dtype"] == "fp8_e4m3"
+        assert set(res.vllm_args["kv_cache_dtype_skip_layers"]) == skipped
 
 
 @pytest.mark.slow

@@ -71,7 +71,11 @@ def build_engine(
     eos_token_id: int,
     pad_token_id: int,
 ) -> Engine:
-    """The engine `rollout.engine` names, loaded from `model_dir` (or `rollout.weights_from` when set)."""
+    """The engine `rollout.engine` names, loaded from `model_dir` (or `rollout.weights_from` when set). A rollout
+    whose layer indices or module globs do not fit the model is a ConfigError naming the field, before any load."""
+    from admitcheck.recipes import check_rollout_fits
+
+    check_rollout_fits(rollout, model_dir)
     if rollout.engine == "hf":
         from admitcheck.engines.hf import HFEngine
 

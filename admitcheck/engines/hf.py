@@ -28,6 +28,7 @@ token's quantized K/V included.
 from __future__ import annotations
 
 import copy
+import inspect
 from pathlib import Path
 
 import torch
@@ -67,6 +68,13 @@ class _BufferLayer(DynamicLayer):
         self._v[:, :, start:end] = value_states
         self.keys, self.values = self._k[:, :, :end], self._v[:, :, :end]
         return self.keys, self.values
+
+
+def cache_kwarg(model: torch.nn.Module) -> str:
+    """The keyword the model's forward takes its KV cache by: `cache` in newer transformers 5.x, where the old
+    `past_key_values` still works but warns (FutureWarning) on every call; `past_key_values` before."""
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
 
 
 class RolloutCache(DynamicCache):
@@ -136,6 +144,7 @@ class HFEngine:
         self.model.requires_grad_(False).eval()
         _cast_parameters(self.model, self.dtype)  # before the move: a BF16 engine never holds FP32 weights on the GPU
         self.model.to(self.device)
+        self._cache_kwarg = cache_kwarg(self.model)
         self._handles: list = []
         self._apply_recipe(noise_step=0)
 
@@ -235,7 +244,7 @@ class HFEngine:
             input_ids=ids,
             attention_mask=prompt_mask,
             position_ids=position_ids(prompt_mask),
-            past_key_values=cache,
+            **{self._cache_kwarg: cache},
             use_cache=True,
             logits_to_keep=1,
         ).logits[:, -1]  # (B, V)
@@ -260,7 +269,7 @@ class HFEngine:
                 input_ids=tokens[:, t : t + 1],
                 attention_mask=attn[:, : P + t + 1],
                 position_ids=next_pos + t,
-                past_key_values=cache,
+                **{self._cache_kwarg: cache},
                 use_cache=True,
             ).logits[:, -1]  # (B, V)
         n = int(mask[:, :steps].sum(dim=1).max())  # longest response (checks every few steps may overshoot)

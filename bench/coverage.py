@@ -1,0 +1,268 @@
+"""Error rates of the screen's verdict by simulation, at three tail settings (issue #11's must-hold).
+
+    nice -n 5 python bench/coverage.py                  # 2,000 screens per setting and truth (~2 min, 1 core)
+    python bench/coverage.py --sims 300 --json          # quicker; tests/test_coverage.py runs a small version
+    nice -n 5 python bench/coverage.py --toy toy        # part 2: the real toy pair (FP8 KV, FP8 weights, noise)
+
+Each simulated screen runs the production rule (`admission.look_states` on `metrics.bootstrap_t_bounds` with the
+production resamples, the >10% top-share rule, α spent evenly over the looks) on synthetic per-sequence k3 sums:
+lengths uniform in [16, 64] tokens; each token carries a light Gamma(0.5) term, and with probability `p` a rare
+large perturbation, lognormal(0, σ) — what FP8 KV does on the toy, where one sequence carries ~31% of k3. Settings:
+light (no spikes), heavy (the top sequence carries ~37% of k3 at n = 32, as in the issue), heavier (half as many
+spikes carrying 90% of k3: ~48%), and two rows beyond what any sample-based bound can do (see SETTINGS). The true
+k3 is 1 (nats/token, any unit) by construction; the budget B is exact (a point interval),
+so the table is the candidate side's error alone: with the calibration's interval the rule adds the budget's own
+miss rate by the union bound (docs/statistics.md).
+
+Screen plan: examples/toy_screen.yaml's (first look at 32 probes, batches of 32, at most 256: K = 8 looks), two-sided
+confidence 0.95. Must hold: at truth 1.5 × B wrong ADMITs ≤ nominal (2.5%) + 1 point; at 0.67 × B REJECTs decided by
+the bound ≤ nominal + 1 point; the share still undecided at the cap is power, reported separately. The last columns
+show the old rule (delta-method interval on the log scale, no share rule) on the same data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy.special import stdtrit
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from admitcheck.admission import look_states
+from admitcheck.metrics import (
+    bootstrap_t_bounds,
+    pareto_k,
+    resample_counts,
+    sequential_confidence,
+)
+
+# name -> (spike probability per token, spike lognormal σ, share of the mean carried by the light terms)
+SETTINGS = {
+    "light": (0.0, 1.0, 1.0),
+    "heavy": (0.01, 2.0, 0.2),
+    "heavier": (0.005, 2.0, 0.1),  # half as many spikes of the same law, carrying 90% of k3
+    # Beyond the method (not must-holds; shown so the limit is on record): spikes of lognormal σ 2.5, whose mean sits
+    # in values that a few hundred sequences rarely contain: no interval computed from the sample can know them.
+    "beyond_sigma2.5": (0.01, 2.5, 0.1),
+    "beyond_rare": (0.003, 2.5, 0.1),
+}
+MUST_HOLD = ("light", "heavy", "heavier")
+PLAN = {"first": 32, "batch": 32, "most": 256, "confidence": 0.95}
+
+
+def sequences(setting: str, sims: int, m: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(sims, m) per-sequence k3 sums and token counts; E[sum | n] = n exactly (true k3 = 1 nats/token)."""
+    p, sigma, light = SETTINGS[setting]
+    n = rng.integers(16, 65, size=(sims, m)).astype(np.float64)  # (S, m) tokens
+    base = rng.gamma(0.5 * n, 2.0)  # (S, m): a sum of n Gamma(0.5, 2) terms, mean n
+    if p == 0:
+        return base, n
+    k = rng.binomial(n.astype(np.int64), p)  # (S, m) spikes per sequence
+    spikes = np.zeros_like(n)
+    for j in range(1, int(k.max()) + 1):
+        spikes += np.where(k >= j, rng.lognormal(0.0, sigma, size=n.shape), 0.0)
+    mean_spike = p * math.exp(sigma * sigma / 2.0)  # per token
+    return light * base + (1.0 - light) * spikes / mean_spike, n
+
+
+def screens(s: np.ndarray, n: np.ndarray, budget: float, plan: dict = PLAN) -> dict[str, np.ndarray]:
+    """Run the sequential rule on every row: outcome ("admit" | "reject" | "undecided") and probes used, plus the
+    old rule's outcome on the same rows."""
+    sims = s.shape[0]
+    looks = list(range(plan["first"], plan["most"] + 1, plan["batch"]))
+    conf = sequential_confidence(plan["confidence"], len(looks))
+    a = (1.0 - conf) / 2.0  # per side, per look
+    outcome = np.full(sims, "undecided", dtype=object)
+    probes = np.full(sims, looks[-1])
+    old = np.full(sims, "undecided", dtype=object)
+    open_, old_open = np.ones(sims, bool), np.ones(sims, bool)
+    for m in looks:
+        sm, nm = s[:, :m], n[:, :m]
+        est, lo, hi = bootstrap_t_bounds(sm, nm, a, a, resample_counts(m))
+        share = sm.max(1) / sm.sum(1)
+        k_hat = np.array([pareto_k(row) for row in sm])  # (S,)
+        state = look_states(lo, hi, share, k_hat, (budget, budget))
+        hit = open_ & np.isin(state, ["admit", "reject"])
+        outcome[hit], probes[hit] = state[hit], m
+        open_ &= ~hit
+        # the old rule: delta-method t interval, mapped to the log scale, no share rule
+        resid = sm - est[:, None] * nm
+        se = np.sqrt((resid * resid).sum(1) / (m * (m - 1))) / nm.mean(1)
+        h = float(stdtrit(m - 1, 1 - a)) * se
+        olo, ohi = est * np.exp(-h / est), est * np.exp(h / est)
+        ostate = np.where(ohi < budget, "admit", np.where(olo > budget, "reject", "undecided"))
+        hit = old_open & (ostate != "undecided")
+        old[hit] = ostate[hit]
+        old_open &= ~hit
+    return {"outcome": outcome, "probes": probes, "old": old}
+
+
+def run(sims: int, seed: int = 0, settings=tuple(SETTINGS), chunk: int = 500) -> list[dict]:
+    rows = []
+    for name in settings:
+        rng = np.random.default_rng([seed, list(SETTINGS).index(name)])
+        row: dict = {"setting": name, "sims": sims}
+        for label, truth in (("over", 1.5), ("under", 0.67)):
+            out, probes, old, share32 = [], [], [], []
+            for c0 in range(0, sims, chunk):
+                s, n = sequences(name, min(chunk, sims - c0), PLAN["most"], rng)
+                r = screens(s, n, budget=1.0 / truth)
+                out.append(r["outcome"]), probes.append(r["probes"]), old.append(r["old"])
+                share32.append(s[:, :32].max(1) / s[:, :32].sum(1))
+            out, probes, old = np.concatenate(out), np.concatenate(probes), np.concatenate(old)
+            row[f"{label}_admit"] = float(np.mean(out == "admit"))
+            row[f"{label}_reject"] = float(np.mean(out == "reject"))
+            row[f"{label}_undecided"] = float(np.mean(out == "undecided"))
+            row[f"{label}_median_probes"] = float(np.median(probes))
+            row[f"{label}_old_admit"] = float(np.mean(old == "admit"))
+            row[f"{label}_old_reject"] = float(np.mean(old == "reject"))
+            row["top_share_32"] = float(np.mean(np.concatenate(share32)))
+        rows.append(row)
+    return rows
+
+
+TOY_CANDIDATES = ("fp8_kv", "fp8_w8a8_tensor", "heavy_noise")  # examples/toy_screen.yaml's names
+
+
+def toy_sequences(toy: Path, passes: int = 4) -> dict[str, dict[str, np.ndarray]]:
+    """Per-sequence sums of the toy candidates over `passes` × the 256 probe prompts (pass p samples with seeds
+    offset by p × batches: fresh draws of the same prompts), through the one probe loop."""
+    from admitcheck import io
+    from admitcheck.config import ScreenConfig
+    from admitcheck.engines import build_engine
+    from admitcheck.measure import load_pair_tokenizer, tokenize_prompts
+    from admitcheck.probe import ProbeRun, probe_batches
+
+    raw = io.read_yaml(Path(__file__).resolve().parent.parent / "examples" / "toy_screen.yaml")
+    raw |= {"pair": {"name": "toy", "student": str(toy / "student"), "teacher": str(toy / "teacher")}}
+    raw["probe"] |= {"prompts": str(toy / "prompts" / "probe.jsonl")}
+    cfg = ScreenConfig.model_validate(raw)
+    tokens = load_pair_tokenizer(cfg.pair)
+    ids = tokenize_prompts(tokens, io.read_prompts(cfg.probe.prompts, limit=cfg.probe.num_prompts))
+    reference = io.load_causal_lm(cfg.pair.student, cfg.reference.dtype, cfg.reference.device)
+    batches = math.ceil(len(ids) / cfg.probe.batch_size)
+    out = {}
+    for cand in cfg.candidates:
+        if cand.name not in TOY_CANDIDATES:
+            continue
+        engine = build_engine(cand.rollout, cfg.pair.student, eos_token_id=tokens.eos_token_id,
+                              pad_token_id=tokens.pad_token_id)  # fmt: skip
+        run = ProbeRun()
+        for p in range(passes):
+            for b in probe_batches(engine, reference, ids, cfg.probe, cfg.sampling, full=True, seed_offset=p * batches):
+                run.add(b)
+        engine.close()
+        out[cand.name] = run.sums()
+    return out
+
+
+def toy_misses(sums: dict[str, np.ndarray], resamples: int = 2000, seed: int = 0) -> list[dict]:
+    """Per-look miss rates of the bounds against the large-sample mean, for each look size of the toy screen:
+    probe sets drawn without replacement from the large sample; raw, and at the looks the heavy-tail rule lets
+    decide (the only looks a verdict can come from)."""
+    from admitcheck.admission import is_heavy
+
+    rng = np.random.default_rng(seed)
+    looks = list(range(PLAN["first"], PLAN["most"] + 1, PLAN["batch"]))
+    a = (1.0 - sequential_confidence(PLAN["confidence"], len(looks))) / 2.0
+    rows = []
+    n_all = sums["num_tokens"]
+    for key in ("kl_exact", "k3"):
+        s_all = sums[key]
+        truth = float(s_all.sum() / n_all.sum())
+        for m in (32, 64, 128, 256):
+            idx = np.argsort(rng.random((resamples, s_all.size)), axis=1)[:, :m]  # (R, m) without replacement
+            s, n = s_all[idx], n_all[idx]
+            _, lo, hi = bootstrap_t_bounds(s, n, a, a, resample_counts(m))
+            share = np.abs(s).max(1) / np.abs(s).sum(1)
+            k_hat = np.array([pareto_k(row) for row in s])
+            ok = ~is_heavy(share, k_hat)
+            rows.append(
+                {
+                    "estimator": key,
+                    "probes": m,
+                    "truth": truth,
+                    "miss_high": float(np.mean(hi < truth)),
+                    # how far a miss falls short: the median of truth / upper bound over the misses
+                    "miss_factor": float(np.median(truth / hi[hi < truth])) if np.any(hi < truth) else 1.0,
+                    "miss_low": float(np.mean(lo > truth)),
+                    "decidable": float(ok.mean()),
+                    "miss_high_decidable": float(np.mean(hi[ok] < truth)) if ok.any() else math.nan,
+                    "nominal_each_side": a,
+                    "top_share_all": float(np.abs(s_all).max() / np.abs(s_all).sum()),
+                }
+            )
+    return rows
+
+
+def main_toy(toy: Path, as_json: bool) -> int:
+    t0 = time.perf_counter()
+    data = toy_sequences(toy)
+    out = {name: toy_misses(s) for name, s in data.items()}
+    ok = all(r["miss_high"] <= 0.05 for rows in out.values() for r in rows if r["estimator"] == "kl_exact")
+    ok_k3 = all(r["miss_high"] <= 0.05 for rows in out.values() for r in rows if r["estimator"] == "k3")
+    if as_json:
+        print(json.dumps({"toy": out, "ok_kl_exact": ok, "ok_k3": ok_k3, "seconds": time.perf_counter() - t0}))
+        return 0 if ok else 1
+    print("real toy pair: probe sets drawn from 1,024 sequences (4 seeds x 256 prompts); per-look level as the screen")
+    print("| candidate | estimator | probes | large-sample value | upper bound misses | lower bound misses | "
+          "miss factor | decidable looks | upper misses when decidable | top share (1,024) |")  # fmt: skip
+    print("|---" * 10 + "|")
+    for name, rows in out.items():
+        for r in rows:
+            print(
+                f"| {name} | {r['estimator']} | {r['probes']} | {r['truth']:.3g} | {r['miss_high']:.1%} | "
+                f"{r['miss_low']:.1%} | {r['miss_factor']:.2f} | {r['decidable']:.0%} | "
+                f"{r['miss_high_decidable']:.1%} | "
+                f"{r['top_share_all']:.0%} |"
+            )
+    print(f"nominal per side per look {rows[0]['nominal_each_side']:.2%}; must hold: upper misses ≤ 5% per look: "
+          f"kl_exact (decides with full rows) {'met' if ok else 'NOT met'}, k3 {'met' if ok_k3 else 'NOT met'}; "
+          f"{time.perf_counter() - t0:.0f} s")  # fmt: skip
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sims", type=int, default=2000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--toy", type=Path, default=None, help="toy pair dir: run part 2 (the real toy pair) instead")
+    args = ap.parse_args(argv)
+    if args.toy is not None:
+        return main_toy(args.toy.resolve(), args.json)
+    t0 = time.perf_counter()
+    rows = run(args.sims, args.seed)
+    nominal = (1 - PLAN["confidence"]) / 2
+    ok = all(
+        r["over_admit"] <= nominal + 0.01 and r["under_reject"] <= nominal + 0.01
+        for r in rows
+        if r["setting"] in MUST_HOLD
+    )
+    if args.json:
+        print(json.dumps({"rows": rows, "nominal": nominal, "ok": ok, "seconds": time.perf_counter() - t0}))
+        return 0 if ok else 1
+    print(f"{args.sims} simulated screens per cell; nominal one-sided error {nominal:.1%}; looks at 32..256 by 32")
+    head = (
+        "| setting | top share @32 | wrong ADMIT @1.5B | undecided @1.5B | wrong REJECT @0.67B | undecided @0.67B "
+        "| median probes (1.5B / 0.67B) | old rule: wrong ADMIT / wrong REJECT |"
+    )
+    print(head + "\n" + "|---" * 8 + "|")
+    for r in rows:
+        print(
+            f"| {r['setting']} | {r['top_share_32']:.0%} | {r['over_admit']:.2%} | {r['over_undecided']:.1%} | "
+            f"{r['under_reject']:.2%} | {r['under_undecided']:.1%} | {r['over_median_probes']:.0f} / "
+            f"{r['under_median_probes']:.0f} | {r['over_old_admit']:.1%} / {r['under_old_reject']:.1%} |"
+        )
+    print(f"must hold (≤ {nominal + 0.01:.1%} each): {'met' if ok else 'NOT met'}; {time.perf_counter() - t0:.0f} s")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
