@@ -46,6 +46,9 @@ def main() -> None:
             left.axvline(b.value, color=color, ls=":", lw=1.2)
             lo, hi = b.interval
             left.axvspan(lo, hi, color=color, alpha=0.12, label=f"{loss} budget {b.value:.3g} [{lo:.3g}, {hi:.3g}]")
+        elif math.isfinite(b.value):  # a bound: a dashed line, and the side it bounds in the label
+            sign = "≤" if b.kind == "upper_bound" else "≥"
+            left.axvline(b.value, color=color, ls="--", lw=1.2, label=f"{loss} budget {sign} {b.value:.3g} ({b.kind})")
         ordered = sorted(runs, key=lambda r: r["fit_x"])
         right.plot([r["fit_x"] for r in ordered], [r["accuracy"] for r in ordered], "o-", color=color,
                    label=f"{loss}: final held-out task reward")  # fmt: skip
