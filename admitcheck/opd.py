@@ -264,7 +264,11 @@ def train(
         teacher_scores = score(teacher, ro.prompt_ids, ro.token_ids, ro.mask, sampling, full=gkd)
         t2 = time.perf_counter()
         lp, full = response_logprobs(student, ro.prompt_ids, ro.token_ids, ro.mask, sampling, full=gkd)
-        loss = opd_loss(cfg, lp, ro.logprobs, teacher_scores.logprobs, ro.mask, full, teacher_scores.full_logprobs)
+        dev = lp.device  # the engine and the scorer hand back CPU tensors; the trainer may be on CUDA
+        teacher_full = teacher_scores.full_logprobs.to(dev) if teacher_scores.full_logprobs is not None else None
+        loss = opd_loss(
+            cfg, lp, ro.logprobs.to(dev), teacher_scores.logprobs.to(dev), ro.mask.to(dev), full, teacher_full
+        )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         clip = cfg.grad_clip if cfg.grad_clip is not None else float("inf")
@@ -284,7 +288,7 @@ def train(
                 step + 1,
                 float(loss.detach()),
                 grad_norm,
-                *_in_run_mismatch(lp.detach(), ro),
+                *_in_run_mismatch(lp.detach().cpu(), ro),
                 t1 - t0,
                 t2 - t1,
                 t3 - t2,
