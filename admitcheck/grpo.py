@@ -230,7 +230,8 @@ def train(
         adv = group_advantages(rewards, g.group_size, std_normalize=g.std_normalize, eps=g.std_epsilon)
         t2 = time.perf_counter()
         lp, _ = response_logprobs(student, ro.prompt_ids, ro.token_ids, ro.mask, sampling)
-        loss, stats = grpo_loss(g, lp, ro.logprobs, adv, ro.mask)
+        dev = lp.device  # the engine hands back CPU tensors; the trainer may be on CUDA (as opd.train)
+        loss, stats = grpo_loss(g, lp, ro.logprobs.to(dev), adv.to(dev), ro.mask.to(dev))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         clip = cfg.grad_clip if cfg.grad_clip is not None else float("inf")
@@ -245,7 +246,7 @@ def train(
         else:
             engine.load_weights(student.state_dict(), noise_step=step + 1)
         t4 = time.perf_counter()
-        ell = (lp.detach().double() - ro.logprobs.double())[ro.mask]  # (N,) log π_θ/μ
+        ell = (lp.detach().cpu().double() - ro.logprobs.double())[ro.mask]  # (N,) log π_θ/μ
         n = max(int(ro.mask.sum()), 1)
         logs.append(
             GRPOStepLog(
