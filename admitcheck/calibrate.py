@@ -51,6 +51,7 @@ from admitcheck.curve import Estimate, LevelData, Tolerance, estimate, fit_level
 from admitcheck.errors import AdmitcheckError, CalibrationError, ConfigError
 from admitcheck.executors import Executor, Task, make_executor
 from admitcheck.levels import GRID_STDS, Level, load_context, measure_grid, resolve_levels, run_one
+from admitcheck.opd import quality_definition
 
 __all__ = [
     "Calibration",
@@ -396,8 +397,7 @@ def build_artifact(config, config_file, out: Path, levels, runs, grid, pair_fp, 
         },
         "recipe": {**recipe_of(config), "prompts": _relpath(config.train.prompts, out.parent)},
         "quality": {
-            "definition": "held-out reverse KL student->teacher per token, exact over the vocab, on the student's "
-            "own samples in reference precision (nats/token, lower is better)",
+            "definition": quality_definition(config.train),
             "eval": config.eval.model_dump(mode="json", exclude={"prompts"}),
             "start": start,
             "baseline_mean": float(base_q.mean()),
@@ -417,7 +417,7 @@ def build_artifact(config, config_file, out: Path, levels, runs, grid, pair_fp, 
 
 
 _RUN_KEYS = ("level", "kind", "replicate", "seed", "in_fit", "relative_std", "staleness", "mismatch",
-             "mismatch_interval", "kl_exact", "x_start", "x_run", "in_run_k3_mean", "fit_x", "quality",
+             "mismatch_interval", "kl_exact", "x_start", "x_run", "in_run_k3_mean", "fit_x", "quality", "reverse_kl",
              "quality_cost", "predicted_cost", "quality_start", "accuracy", "accuracy_start", "steps")  # fmt: skip
 
 

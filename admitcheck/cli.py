@@ -467,6 +467,60 @@ def render_calibration(cal) -> None:
     out.print(summary)
 
 
+# --------------------------------------------------------------------------------------------------- compare
+
+CalArg = Annotated[Path, typer.Argument(help="A calibration artifact (YAML).", show_default=False)]
+
+
+@app.command()
+def compare(first: CalArg, second: CalArg, as_json: JsonOpt = False) -> None:
+    """Compare two calibrations' budgets (e.g. OPD and RL on one pair): both with intervals, and their ratio."""
+
+    def body() -> int:
+        from dataclasses import asdict
+
+        from admitcheck.artifact import load_calibration
+        from admitcheck.compare import compare_calibrations, level_rows
+
+        cal_a, cal_b = load_calibration(first), load_calibration(second)
+        cmp = compare_calibrations(cal_a, cal_b)
+        if as_json:
+            print(json.dumps({**asdict(cmp), "levels": level_rows(cal_a, cal_b)}, indent=2, default=str))
+            return 0
+        table = Table(title=f"mismatch budgets ({cal_a.metric}, nats/token)")
+        table.add_column("")
+        for side in (cmp.first, cmp.second):
+            table.add_column(side.label)
+        rows = [("objective (recipe.loss)", lambda s, c: s.objective),
+                ("baseline quality", lambda s, c: f"{_fmt(c.data['quality']['baseline_mean'])} ± "
+                                                  f"{_fmt(c.data['quality']['baseline_std'])}"),
+                ("tolerance τ", lambda s, c: _fmt(s.tolerance)),
+                ("budget", lambda s, c: _fmt(s.value) + ("" if s.kind == "point" else f" ({s.kind})")),
+                (f"{100 * cmp.confidence:.0f}% interval", lambda s, c: _interval(s.interval))]  # fmt: skip
+        for name, cell in rows:
+            table.add_row(name, cell(cmp.first, cal_a), cell(cmp.second, cal_b))
+        out.print(table)
+        name = f"budget ratio {cmp.second.objective} / {cmp.first.objective}"
+        if cmp.method == "bound":  # no point estimate: only the bound is claimed
+            out.print(f"{name} within {_interval(cmp.ratio_interval)} (bound)", markup=False)
+        else:
+            out.print(f"{name} = {_fmt(cmp.ratio)}  {100 * cmp.confidence:.0f}% interval "
+                      f"{_interval(cmp.ratio_interval)}  ({cmp.method})", markup=False)  # fmt: skip
+        for note in cmp.notes:
+            out.print(f"note: {note}", markup=False)
+        levels = Table(title="per level: mean mismatch and mean quality cost in units of each τ (>1: over τ)")
+        for c in ("level", f"{cal_a.metric} A", "cost/τ A", f"{cal_b.metric} B", "cost/τ B"):
+            levels.add_column(c, justify="right" if c != "level" else "left")
+        for r in level_rows(cal_a, cal_b):
+            a, b = r["a"], r["b"]
+            levels.add_row(r["level"], _fmt(a["mismatch"]), f"{a['cost_over_tau']:+.2f}", _fmt(b["mismatch"]),
+                           f"{b['cost_over_tau']:+.2f}")  # fmt: skip
+        out.print(levels)
+        return 0
+
+    _guard(body)
+
+
 # --------------------------------------------------------------------------------------------------- screen
 
 

@@ -138,6 +138,31 @@ class MeasureConfig(Strict):
 # ------------------------------------------------------------------------------------------------ calibration
 
 
+class GRPOConfig(Strict):
+    """The RL objective of `train.loss: grpo` (admitcheck.grpo, docs/rl.md): G rollouts per prompt, a verifiable
+    reward, group-normalised advantages (r − mean_g)/(std_g + eps), a clipped importance ratio, an optional
+    rollout correction. Defaults are verl's (clip 0.2/0.2, dual-clip 3, TIS cap 2) and prime-rl's MIS range."""
+
+    reward: Literal["toy_reversal"] = "toy_reversal"  # 1 when the response is the prompt's digits reversed, else 0
+    group_size: int = Field(8, ge=2)  # G rollouts per prompt; train.batch_size = prompts per step × G
+    std_normalize: bool = True  # divide by the group std (GRPO, verl default); false = Dr. GRPO (mean only)
+    std_epsilon: float = Field(1e-6, gt=0)  # added to the unbiased group std (verl compute_grpo_outcome_advantage)
+    clip_ratio_low: float = Field(0.2, gt=0, lt=1)  # PPO clip: ratio kept in [1 − low, 1 + high]
+    clip_ratio_high: float = Field(0.2, gt=0)
+    clip_ratio_c: float = Field(3.0, gt=1)  # dual-clip bound for negative advantages (verl clip_ratio_c)
+    correction: Literal["none", "tis", "mis"] = "none"  # none: PPO clip on π_θ/μ; tis: min(w, cap); mis: mask
+    correction_level: Literal["token", "sequence"] = "token"  # weight/mask per token, or per whole response
+    tis_cap: float = Field(2.0, gt=0)  # TIS: weight min(π/μ, cap) (verl rollout_is_threshold)
+    mis_low: float = Field(0.125, ge=0)  # MIS: tokens (sequences) with π/μ outside [low, high] are masked
+    mis_high: float = Field(8.0, gt=0)  # (prime-rl token_mask_low/high defaults 0.125 and 8)
+
+    @model_validator(mode="after")
+    def _range(self) -> GRPOConfig:
+        if self.mis_low >= self.mis_high:
+            raise ValueError("mis_low must be less than mis_high")
+        return self
+
+
 class TrainConfig(Strict):
     """The OPD training recipe of every calibration run (REFERENCE §1, §3.6): the budget belongs to this recipe."""
 
@@ -149,10 +174,29 @@ class TrainConfig(Strict):
     lr_schedule: Literal["constant", "cosine"] = "constant"  # cosine: lr · ½(1 + cos(π·step/steps)), to 0 at the end
     weight_decay: float = Field(0.0, ge=0)
     grad_clip: float | None = Field(1.0, gt=0)  # global grad-norm clip; null = off
-    loss: Literal["pg", "gkd_reverse_kl"] = "pg"  # sampled-token policy gradient, or full-vocabulary reverse KL
+    loss: Literal["pg", "gkd_reverse_kl", "grpo"] = "pg"  # sampled-token PG, full-vocab reverse KL, or RL (GRPO)
     student_logprobs: Literal["trainer", "rollout"] = "trainer"  # advantage from trainer recompute (verl) or engine
     tis_cap: float | None = Field(None, gt=0)  # truncated importance sampling: weight min(pi/mu, C); null = plain ratio
     temperature: float = Field(1.0, gt=0)  # rollout sampling temperature during training
+    grpo: GRPOConfig | None = None  # the RL objective's settings (loss: grpo only; filled with defaults there)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _grpo_defaults(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("loss") == "grpo" and data.get("grpo") is None:
+            return {**data, "grpo": {}}
+        return data
+
+    @model_validator(mode="after")
+    def _grpo_fields(self) -> TrainConfig:
+        if self.loss != "grpo" and self.grpo is not None:
+            raise ValueError("a grpo section needs loss: grpo")
+        if self.loss == "grpo":
+            if self.tis_cap is not None:
+                raise ValueError("loss grpo: set the correction under grpo (correction: tis, tis_cap), not tis_cap")
+            if self.batch_size % self.grpo.group_size:
+                raise ValueError(f"batch_size {self.batch_size} must be a multiple of grpo.group_size")
+        return self
 
 
 class EvalConfig(Strict):

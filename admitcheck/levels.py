@@ -284,8 +284,9 @@ def run_one(ctx: RunContext, config: CalibrateConfig, level: Level, seed: int) -
         "relative_std": level.relative_std if level.kind == "noise" else None,
         "staleness": level.staleness or None,
         **x,
-        "quality": result.final.reverse_kl,
-        "quality_start": result.initial.reverse_kl,
+        "quality": opd.quality_value(config.train, result.final),  # reverse KL, or 1 − task reward (grpo)
+        "quality_start": opd.quality_value(config.train, result.initial),
+        "reverse_kl": result.final.reverse_kl,
         "accuracy": result.final.accuracy,
         "accuracy_start": result.initial.accuracy,
         "steps": len(steps),

@@ -103,6 +103,28 @@ class OPDResult:
         return {"steps": [asdict(s) for s in self.steps], "evals": [asdict(q) for q in self.evals]}
 
 
+def quality_value(cfg: TrainConfig, q: Quality) -> float:
+    """The quality a calibration fits (lower is better): the reverse KL for OPD losses; for `loss: grpo` the task
+    error 1 − held-out reward, so that cost = quality − baseline quality = baseline reward − run reward."""
+    if cfg.loss == "grpo":  # --- issue 15
+        from admitcheck.grpo import task_error
+
+        return task_error(q)
+    return q.reverse_kl
+
+
+def quality_definition(cfg: TrainConfig) -> str:
+    """What `quality_value` means, for the artifact's quality.definition."""
+    if cfg.loss == "grpo":  # --- issue 15
+        from admitcheck.grpo import QUALITY_DEFINITION
+
+        return QUALITY_DEFINITION
+    return (
+        "held-out reverse KL student->teacher per token, exact over the vocab, on the student's own samples in "
+        "reference precision (nats/token, lower is better)"
+    )
+
+
 def exact_match(tokenizer, eos_token_id: int, responses: list[list[int]], answers: list[str]) -> float:
     """Fraction of responses (cut at the first EOS, special tokens dropped) equal to the answer, whitespace ignored."""
     hits = 0
@@ -218,6 +240,11 @@ def train(
     student)` is called after step k's optimizer step and engine sync (k = 1 … steps). `stop_after=n` runs only the
     first n steps of the recipe (the same schedule, so they equal the full run's first n steps).
     """
+    if cfg.loss == "grpo":  # --- the RL objective lives in admitcheck.grpo (issue 15)
+        from admitcheck import grpo
+
+        return grpo.train(student, engine, prompt_ids, cfg, evaluator, eval_every=eval_every, staleness=staleness,
+                          seed=seed, on_step=on_step)  # fmt: skip
     sampling = SamplingConfig(temperature=cfg.temperature)
     gkd = cfg.loss == "gkd_reverse_kl"
     student.eval()  # no dropout: training mode is only about gradients here
