@@ -184,6 +184,15 @@ def load_checked_calibration(config: ScreenConfig, *, config_file: str | None = 
     from admitcheck.artifact import load_calibration
 
     calibration = load_calibration(config.calibration)
+    if calibration.x_measure != "start":  # the screen's probe measurement is at the start weights (a stale candidate
+        # too): comparing it with a budget fitted on run-averaged mismatch would compare two different quantities
+        raise CalibrationError(
+            f"the budget of {calibration.path} is in run-averaged mismatch (budget.x: {calibration.x_measure}), but "
+            "screen measures at the start weights; re-fit it with `levels.x: start` in its calibrate config (the "
+            "finished runs are reused from the ledger): both fits are in its budget.by_x",
+            file=config_file,
+            field="calibration",
+        )
     notes = check_compatibility(config, calibration, config_file=config_file)
     if notes and behaviour:
         stored = calibration.behaviour
