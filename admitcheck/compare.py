@@ -158,7 +158,8 @@ def level_rows(cal_a: Any, cal_b: Any) -> list[dict[str, Any]]:
         tau = float(cal.tolerance)
         return {
             k: {
-                "mismatch": float(np.mean([r["mismatch"] for r in rs])),
+                # baseline runs carry no mismatch (None): nan for that row
+                "mismatch": float(np.mean([r["mismatch"] for r in rs if r.get("mismatch") is not None] or [np.nan])),
                 "cost_over_tau": float(np.mean([r["quality_cost"] for r in rs])) / tau,
                 "runs": len(rs),
             }

@@ -98,7 +98,7 @@ def test_a_bound_gives_a_bounded_ratio() -> None:
 
 
 def _artifact(tmp_path: Path, name: str, **changes) -> Path:
-    data = yaml.safe_load((ROOT / "calibrations" / "toy_rl.yaml").read_text())  # a current-schema artifact
+    data = yaml.safe_load((ROOT / "calibrations" / "toy.yaml").read_text())  # a current-schema artifact
     for dotted, value in changes.items():
         d = data
         *head, last = dotted.split("__")
@@ -111,8 +111,9 @@ def _artifact(tmp_path: Path, name: str, **changes) -> Path:
 
 
 def test_compare_command_prints_both_budgets_and_the_ratio(tmp_path) -> None:
-    a = _artifact(tmp_path, "a", recipe__loss="pg")
-    b = _artifact(tmp_path, "b", budget__value=0.004, budget__interval=[0.002, 0.008])
+    a = _artifact(tmp_path, "a", recipe__loss="pg", budget__bootstrap={})  # no draws: the MOVER path
+    b = _artifact(tmp_path, "b", recipe__loss="grpo", budget__value=0.004, budget__interval=[0.002, 0.008],
+                  budget__bootstrap={})  # fmt: skip
     result = CliRunner().invoke(app, ["compare", str(a), str(b)])
     assert result.exit_code == 0, result.output
     flat = " ".join(result.output.split())  # rich wraps at the runner's width
