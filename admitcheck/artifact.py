@@ -185,6 +185,7 @@ class Calibration:
     def summary_rows(self) -> list[tuple[str, str]]:
         """(field, value) rows for a table: the budget and what it belongs to."""
         b, r, q = self.budget, self.recipe, self.data["quality"]
+        unit = "(1 − task reward)" if r.get("loss") == "grpo" else "nats/token"  # quality's unit (opd.quality_value)
         kind = {
             "point": "",
             "lower_bound": " (lower bound: no level reached τ)",
@@ -201,11 +202,11 @@ class Calibration:
             ),
             (
                 "baseline quality",
-                f"{q['baseline_mean']:.4g} ± {q['baseline_std']:.2g} nats/token "
+                f"{q['baseline_mean']:.4g} ± {q['baseline_std']:.2g} {unit} "
                 f"({q['baseline_seeds']} replicates; start {q['start']:.4g}, "
                 f"improvement {100 * q['improvement']:.0f}%)",
             ),
-            ("tolerance τ", f"{self.tolerance:.4g} nats/token ({self.data['tolerance']['rule']})"),
+            ("tolerance τ", f"{self.tolerance:.4g} {unit} ({self.data['tolerance']['rule']})"),
             (f"budget ({self.metric})", f"{b.value:.3g} nats/token{kind}"),
             (f"{100 * self.data['budget']['confidence']:.0f}% interval", f"[{b.interval[0]:.3g}, {b.interval[1]:.3g}]"),
             ("x (mismatch fitted)", f"{bd.get('x', 'start')}: {bd.get('x_reason', '')}"),

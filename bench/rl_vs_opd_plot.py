@@ -33,8 +33,9 @@ def main() -> None:
     for path, color in ((args.first, "tab:blue"), (args.second, "tab:red")):
         cal = load_calibration(path)
         tau, b, loss = cal.tolerance, cal.budget, cal.recipe["loss"]
-        runs = [r for r in cal.runs if r.get("in_fit", True)]
-        held = [r for r in cal.runs if not r.get("in_fit", True)]
+        measured = [r for r in cal.runs if r.get("fit_x") is not None]  # baseline runs (schema 2) carry no x
+        runs = [r for r in measured if r.get("in_fit", True)]
+        held = [r for r in measured if not r.get("in_fit", True)]
         x = np.array([r["fit_x"] for r in runs])  # (n,) nats/token
         left.plot(x, [r["quality_cost"] / tau for r in runs], "o", color=color, label=f"{loss} runs")
         if held:
