@@ -63,7 +63,7 @@ __all__ = [
 ]
 Progress = Callable[[str, int, int], None]  # (label, done, total)
 LEDGER_VERSION = 2
-_NOT_IN_HEADER = {"pair", "levels", "tolerance", "bootstrap", "confidence", "output", "resources"}  # not re-run
+_NOT_IN_HEADER = {"pair", "levels", "tolerance", "bootstrap", "confidence", "output", "resources", "kind"}  # not re-run
 
 
 def output_path(config: CalibrateConfig, config_file: str | None = None) -> Path:

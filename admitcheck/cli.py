@@ -607,16 +607,6 @@ def _dashes_json(dashes: dict) -> dict:
 # --------------------------------------------------------------------------------------------------- validate
 
 
-def _schema_for(data: Any):
-    from admitcheck.config import CalibrateConfig, MeasureConfig, ScreenConfig
-
-    if isinstance(data, dict) and ("candidates" in data or "calibration" in data):
-        return ScreenConfig
-    if isinstance(data, dict) and "train" in data:
-        return CalibrateConfig
-    return MeasureConfig
-
-
 @app.command()
 def validate(
     config: ConfigArg,
@@ -624,20 +614,33 @@ def validate(
     candidate: Annotated[
         list[str] | None, typer.Option("--candidate", help="Check only this candidate (repeatable).")
     ] = None,
+    kind: Annotated[
+        str | None,
+        typer.Option(
+            "--kind",
+            help="The config kind (measure, calibrate, screen, sensitivity, recipe); default: the config's own "
+            "`kind:` key, else detected from its keys.",
+        ),
+    ] = None,
 ) -> None:
-    """Check a measure, calibrate or screen config: schema, files, and calibration compatibility. Loads no model."""
+    """Check a config of any kind: schema, files, layers, calibration compatibility. Loads no model."""
 
     def body() -> int:
         from admitcheck import io
-        from admitcheck.config import ScreenConfig
+        from admitcheck.config import CONFIG_KINDS, config_kind, schema_for
+        from admitcheck.errors import ConfigError
 
-        schema = _schema_for(io.read_yaml(config))
-        cfg = io.load_config(config, schema)
+        data = io.read_yaml(config)
+        name, how = (kind, "named by --kind") if kind else config_kind(data)
+        if name not in CONFIG_KINDS:
+            raise ConfigError(f"unknown config kind {name!r} (known: {', '.join(CONFIG_KINDS)})", file=str(config),
+                              field="--kind" if kind else "kind")  # fmt: skip
+        cfg = io.load_config(config, schema_for(name))
         if (Path(cfg.pair.student) / "config.json").is_file():  # else the pair check below names it
             from admitcheck.recipes import check_config_rollouts
 
             check_config_rollouts(cfg, file=str(config))
-        if schema is ScreenConfig:
+        if name == "screen":
             from admitcheck.screen import validate as validate_screen
 
             info = validate_screen(cfg, config_file=str(config), candidates=candidate or None)
@@ -649,15 +652,21 @@ def validate(
             if hasattr(cfg, "train"):
                 prompt_sets += [("train.prompts", cfg.train.prompts), ("eval.prompts", cfg.eval.prompts)]
             counts = {f: len(io.read_prompts(p, field=f)) for f, p in prompt_sets}
-            info = {"kind": schema.__name__, "pair": cfg.pair.name or Path(cfg.pair.student).name, "prompts": counts}
+            info = {"pair": cfg.pair.name or Path(cfg.pair.student).name, "prompts": counts}
+            if name == "recipe":
+                from admitcheck.artifact import load_calibration
+
+                info["calibration"] = str(load_calibration(cfg.calibration).path)
+        info = {"kind": name, "kind_from": how, **info}
         if as_json:
             print(json.dumps(info, indent=2, default=str))
         else:
-            out.print(f"[green]ok[/green]: {config} ({schema.__name__.removesuffix('Config').lower()} config)")
-            if isinstance(info, dict):
-                for k, v in info.items():
-                    if not isinstance(v, (dict, list)) or k in ("candidates", "prompts"):
-                        out.print(f"  {k}: {v}")
+            out.print(f"[green]ok[/green]: {config} ({name} config, {how})")
+            for k, v in info.items():
+                if k not in ("kind", "kind_from") and (
+                    not isinstance(v, (dict, list)) or k in ("candidates", "prompts")
+                ):
+                    out.print(f"  {k}: {v}")
         return 0
 
     _guard(body)

@@ -9,7 +9,7 @@ Constraints live in types; cross-field rules raise ValueError naming the fields 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -124,6 +124,7 @@ class RolloutConfig(Strict):
 class MeasureConfig(Strict):
     """`admitcheck measure`: one candidate's mismatch against the reference, beside the noise floor."""
 
+    kind: Literal["measure"] | None = None  # optional: names the config kind (`validate` dispatches on it)
     pair: PairConfig
     probe: ProbeConfig
     sampling: SamplingConfig = SamplingConfig()
@@ -280,6 +281,7 @@ class ResourcesConfig(Strict):
 class CalibrateConfig(Strict):
     """`admitcheck calibrate`: short OPD runs at controlled mismatch levels -> curve -> budget."""
 
+    kind: Literal["calibrate"] | None = None  # optional: names the config kind (`validate` dispatches on it)
     pair: PairConfig
     probe: ProbeConfig  # how each level's mismatch is measured: a screen must use the same protocol
     sampling: SamplingConfig = SamplingConfig()
@@ -353,6 +355,7 @@ class LogsSource(Strict):
 class ScreenConfig(Strict):
     """`admitcheck screen`: verdicts for candidates against a calibration."""
 
+    kind: Literal["screen"] | None = None  # optional: names the config kind (`validate` dispatches on it)
     pair: PairConfig
     calibration: str  # the calibration artifact (YAML)
     probe: ScreenProbeConfig
@@ -374,3 +377,42 @@ class ScreenConfig(Strict):
         if self.source == "logs" and self.logs is None:
             raise ValueError("source: logs needs a logs: {path: ...} section")
         return self
+
+
+# ------------------------------------------------------------------------------------------------- config kinds
+
+ConfigKind = Literal["measure", "calibrate", "screen", "sensitivity", "recipe"]
+CONFIG_KINDS: tuple[str, ...] = ("measure", "calibrate", "screen", "sensitivity", "recipe")
+
+
+def config_kind(data: Any) -> tuple[str, str]:
+    """(kind, how) of a config's parsed YAML: its top-level `kind:` when it has one ("named by kind:"), else
+    detected from the keys only one kind has ("detected from its keys"): candidates → screen, train → calibrate,
+    calibration without candidates → recipe, units or layers → sensitivity, else measure. A config whose keys fit
+    two kinds (a sensitivity config without `units`) should name its kind."""
+    if isinstance(data, dict) and data.get("kind") is not None:
+        return str(data["kind"]), "named by kind:"
+    keys = set(data) if isinstance(data, dict) else set()
+    if "candidates" in keys:
+        kind = "screen"
+    elif "train" in keys:
+        kind = "calibrate"
+    elif "calibration" in keys:
+        kind = "recipe"
+    elif keys & {"units", "layers"}:
+        kind = "sensitivity"
+    else:
+        kind = "measure"
+    return kind, "detected from its keys"
+
+
+def schema_for(kind: str) -> type[BaseModel]:
+    """The pydantic schema of a config kind (ValueError for an unknown one)."""
+    if kind in ("sensitivity", "recipe"):
+        from admitcheck.sensitivity import RecipeConfig, SensitivityConfig  # imports config: a lazy import
+
+        return SensitivityConfig if kind == "sensitivity" else RecipeConfig
+    schemas = {"measure": MeasureConfig, "calibrate": CalibrateConfig, "screen": ScreenConfig}
+    if kind not in schemas:
+        raise ValueError(f"unknown config kind {kind!r} (known: {', '.join(CONFIG_KINDS)})")
+    return schemas[kind]

@@ -52,6 +52,7 @@ _OTHER = {"attn": "*.mlp.*", "mlp": "*.self_attn.*"}  # what a weight unit exclu
 class SensitivityConfig(Strict):
     """`admitcheck sensitivity`: per-unit mismatch of `recipe` on the probe set."""
 
+    kind: Literal["sensitivity"] | None = None  # optional: names the config kind (`validate` dispatches on it)
     pair: PairConfig
     probe: ProbeConfig
     sampling: SamplingConfig = SamplingConfig()
@@ -311,6 +312,7 @@ def plot_sensitivity(report: SensitivityReport) -> bytes | None:
 class RecipeConfig(Strict):
     """`admitcheck recipe`: the cheapest admitted restriction of `recipe`, screened against `calibration`."""
 
+    kind: Literal["recipe"] | None = None  # optional: names the config kind (`validate` dispatches on it)
     name: str = Field("recipe", min_length=1)  # the candidate name in the YAML written for `screen`
     pair: PairConfig
     calibration: str

@@ -7,7 +7,15 @@ from pathlib import Path
 import pytest
 
 from admitcheck import io
-from admitcheck.config import CalibrateConfig, MeasureConfig, RolloutConfig, ScreenConfig, WeightsRecipe
+from admitcheck.config import (
+    CalibrateConfig,
+    MeasureConfig,
+    RolloutConfig,
+    ScreenConfig,
+    WeightsRecipe,
+    config_kind,
+)
+from admitcheck.config import schema_for as config_schema_for
 from admitcheck.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -15,12 +23,8 @@ SCHEMAS = {"measure": MeasureConfig, "calibrate": CalibrateConfig, "screen": Scr
 
 
 def schema_for(path: Path):
-    data = io.read_yaml(path)
-    if "candidates" in data:
-        return ScreenConfig
-    if "train" in data:
-        return CalibrateConfig
-    return MeasureConfig
+    """The schema `validate` uses for a config: its `kind:`, else the kind its keys show."""
+    return config_schema_for(config_kind(io.read_yaml(path))[0])
 
 
 def shipped_configs() -> list[Path]:
@@ -36,6 +40,51 @@ def test_every_shipped_config_parses(path: Path):
     cfg = io.load_config(path, schema_for(path))
     assert cfg.pair.student  # paths resolved against the file's directory
     assert Path(cfg.probe.prompts).is_absolute()
+
+
+@pytest.mark.parametrize("path", shipped_configs(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_validate_accepts_every_shipped_config_and_names_its_kind(path: Path):
+    """The whole `validate` (files, layers, calibration) for every example whose files exist on this machine (the toy
+    pair's; the Qwen3 and SmolLM2 pairs and the logs example need files a user builds first)."""
+    from typer.testing import CliRunner
+
+    from admitcheck.cli import app
+
+    cfg = io.load_config(path, schema_for(path))
+    files = [Path(cfg.pair.student), Path(cfg.pair.teacher)] + (
+        [Path(cfg.logs.path)] if getattr(cfg, "logs", None) else []
+    )
+    if not all(f.exists() for f in files):
+        pytest.skip(f"needs files built first: {[str(f) for f in files if not f.exists()]}")
+    result = CliRunner().invoke(app, ["validate", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    import json
+
+    info = json.loads(result.stdout)
+    assert info["kind"] == config_kind(io.read_yaml(path))[0] and info["kind_from"]
+
+
+def test_config_kind_is_named_or_detected():
+    assert config_kind({"kind": "sensitivity", "pair": {}}) == ("sensitivity", "named by kind:")
+    assert config_kind({"candidates": []})[0] == "screen"
+    assert config_kind({"train": {}})[0] == "calibrate"
+    assert config_kind({"calibration": "c.yaml", "rollout": {}})[0] == "recipe"
+    assert config_kind({"units": ["kv"]})[0] == "sensitivity"
+    assert config_kind({"rollout": {}})[0] == "measure"
+    with pytest.raises(ValueError):
+        config_schema_for("nonsense")
+
+
+def test_validate_refuses_an_unknown_kind(tmp_path):
+    from typer.testing import CliRunner
+
+    from admitcheck.cli import app
+    from tests.test_cli import assert_user_error
+
+    p = write(tmp_path, "kind: nonsense\n" + GOOD)
+    assert_user_error(CliRunner().invoke(app, ["validate", str(p)]), "kind", "nonsense")
+    p = write(tmp_path, GOOD)
+    assert_user_error(CliRunner().invoke(app, ["validate", str(p), "--kind", "typo"]), "--kind", "typo")
 
 
 def write(tmp_path: Path, text: str) -> Path:
