@@ -73,13 +73,6 @@ def protocol_of_screen(config: Any) -> dict[str, Any]:
     return protocol_keys(config.sampling, config.probe, config.reference)
 
 
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        out |= _flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v}
-    return out
-
-
 def _get(d: Any, dotted: str) -> Any:
     for part in dotted.split("."):
         if not isinstance(d, dict) or part not in d:
@@ -320,9 +313,9 @@ def calibration_matches(config: CalibrateConfig, artifact: Calibration | str | P
     diffs = fingerprint.strict_differences(stored, present, prefix="pair.")
     if diffs:
         return False, str(diffs[0])
-    theirs = cal.protocol | {"metric": cal.metric} | _flat({"recipe": _recipe_core(cal.recipe)})
+    theirs = cal.protocol | {"metric": cal.metric} | fingerprint.flatten({"recipe": _recipe_core(cal.recipe)})
     mine = protocol_keys(config.sampling, config.probe, config.reference) | {"metric": config.metric}
-    mine |= _flat({"recipe": _recipe_core(recipe_of(config))})
+    mine |= fingerprint.flatten({"recipe": _recipe_core(recipe_of(config))})
     for key in sorted(set(mine) | set(theirs)):
         if mine.get(key) != theirs.get(key):
             return False, f"{key}: artifact has {theirs.get(key)!r}, config has {mine.get(key)!r}"

@@ -388,14 +388,7 @@ def render_pair(name: str, summary) -> None:
 
 
 def render_toy(summary) -> None:
-    d = summary.to_dict()
-    table = Table(title=f"toy pair in {d.get('directory', '')}")
-    table.add_column("field")
-    table.add_column("value", justify="right")
-    for k, v in d.items():
-        if k != "directory":
-            table.add_row(k, _fmt(v) if not isinstance(v, dict) else json.dumps(v))
-    out.print(table)
+    render_pair("toy", summary)
 
 
 # --------------------------------------------------------------------------------------------------- calibrate

@@ -8,7 +8,6 @@ then the calibration must-holds on the toy pair with a tiny config (6 runs of 4 
 
 from __future__ import annotations
 
-import copy
 import os
 import signal
 import socket
@@ -19,7 +18,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 from typer.testing import CliRunner
 
 from admitcheck import io
@@ -28,6 +26,7 @@ from admitcheck.cli import app
 from admitcheck.config import CalibrateConfig
 from admitcheck.errors import ConfigError
 from admitcheck.executors import LocalExecutor, RayExecutor, Task, TasksFailed, _host_port
+from tests.test_calibrate import comparable, write_config
 from tests.test_cli import assert_user_error
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,20 +46,6 @@ def toy_config(toy: Path, out: Path) -> dict:
         "bootstrap": 50,
         "output": str(out),
     }  # fmt: skip
-
-
-def write_config(path: Path, data: dict) -> Path:
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-def comparable(data: dict) -> dict:
-    """The artifact without what differs between two runs of one calibration (wall-clock time)."""
-    d = copy.deepcopy(data)
-    d["provenance"].pop("created_at")
-    d["provenance"].pop("seconds")
-    d["provenance"].pop("run_cpu_seconds", None)  # process CPU time of the runs: a measurement
-    return d
 
 
 def run_lines(out: Path) -> list[dict]:
