@@ -460,6 +460,87 @@ def render_calibration(cal) -> None:
     out.print(summary)
 
 
+# --------------------------------------------------------------------------------------------------- backtest
+
+
+@app.command()
+def backtest(
+    config: ConfigArg,
+    jobs: Annotated[int, typer.Option("--jobs", help="With --executor local: this many parallel processes.")] = 1,
+    executor: Annotated[
+        Literal["local", "ray"],
+        typer.Option("--executor", help="Where the truth runs execute: local or ray (as for calibrate)."),
+    ] = "local",
+    ray_address: Annotated[
+        str | None, typer.Option("--ray-address", envvar="RAY_ADDRESS", help="With --executor ray: the cluster.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check a calibration's verdicts against full OPD runs with each held-out candidate (resumable); writes the
+    report as YAML, Markdown and a plot."""
+
+    def body() -> int:
+        from admitcheck import io
+        from admitcheck.backtest import backtest as run_backtest
+        from admitcheck.config import BacktestConfig
+
+        cfg = io.load_config(config, BacktestConfig)
+        bt = run_backtest(cfg, config_file=str(config), jobs=jobs, executor=executor, ray_address=ray_address,
+                          progress=_progress())  # fmt: skip
+        if as_json:
+            print(json.dumps(bt.to_dict(), indent=2, default=str))
+        else:
+            render_backtest(bt)
+        return 0
+
+    _guard(body)
+
+
+def render_backtest(bt) -> None:
+    data = bt.data
+    rows = Table(title=f"backtest: {bt.path} (cost in nats/token; τ {_fmt(data['calibration']['tolerance'])})")
+    for c in ("candidate", "family", "verdict", "screen mismatch [CI]", "x in runs", "predicted cost",
+              "observed cost [CI]", "pairs", "truth", "agrees"):  # fmt: skip
+        rows.add_column(c, justify="left" if c in ("candidate", "family", "verdict", "truth") else "right")
+    for r in bt.rows:
+        v, t = r["verdict"], r["truth"]
+        rows.add_row(
+            r["name"],
+            r["family"],
+            v["decision"] + (" (marginal)" if v["marginal"] else ""),
+            f"{_fmt(v['mismatch'])} {_interval(v['mismatch_interval'])}",
+            _fmt(r["x"]),
+            _fmt(r["predicted_cost"]),
+            f"{_fmt(t['cost'])} {_interval(t['interval'])}",
+            str(t["n"]),
+            t["label"],
+            {True: "yes", False: "[red]no[/red]", None: "-"}[r["agrees"]],
+        )
+    out.print(rows)
+    a = data["agreement"]
+    m = a["confusion"]
+    conf = Table(title="verdict × truth")
+    for c in ("verdict", "admit", "reject", "ambiguous"):
+        conf.add_column(c)
+    for v in ("ADMIT", "REJECT"):
+        conf.add_row(v, *(str(m[v][t]) for t in ("admit", "reject", "ambiguous")))
+    out.print(conf)
+    frac = "-" if a["fraction"] is None else f"{a['fraction']:.0%}"
+    out.print(f"agreement on decided truths: {a['agree']}/{a['decided_truths']} = {frac} "
+              f"(95% CI {_interval(tuple(a['interval']))}); {a['ambiguous']} ambiguous")  # fmt: skip
+    fams = Table(title="residual by source family (observed − predicted cost, nats/token)")
+    for c in ("family", "candidates", "mean residual [95% CI]", "agree/disagree/ambiguous"):
+        fams.add_column(c)
+    for name, f in data["families"].items():
+        fams.add_row(name, str(f["candidates"]), f"{_fmt(f['mean'])} {_interval(tuple(f['interval']))}",
+                     f"{f['agree']}/{f['disagree']}/{f['ambiguous']}")  # fmt: skip
+    out.print(fams)
+    for r in bt.rows:
+        if r["agrees"] is False:
+            out.print(f"[red]disagreement[/red] {r['name']}: {escape(r['why'])}")
+    out.print(f"report: {bt.path.with_suffix('.md')}, plot: {bt.path.with_suffix('.png')}")
+
+
 # --------------------------------------------------------------------------------------------------- compare
 
 CalArg = Annotated[Path, typer.Argument(help="A calibration artifact (YAML).", show_default=False)]
@@ -611,8 +692,8 @@ def validate(
         str | None,
         typer.Option(
             "--kind",
-            help="The config kind (measure, calibrate, screen, sensitivity, recipe); default: the config's own "
-            "`kind:` key, else detected from its keys.",
+            help="The config kind (measure, calibrate, screen, sensitivity, recipe, backtest); default: the "
+            "config's own `kind:` key, else detected from its keys.",
         ),
     ] = None,
 ) -> None:
@@ -629,6 +710,17 @@ def validate(
             raise ConfigError(f"unknown config kind {name!r} (known: {', '.join(CONFIG_KINDS)})", file=str(config),
                               field="--kind" if kind else "kind")  # fmt: skip
         cfg = io.load_config(config, schema_for(name))
+        if name == "backtest":
+            from admitcheck.backtest import validate as validate_backtest
+
+            info = {"kind": name, "kind_from": how, **validate_backtest(cfg, config_file=str(config))}
+            if as_json:
+                print(json.dumps(info, indent=2, default=str))
+            else:
+                out.print(f"[green]ok[/green]: {config} ({name} config, {how})")
+                for k in ("calibration", "budget", "tolerance", "candidates"):
+                    out.print(f"  {k}: {info[k]}")
+            return 0
         if (Path(cfg.pair.student) / "config.json").is_file():  # else the pair check below names it
             from admitcheck.recipes import check_config_rollouts
 

@@ -379,21 +379,60 @@ class ScreenConfig(Strict):
         return self
 
 
+# ------------------------------------------------------------------------------------------------ backtest
+
+
+class TruthConfig(Strict):
+    """How a backtest decides each candidate's true quality cost: paired full OPD runs, looked at after
+    `replicates` pairs and after every `step` more, at most `max_replicates` (Bonferroni over the looks)."""
+
+    replicates: int = Field(4, ge=2)  # pairs (candidate run, baseline run of the same seed) before the first look
+    step: int = Field(4, ge=1)  # pairs added per round to a candidate whose truth is still undecided
+    max_replicates: int = Field(8, ge=2)  # then its truth is "ambiguous"
+    confidence: float = Field(0.95, gt=0, lt=1)  # of the cost interval, two-sided, spent evenly over the looks
+
+    @model_validator(mode="after")
+    def _max_ge_first(self) -> TruthConfig:
+        if self.max_replicates < self.replicates:
+            raise ValueError("truth.max_replicates must be >= truth.replicates")
+        return self
+
+
+class BacktestConfig(Strict):
+    """`admitcheck backtest`: a calibration's verdicts on held-out candidates against full OPD runs with them."""
+
+    kind: Literal["backtest"] | None = None  # optional: names the config kind (`validate` dispatches on it)
+    calibrate_config: str  # the calibrate config the calibration was made with: its recipe and seeds make the truth
+    screen_config: str  # a screen config against that calibration: its probe and policy give the verdicts
+    candidates: list[CandidateConfig] = Field(min_length=1)  # held-out candidates (the screen config's are not used)
+    truth: TruthConfig = TruthConfig()
+    output: str | None = None  # default: <calibration stem>.backtest.yaml beside the calibration
+
+    @model_validator(mode="after")
+    def _unique(self) -> BacktestConfig:
+        names = [c.name for c in self.candidates]
+        if len(set(names)) != len(names):
+            raise ValueError("candidate names must be unique")
+        return self
+
+
 # ------------------------------------------------------------------------------------------------- config kinds
 
-ConfigKind = Literal["measure", "calibrate", "screen", "sensitivity", "recipe"]
-CONFIG_KINDS: tuple[str, ...] = ("measure", "calibrate", "screen", "sensitivity", "recipe")
+ConfigKind = Literal["measure", "calibrate", "screen", "sensitivity", "recipe", "backtest"]
+CONFIG_KINDS: tuple[str, ...] = ("measure", "calibrate", "screen", "sensitivity", "recipe", "backtest")
 
 
 def config_kind(data: Any) -> tuple[str, str]:
     """(kind, how) of a config's parsed YAML: its top-level `kind:` when it has one ("named by kind:"), else
-    detected from the keys only one kind has ("detected from its keys"): candidates → screen, train → calibrate,
-    calibration without candidates → recipe, units or layers → sensitivity, else measure. A config whose keys fit
-    two kinds (a sensitivity config without `units`) should name its kind."""
+    detected from the keys only one kind has ("detected from its keys"): calibrate_config → backtest, candidates →
+    screen, train → calibrate, calibration without candidates → recipe, units or layers → sensitivity, else
+    measure. A config whose keys fit two kinds (a sensitivity config without `units`) should name its kind."""
     if isinstance(data, dict) and data.get("kind") is not None:
         return str(data["kind"]), "named by kind:"
     keys = set(data) if isinstance(data, dict) else set()
-    if "candidates" in keys:
+    if "calibrate_config" in keys:
+        kind = "backtest"
+    elif "candidates" in keys:
         kind = "screen"
     elif "train" in keys:
         kind = "calibrate"
@@ -412,7 +451,12 @@ def schema_for(kind: str) -> type[BaseModel]:
         from admitcheck.sensitivity import RecipeConfig, SensitivityConfig  # imports config: a lazy import
 
         return SensitivityConfig if kind == "sensitivity" else RecipeConfig
-    schemas = {"measure": MeasureConfig, "calibrate": CalibrateConfig, "screen": ScreenConfig}
+    schemas = {
+        "measure": MeasureConfig,
+        "calibrate": CalibrateConfig,
+        "screen": ScreenConfig,
+        "backtest": BacktestConfig,
+    }
     if kind not in schemas:
         raise ValueError(f"unknown config kind {kind!r} (known: {', '.join(CONFIG_KINDS)})")
     return schemas[kind]

@@ -25,7 +25,16 @@ from admitcheck.errors import ConfigError
 M = TypeVar("M", bound=BaseModel)
 
 # Keys that hold paths anywhere in a config; resolved against the config file's directory.
-_PATH_KEYS = {"prompts", "weights_from", "calibration", "output", "path", "model_config_path"}
+_PATH_KEYS = {
+    "prompts",
+    "weights_from",
+    "calibration",
+    "output",
+    "path",
+    "model_config_path",
+    "calibrate_config",
+    "screen_config",
+}
 _MODEL_KEYS = {"student", "teacher", "tokenizer"}  # may also be hub ids already in the local cache
 
 

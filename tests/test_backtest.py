@@ -1,0 +1,247 @@
+"""admitcheck.backtest: a calibration's verdicts against full OPD runs, on the tiny in-process pair.
+
+The statistics (looks, truth, agreement, family residuals, their coverage) are test_truth.py's. Here: every
+candidate gets a verdict and a truth settled by the look rule; its truth runs are paired with the baseline runs of
+the same seeds, and are the runs `calibrate` itself makes for such a level (same ledger keys, so the calibration's
+own runs are reused when the environment matches); the report (YAML, Markdown, PNG) agrees with its rows; an
+interrupted backtest resumes to the identical report; --jobs 2 equals --jobs 1; bad input names its file and field.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from admitcheck import io, opd, truth
+from admitcheck.backtest import backtest, candidate_level, family, load_inputs
+from admitcheck.calibrate import calibrate, ledger_path, run_key
+from admitcheck.config import BacktestConfig, CalibrateConfig, CandidateConfig, TruthConfig
+from admitcheck.errors import ConfigError
+from admitcheck.levels import replicate_seed
+from tests.test_calibrate import tiny_config_dict
+from tests.test_opd import make_tiny_pair
+
+CANDIDATES = [
+    {"name": "bf16", "rollout": {"engine": "hf", "dtype": "bfloat16"}},
+    {"name": "noise", "rollout": {"engine": "hf", "dtype": "float32", "noise": {"relative_std": 0.5, "seed": 3}}},
+    {"name": "stale-1", "staleness": 1},  # the calibration's own held-out level: its runs are reused
+]
+TRUTH = {"replicates": 2, "step": 1, "max_replicates": 3}
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """A tiny pair, its calibration, a screen config and a backtest config; (dir, backtest config path)."""
+    root = tmp_path_factory.mktemp("bt")
+    pair = make_tiny_pair(root / "pair")
+    cal_cfg = root / "calibrate.yaml"
+    cal_cfg.write_text(yaml.safe_dump(tiny_config_dict(pair, root / "cal" / "tiny.yaml")))
+    calibrate(io.load_config(cal_cfg, CalibrateConfig), config_file=str(cal_cfg))
+    probe = {"prompts": str(pair / "prompts" / "probe.jsonl"), "min_prompts": 16, "num_prompts": 16,
+             "batch_size": 16, "max_new_tokens": 6, "seed": 0}  # fmt: skip
+    screen_cfg = root / "screen.yaml"
+    screen_cfg.write_text(yaml.safe_dump({
+        "pair": {"name": "tiny", "student": str(pair / "student"), "teacher": str(pair / "teacher")},
+        "calibration": str(root / "cal" / "tiny.yaml"),
+        "probe": probe,
+        "candidates": [CANDIDATES[0]],
+    }))  # fmt: skip
+    return root, write_backtest_config(root / "backtest.yaml", root / "out" / "tiny.backtest.yaml")
+
+
+def write_backtest_config(path: Path, output: Path, **changes) -> Path:
+    data = {"kind": "backtest", "calibrate_config": "calibrate.yaml", "screen_config": "screen.yaml",
+            "candidates": copy.deepcopy(CANDIDATES), "truth": dict(TRUTH), "output": str(output)} | changes  # fmt: skip
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def comparable(data: dict) -> dict:
+    d = copy.deepcopy(data)
+    d["provenance"].pop("seconds")
+    d["provenance"].pop("run_cpu_seconds")  # process CPU time: a measurement, not a result
+    return d
+
+
+@pytest.fixture(scope="module")
+def report(setup):
+    root, cfg_path = setup
+    return backtest(io.load_config(cfg_path, BacktestConfig), config_file=str(cfg_path))
+
+
+def test_every_candidate_has_a_verdict_and_a_settled_truth(report) -> None:
+    tau = report.data["calibration"]["tolerance"]
+    assert [r["name"] for r in report.rows] == [c["name"] for c in CANDIDATES]
+    for r in report.rows:
+        t = r["truth"]
+        assert r["verdict"]["decision"] in ("ADMIT", "REJECT")
+        assert t["n"] in (2, 3) and len(t["paired_costs"]) == t["n"]
+        again, nxt = truth.sequential_truth(t["paired_costs"], tau, TruthConfig(**TRUTH))
+        assert nxt is None and again.label == t["label"] and again.cost == pytest.approx(t["cost"])
+        assert t["label"] in ("admit", "reject", "ambiguous")
+        assert (t["label"] == "ambiguous") == (t["interval"][0] <= tau < t["interval"][1])
+        assert r["residual"] == pytest.approx(t["cost"] - r["predicted_cost"])
+        assert r["agrees"] == truth.agrees(r["verdict"]["decision"], t["label"])
+
+
+def test_truth_runs_are_paired_with_the_baseline_of_the_same_seed(report) -> None:
+    ledger = {r["key"]: r for r in io.read_jsonl(ledger_path(report.path)) if r["kind"] == "run"}
+    from admitcheck.levels import Level
+
+    base = Level("baseline", "baseline")
+    for cand, row in zip(CANDIDATES, report.rows, strict=True):
+        lv = candidate_level(CandidateConfig(**cand))
+        for i, d in enumerate(row["truth"]["paired_costs"]):
+            seed = replicate_seed(0, i)
+            mine, theirs = ledger[run_key(lv, seed)], ledger[run_key(base, seed)]
+            assert mine["seed"] == theirs["seed"] == seed
+            assert d == pytest.approx(mine["quality"] - theirs["quality"])
+
+
+def test_the_calibrations_own_runs_are_reused(report, setup) -> None:
+    """Same environment: the calibration's baseline and stale-1 runs are the backtest's (a run is bit-identical)."""
+    root, _ = setup
+    cal = {r["key"]: r for r in io.read_jsonl(root / "cal" / "tiny.ledger.jsonl") if r["kind"] == "run"}
+    mine = [r for r in io.read_jsonl(ledger_path(report.path)) if r["kind"] == "run"]
+    reused = [r for r in mine if "reused_from" in r]
+    assert report.data["provenance"]["runs_reused"] == len(reused) >= 4  # 2 baseline + 2 stale-1 at least
+    for r in reused:
+        assert {k: v for k, v in r.items() if k != "reused_from"} == cal[r["key"]]
+
+
+@pytest.mark.slow
+def test_a_reused_run_is_what_this_machine_makes(report, setup, tmp_path) -> None:
+    """The reuse is sound only if a fresh run equals the ledger's: re-run one reused baseline run."""
+    from admitcheck.levels import Level, load_context, run_one
+
+    root, _ = setup
+    cfg = io.load_config(root / "calibrate.yaml", CalibrateConfig)
+    fresh = run_one(load_context(cfg, str(root / "calibrate.yaml")), cfg, Level("baseline", "baseline"),
+                    replicate_seed(0, 0))  # fmt: skip
+    ledger = {r["key"]: r for r in io.read_jsonl(ledger_path(report.path)) if r["kind"] == "run"}
+    stored = ledger[run_key(Level("baseline", "baseline"), replicate_seed(0, 0))]
+    assert fresh["quality"] == stored["quality"] and fresh["loss_last"] == stored["loss_last"]
+
+
+def test_report_files_and_summary_agree(report) -> None:
+    data = yaml.safe_load(report.path.read_text())
+    assert data == report.data
+    md = report.path.with_suffix(".md").read_text()
+    for r in report.rows:
+        assert f"| {r['name']} | {r['family']} |" in md
+    assert report.path.with_suffix(".png").stat().st_size > 10_000
+    a = report.agreement
+    m = a["confusion"]
+    assert sum(sum(row.values()) for row in m.values()) == len(report.rows)
+    assert a["agree"] + a["disagree"] == a["decided_truths"]
+    assert a["agree"] == sum(r["agrees"] is True for r in report.rows)
+    assert set(report.data["families"]) == {r["family"] for r in report.rows}
+
+
+def test_interrupted_backtest_resumes_to_the_identical_report(setup, report, tmp_path, monkeypatch) -> None:
+    root, _ = setup
+    cfg_path = write_backtest_config(root / "resume.yaml", tmp_path / "tiny.backtest.yaml")
+    real_train, calls = opd.train, {"n": 0}
+
+    def interrupted(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt("interrupted mid-run")
+        return real_train(*args, **kwargs)
+
+    monkeypatch.setattr(opd, "train", interrupted)
+    cfg = io.load_config(cfg_path, BacktestConfig)
+    with pytest.raises(KeyboardInterrupt):
+        backtest(cfg, config_file=str(cfg_path))
+    assert not (tmp_path / "tiny.backtest.yaml").exists()
+    assert any(
+        r["kind"] == "run" and "reused_from" not in r for r in io.read_jsonl(tmp_path / "tiny.backtest.ledger.jsonl")
+    )
+    monkeypatch.setattr(opd, "train", real_train)
+    resumed = backtest(cfg, config_file=str(cfg_path))
+    same = {"provenance": None, "calibration": None}  # provenance paths and times: this report is elsewhere
+    assert comparable(resumed.data) | same == comparable(report.data) | same
+    assert [r["truth"] for r in resumed.rows] == [r["truth"] for r in report.rows]
+
+
+@pytest.mark.slow
+def test_parallel_jobs_give_the_same_report(setup, report, tmp_path) -> None:
+    root, _ = setup
+    cfg_path = write_backtest_config(root / "jobs.yaml", tmp_path / "tiny.backtest.yaml")
+    par = backtest(io.load_config(cfg_path, BacktestConfig), config_file=str(cfg_path), jobs=2)
+    assert [r["truth"] for r in par.rows] == [r["truth"] for r in report.rows]
+    assert par.agreement == report.agreement
+
+
+def test_family_of_each_source() -> None:
+    def fam(**rollout) -> str:
+        return family(CandidateConfig(name="c", rollout={"engine": "hf", **rollout}))
+
+    assert fam(dtype="bfloat16") == "dtype"
+    assert fam(noise={"relative_std": 0.1}) == "noise"
+    assert fam(weights={"format": "fp8_e4m3", "granularity": "block"}) == "fp8_weights"
+    assert fam(weights={"format": "int8"}) == "int8"
+    assert fam(kv_cache={"dtype": "fp8_e5m2"}) == "fp8_kv"
+    assert fam(weights={"format": "int8"}, kv_cache={"dtype": "fp8_e4m3"}) == "combination"
+    assert family(CandidateConfig(name="s", staleness=2)) == "staleness"
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+
+
+def assert_config_error(fn, file: str, field: str, text: str = "") -> None:
+    with pytest.raises(ConfigError) as err:
+        fn()
+    assert err.value.file == file and err.value.field == field, (err.value.file, err.value.field)
+    assert text in err.value.message
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "text"),
+    [
+        ({"candidates": [{"name": "v", "rollout": {"engine": "vllm"}}]}, "candidates.0.rollout.engine", "hf engine"),
+        ({"candidates": [{"name": "w", "rollout": {"engine": "hf", "weights_from": "."}}]},
+         "candidates.0.rollout.weights_from", "staleness"),
+        ({"candidates": [{"name": "k", "rollout": {"engine": "hf", "kv_cache": {"dtype": "fp8_e4m3",
+          "skip_layers": [9]}}}]}, "candidates.0.rollout.kv_cache.skip_layers", "out of range"),
+        ({"calibrate_config": "missing.yaml"}, "calibrate_config", "file not found"),
+    ],
+)  # fmt: skip
+def test_bad_candidates_name_the_field(setup, tmp_path, changes, field, text) -> None:
+    root, _ = setup
+    path = write_backtest_config(root / "bad.yaml", tmp_path / "x.yaml", **changes)
+    assert_config_error(lambda: load_inputs(io.load_config(path, BacktestConfig), str(path)), str(path), field, text)
+
+
+def test_another_recipe_is_refused(setup, tmp_path) -> None:
+    """The truth must repeat the calibration's recipe: steps (calibration effort elsewhere) are checked here."""
+    root, _ = setup
+    data = yaml.safe_load((root / "calibrate.yaml").read_text())
+    data["train"]["steps"] += 1
+    (root / "calibrate_longer.yaml").write_text(yaml.safe_dump(data))
+    path = write_backtest_config(root / "longer.yaml", tmp_path / "x.yaml", calibrate_config="calibrate_longer.yaml")
+    cfg = io.load_config(path, BacktestConfig)
+    assert_config_error(lambda: load_inputs(cfg, str(path)), str(path), "calibrate_config", "recipe.steps")
+
+
+def test_cli_exit_codes_and_validate(setup, report, tmp_path) -> None:
+    from admitcheck.cli import app
+
+    root, cfg_path = setup
+    runner = CliRunner()
+    ok = runner.invoke(app, ["validate", str(cfg_path)])
+    assert ok.exit_code == 0 and "backtest config" in ok.output, ok.output
+    shutil.copy(cfg_path, tmp_path / "same.yaml")
+    done = runner.invoke(app, ["backtest", str(cfg_path), "--json"])  # everything in the ledger: no run
+    assert done.exit_code == 0, done.output
+    assert '"agreement"' in done.output
+    bad = write_backtest_config(
+        root / "bad_cli.yaml", tmp_path / "x.yaml", truth={"replicates": 3, "max_replicates": 2}
+    )
+    res = runner.invoke(app, ["backtest", str(bad)])
+    assert res.exit_code == 2 and "truth" in res.output and "Traceback" not in res.output
