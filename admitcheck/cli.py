@@ -231,14 +231,14 @@ def measure(
     def body() -> int:
         from admitcheck import io
         from admitcheck.config import MeasureConfig
-        from admitcheck.dashboards import dashboard as token_dashboard
-        from admitcheck.dashboards import dashboard_from_metrics
         from admitcheck.errors import ConfigError
-        from admitcheck.measure import measure as run_measure
+        from admitcheck.measurement.dashboards import dashboard as token_dashboard
+        from admitcheck.measurement.dashboards import dashboard_from_metrics
+        from admitcheck.measurement.measure import measure as run_measure
 
         _check_dashboard(dashboard)
         if from_logs is not None:
-            from admitcheck.metrics import mismatch_metrics
+            from admitcheck.measurement.metrics import mismatch_metrics
 
             logs = _pipeline_logs(from_logs, log_format)
             m = mismatch_metrics(logs.rollout_logprobs, logs.trainer_logprobs, logs.mask)
@@ -270,8 +270,8 @@ def measure(
 
 
 def _check_dashboard(name: str | None) -> None:
-    from admitcheck.dashboards import FRAMEWORKS
     from admitcheck.errors import ConfigError
+    from admitcheck.measurement.dashboards import FRAMEWORKS
 
     if name is not None and name not in FRAMEWORKS:
         raise ConfigError(f"unknown framework {name!r} (known: {', '.join(FRAMEWORKS)})", field="--dashboard")
@@ -279,7 +279,7 @@ def _check_dashboard(name: str | None) -> None:
 
 def _pipeline_logs(path: Path, fmt: str):
     """Read logs for --from-logs (exit 2 on bad input), print their warnings on stderr."""
-    from admitcheck.logs import read_logs
+    from admitcheck.measurement.logs import read_logs
 
     logs = read_logs(path, format=fmt, field="--from-logs")
     for w in logs.warnings:
@@ -332,7 +332,7 @@ def toy_pair(
     """Build the built-in toy student/teacher pair as standard HF model dirs plus prompt sets."""
 
     def body() -> int:
-        from admitcheck.toy import build_toy_pair
+        from admitcheck.pairs.toy import build_toy_pair
 
         summary = build_toy_pair(directory, seed=seed, force=force)
         if as_json:
@@ -423,7 +423,7 @@ def calibrate(
 
     def body() -> int:
         from admitcheck import io
-        from admitcheck.calibrate import calibrate as run_calibrate
+        from admitcheck.calibration.calibrate import calibrate as run_calibrate
         from admitcheck.config import CalibrateConfig
 
         cfg = io.load_config(config, CalibrateConfig)
@@ -472,8 +472,8 @@ def compare(first: CalArg, second: CalArg, as_json: JsonOpt = False) -> None:
     def body() -> int:
         from dataclasses import asdict
 
-        from admitcheck.artifact import load_calibration
-        from admitcheck.compare import compare_calibrations, level_rows
+        from admitcheck.calibration.artifact import load_calibration
+        from admitcheck.calibration.compare import compare_calibrations, level_rows
 
         cal_a, cal_b = load_calibration(first), load_calibration(second)
         cmp = compare_calibrations(cal_a, cal_b)
@@ -539,10 +539,10 @@ def screen(
 
     def body() -> int:
         from admitcheck import io
+        from admitcheck.admission.screen import screen as run_screen
         from admitcheck.config import ScreenConfig
         from admitcheck.errors import EngineError
         from admitcheck.report import to_json, verdict_table, write_reports
-        from admitcheck.screen import screen as run_screen
 
         cfg = io.load_config(config, ScreenConfig)
         _check_dashboard(dashboard)
@@ -581,7 +581,7 @@ def screen(
 
 def _screen_dashboards(framework: str, result, logs) -> dict:
     """One dashboard per verdict: exact from the logs' tokens, or from each engine verdict's token means."""
-    from admitcheck.dashboards import dashboard, dashboard_from_metrics
+    from admitcheck.measurement.dashboards import dashboard, dashboard_from_metrics
 
     out = {}
     for v in result.verdicts:
@@ -630,15 +630,15 @@ def validate(
                               field="--kind" if kind else "kind")  # fmt: skip
         cfg = io.load_config(config, schema_for(name))
         if (Path(cfg.pair.student) / "config.json").is_file():  # else the pair check below names it
-            from admitcheck.recipes import check_config_rollouts
+            from admitcheck.rollout.precision import check_config_rollouts
 
             check_config_rollouts(cfg, file=str(config))
         if name == "screen":
-            from admitcheck.screen import validate as validate_screen
+            from admitcheck.admission.screen import validate as validate_screen
 
             info = validate_screen(cfg, config_file=str(config), candidates=candidate or None)
         else:
-            from admitcheck.measure import check_pair
+            from admitcheck.measurement.measure import check_pair
 
             check_pair(cfg.pair, file=str(config))
             prompt_sets = [("probe.prompts", cfg.probe.prompts)]
@@ -647,7 +647,7 @@ def validate(
             counts = {f: len(io.read_prompts(p, field=f)) for f, p in prompt_sets}
             info = {"pair": cfg.pair.name or Path(cfg.pair.student).name, "prompts": counts}
             if name == "recipe":
-                from admitcheck.artifact import load_calibration
+                from admitcheck.calibration.artifact import load_calibration
 
                 info["calibration"] = str(load_calibration(cfg.calibration).path)
         info = {"kind": name, "kind_from": how, **info}
@@ -680,8 +680,8 @@ def sensitivity(
 
     def body() -> int:
         from admitcheck import io
-        from admitcheck.sensitivity import SensitivityConfig, plot_sensitivity
-        from admitcheck.sensitivity import sensitivity as run_sensitivity
+        from admitcheck.measurement.sensitivity import SensitivityConfig, plot_sensitivity
+        from admitcheck.measurement.sensitivity import sensitivity as run_sensitivity
 
         rep = run_sensitivity(io.load_config(config, SensitivityConfig), config_file=str(config), progress=_progress())
         if plot is not None:
@@ -720,8 +720,8 @@ def recipe(
 
     def body() -> int:
         from admitcheck import io
-        from admitcheck.sensitivity import RecipeConfig
-        from admitcheck.sensitivity import recipe as run_recipe
+        from admitcheck.measurement.sensitivity import RecipeConfig
+        from admitcheck.measurement.sensitivity import recipe as run_recipe
 
         res = run_recipe(io.load_config(config, RecipeConfig), config_file=str(config), progress=_progress())
         if output is not None and res.chosen is not None:

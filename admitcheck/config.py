@@ -140,7 +140,8 @@ class MeasureConfig(Strict):
 
 
 class GRPOConfig(Strict):
-    """The RL objective of `train.loss: grpo` (admitcheck.grpo, docs/rl.md): G rollouts per prompt, a verifiable
+    """The RL objective of `train.loss: grpo` (admitcheck.calibration.grpo, docs/rl.md): G rollouts per prompt, a
+    verifiable
     reward, group-normalised advantages (r − mean_g)/(std_g + eps), a clipped importance ratio, an optional
     rollout correction. Defaults are verl's (clip 0.2/0.2, dual-clip 3, TIS cap 2) and prime-rl's MIS range."""
 
@@ -409,7 +410,7 @@ def config_kind(data: Any) -> tuple[str, str]:
 def schema_for(kind: str) -> type[BaseModel]:
     """The pydantic schema of a config kind (ValueError for an unknown one)."""
     if kind in ("sensitivity", "recipe"):
-        from admitcheck.sensitivity import RecipeConfig, SensitivityConfig  # imports config: a lazy import
+        from admitcheck.measurement.sensitivity import RecipeConfig, SensitivityConfig  # imports config: a lazy import
 
         return SensitivityConfig if kind == "sensitivity" else RecipeConfig
     schemas = {"measure": MeasureConfig, "calibrate": CalibrateConfig, "screen": ScreenConfig}

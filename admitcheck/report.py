@@ -21,8 +21,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from admitcheck.admission import Verdict
-from admitcheck.screen import ScreenResult
+from admitcheck.admission.screen import ScreenResult
+from admitcheck.admission.sequential import Verdict
 
 
 def fmt(x: Any, digits: int = 3) -> str:

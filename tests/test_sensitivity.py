@@ -8,7 +8,7 @@ import yaml
 
 from admitcheck import io
 from admitcheck.config import RolloutConfig, ScreenConfig
-from admitcheck.sensitivity import (
+from admitcheck.measurement.sensitivity import (
     RecipeConfig,
     SensitivityConfig,
     Unit,
@@ -94,7 +94,7 @@ def test_recipe_large_budget(toy_pair_dir, tmp_path):
 
 @pytest.mark.slow
 def test_recipe_search_is_admitted_by_screen(toy_pair_dir, tmp_path):
-    from admitcheck.screen import screen
+    from admitcheck.admission.screen import screen
 
     res = recipe(_recipe_config(tmp_path, toy_pair_dir, budget=0.0035))
     assert res.exit_code == 0, res.message
@@ -126,7 +126,7 @@ def test_example_parses():
 @pytest.mark.slow
 def test_prefix_shift_for_a_measure_config(toy_pair_dir):
     from admitcheck.config import MeasureConfig
-    from admitcheck.prefix_shift import prefix_shift_for
+    from admitcheck.measurement.prefix_shift import prefix_shift_for
 
     d = toy_pair_dir
     cfg = MeasureConfig(

@@ -1,6 +1,7 @@
 """Measure a rollout config's mismatch against the reference on the probe set, beside the noise floor.
 
-    from admitcheck import measure, io
+    from admitcheck.measurement import measure
+    from admitcheck import io
     from admitcheck.config import MeasureConfig
     report = measure(io.load_config("examples/toy_measure.yaml", MeasureConfig))
     report.candidate.values["k3"], report.floor.values["k3"]     # nats/token
@@ -24,8 +25,8 @@ import torch
 from admitcheck import io
 from admitcheck.config import MeasureConfig, PairConfig, ProbeConfig, ReferenceConfig, RolloutConfig, SamplingConfig
 from admitcheck.errors import ConfigError
-from admitcheck.metrics import MismatchMetrics
-from admitcheck.probe import ProbeRun, probe_batches
+from admitcheck.measurement.metrics import MismatchMetrics
+from admitcheck.measurement.probe import ProbeRun, probe_batches
 
 Progress = Callable[[str, int, int], None]  # (label, done, total)
 
@@ -180,7 +181,7 @@ def measure_rollout(
     confidence: float = 0.95,
     progress: Progress | None = None,
 ) -> EngineMeasurement:
-    from admitcheck.engines import build_engine
+    from admitcheck.rollout.engines import build_engine
 
     t0 = time.perf_counter()
     engine = build_engine(rollout, model_dir, eos_token_id=tokens.eos_token_id, pad_token_id=tokens.pad_token_id)
@@ -241,7 +242,7 @@ def measure(
         )
     diagnostics = {}
     if "prefix_shift" in config.diagnostics:
-        from admitcheck.prefix_shift import prefix_shift_for
+        from admitcheck.measurement.prefix_shift import prefix_shift_for
 
         diagnostics["prefix_shift"] = prefix_shift_for(config, config_file=config_file).to_dict()
     return MismatchReport(

@@ -1,7 +1,7 @@
 """Layer sensitivity of a precision recipe: the mismatch when only one unit at a time is put under it.
 
     from admitcheck import io
-    from admitcheck.sensitivity import SensitivityConfig, sensitivity, plot_sensitivity
+    from admitcheck.measurement.sensitivity import SensitivityConfig, sensitivity, plot_sensitivity
     cfg = io.load_config("examples/toy_sensitivity.yaml", SensitivityConfig)
     rep = sensitivity(cfg)
     rep.units[0].name, rep.units[0].excess          # most sensitive unit first ("kv.1", nats/token above the floor)
@@ -198,9 +198,9 @@ def reconfigure(engine, rollout: RolloutConfig) -> None:
 def sensitivity(config: SensitivityConfig, *, config_file: str | None = None, progress=None) -> SensitivityReport:
     """Per-unit sensitivity of `config.rollout` (see the module docstring). HF engine only."""
     from admitcheck import io
-    from admitcheck.engines.hf import HFEngine
     from admitcheck.errors import ConfigError
-    from admitcheck.measure import load_pair_tokenizer, measure_engine, tokenize_prompts
+    from admitcheck.measurement.measure import load_pair_tokenizer, measure_engine, tokenize_prompts
+    from admitcheck.rollout.engines.hf import HFEngine
 
     t0 = time.perf_counter()
     if config.rollout.engine != "hf":
@@ -375,7 +375,7 @@ class RecipeResult:
 def vllm_args(rollout: RolloutConfig, model) -> dict[str, Any]:
     """vLLM arguments for a rollout: FP8 KV dtype and skipped layers; the quantization and its ignore list (Linear
     module names kept in the engine dtype, lm_head included, HF names as in a checkpoint's quantization_config)."""
-    from admitcheck.recipes import quantized_linear_names, weight_module_names
+    from admitcheck.rollout.precision import quantized_linear_names, weight_module_names
 
     out: dict[str, Any] = {"dtype": rollout.dtype}
     if rollout.kv_cache.dtype != "auto":
@@ -416,8 +416,8 @@ def recipe(config: RecipeConfig, *, config_file: str | None = None, progress=Non
     step), until admitted. The first ADMIT wins, so each screen runs at 1 − α/(units + 1) (Bonferroni over the
     recipes the search may try): the chosen recipe keeps the policy's error rate.
     """
+    from admitcheck.admission.screen import ScreenSession, check_inputs
     from admitcheck.config import CandidateConfig, ScreenConfig
-    from admitcheck.screen import ScreenSession, check_inputs
 
     t0 = time.perf_counter()
     L = num_layers_of(config.pair.student)

@@ -1,6 +1,6 @@
 """Admission: the pure decision rule of a screen — look plan, per-look level, the look, the verdict.
 
-    from admitcheck.admission import Evidence, confidence_per_look, look, looks_plan, verdict
+    from admitcheck.admission.sequential import Evidence, confidence_per_look, look, looks_plan, verdict
     first, most, max_looks = looks_plan(screen_config, num_prompts=512)  # batches: before the 1st look, at most; K
     conf = confidence_per_look(0.95, max_looks)                          # 1 − α/K (Bonferroni)
     state = look(lo, hi, share, budget_interval=(0.01, 0.023), at_cap=False)   # admit | reject | undecided | heavy_tail
@@ -42,11 +42,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from admitcheck.metrics import PARETO_K_LIMIT, sequential_confidence
+from admitcheck.measurement.metrics import PARETO_K_LIMIT, sequential_confidence
 
 if TYPE_CHECKING:
+    from admitcheck.calibration.curve import Budget
     from admitcheck.config import ScreenConfig
-    from admitcheck.curve import Budget
 
 Decision = Literal["ADMIT", "REJECT"]
 BudgetKind = Literal["point", "lower_bound", "upper_bound"]

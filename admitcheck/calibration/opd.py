@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from admitcheck.config import EvalConfig, ReferenceConfig, RolloutConfig, SamplingConfig, TrainConfig
-from admitcheck.scorer import response_logprobs, score
+from admitcheck.measurement.scorer import response_logprobs, score
 
 StepHook = Callable[[int, torch.nn.Module], None]  # (optimizer steps done, student) after each step's sync
 
@@ -107,7 +107,7 @@ def quality_value(cfg: TrainConfig, q: Quality) -> float:
     """The quality a calibration fits (lower is better): the reverse KL for OPD losses; for `loss: grpo` the task
     error 1 − held-out reward, so that cost = quality − baseline quality = baseline reward − run reward."""
     if cfg.loss == "grpo":  # --- issue 15
-        from admitcheck.grpo import task_error
+        from admitcheck.calibration.grpo import task_error
 
         return task_error(q)
     return q.reverse_kl
@@ -116,7 +116,7 @@ def quality_value(cfg: TrainConfig, q: Quality) -> float:
 def quality_definition(cfg: TrainConfig) -> str:
     """What `quality_value` means, for the artifact's quality.definition."""
     if cfg.loss == "grpo":  # --- issue 15
-        from admitcheck.grpo import QUALITY_DEFINITION
+        from admitcheck.calibration.grpo import QUALITY_DEFINITION
 
         return QUALITY_DEFINITION
     return (
@@ -158,7 +158,7 @@ class QualityEvaluator:
         self._engine = None
 
     def __call__(self, student: torch.nn.Module, step: int) -> Quality:
-        from admitcheck.engines.hf import HFEngine
+        from admitcheck.rollout.engines.hf import HFEngine
 
         if self._engine is None:
             self._engine = HFEngine(
@@ -240,8 +240,8 @@ def train(
     student)` is called after step k's optimizer step and engine sync (k = 1 … steps). `stop_after=n` runs only the
     first n steps of the recipe (the same schedule, so they equal the full run's first n steps).
     """
-    if cfg.loss == "grpo":  # --- the RL objective lives in admitcheck.grpo (issue 15)
-        from admitcheck import grpo
+    if cfg.loss == "grpo":  # --- the RL objective lives in admitcheck.calibration.grpo (issue 15)
+        from admitcheck.calibration import grpo
 
         return grpo.train(student, engine, prompt_ids, cfg, evaluator, eval_every=eval_every, staleness=staleness,
                           seed=seed, on_step=on_step)  # fmt: skip
@@ -341,7 +341,7 @@ def stale_student(
 ) -> torch.nn.Module:
     """A float32 copy of `student0` after `staleness` real OPD steps of recipe `cfg` (seed `seed`) whose rollouts
     all came from θ0 (an engine k steps behind holds θ0 for the first k steps): the θk of KL(π_θ0 ‖ π_θk)."""
-    from admitcheck.engines.hf import HFEngine
+    from admitcheck.rollout.engines.hf import HFEngine
 
     student = cast_parameters(copy.deepcopy(student0), "float32")
     engine = HFEngine(student, rollout, eos_token_id=tokens.eos_token_id, pad_token_id=tokens.pad_token_id)
@@ -378,7 +378,7 @@ def run_mismatch(
     A calibration fitted on x_run (artifact `budget.x: run`) measured it exactly so, on the first
     `levels.run_window` steps of each run (replicate 0 has the seed `levels.replicate_seed(recipe seed, 0)`);
     a screen calls this with the same recipe, window and seed to measure the same quantity. `student0` is copied."""
-    from admitcheck.engines.hf import HFEngine
+    from admitcheck.rollout.engines.hf import HFEngine
 
     student = cast_parameters(copy.deepcopy(student0), "float32")
     engine = HFEngine(student, rollout, eos_token_id=tokens.eos_token_id, pad_token_id=tokens.pad_token_id)
@@ -394,8 +394,8 @@ def stale_reference(calibration, config, staleness: int, *, reference: torch.nn.
     calibration level of that staleness uses (replicate 0), in the reference's precision. `config` is the screen's
     (pair, reference); `reference` the loaded θ0 (optional)."""
     from admitcheck import io
-    from admitcheck.levels import Level
-    from admitcheck.measure import load_pair_tokenizer, tokenize_prompts
+    from admitcheck.calibration.levels import Level
+    from admitcheck.measurement.measure import load_pair_tokenizer, tokenize_prompts
 
     recipe = calibration.recipe
     path = calibration.train_prompts()

@@ -1,6 +1,6 @@
 """The probe loop: the rollout engine samples, the reference re-scores the same tokens, per-sequence sums come out.
 
-    from admitcheck.probe import ProbeRun, probe_batches
+    from admitcheck.measurement.probe import ProbeRun, probe_batches
     run = ProbeRun()
     for batch in probe_batches(engine, reference, prompt_ids, probe, sampling, full=True):
         run.add(batch)                                   # per-sequence sums (k3, kl_exact, ...) and log-probs
@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from admitcheck.config import ProbeConfig, SamplingConfig
-from admitcheck.metrics import (
+from admitcheck.measurement.metrics import (
     MismatchMetrics,
     PooledMetrics,
     combine,
@@ -53,7 +53,7 @@ def truncates(sampling: SamplingConfig) -> bool:
 def score_rollouts(reference, rollouts, sampling: SamplingConfig, *, full: bool):
     """The reference's `scorer.Scores` for the engine's tokens: the engine's kept set replayed when it reported
     its rows and the sampling truncates; full rows back when `full` and the engine gave them."""
-    from admitcheck.scorer import score
+    from admitcheck.measurement.scorer import score
 
     rows = rollouts.full_logprobs
     kept = torch.isfinite(rows) if truncates(sampling) and rows is not None else None  # (B, T, V) bool

@@ -3,7 +3,7 @@
     engine = build_engine(rollout_config, model_dir="toy/student", eos_token_id=2, pad_token_id=0)
     rollouts = engine.sample(prompt_ids, SamplingConfig(temperature=1.0), seed=0, max_new_tokens=64)
 
-Every engine reports the same `Rollouts`, with the same sampling semantics (`admitcheck.sampling`): the sampled
+Every engine reports the same `Rollouts`, with the same sampling semantics (`admitcheck.rollout.sampling`): the sampled
 tokens' log-probs are under the distribution actually sampled from (temperature, top-k, top-p, renormalised).
 """
 
@@ -73,15 +73,15 @@ def build_engine(
 ) -> Engine:
     """The engine `rollout.engine` names, loaded from `model_dir` (or `rollout.weights_from` when set). A rollout
     whose layer indices or module globs do not fit the model is a ConfigError naming the field, before any load."""
-    from admitcheck.recipes import check_rollout_fits
+    from admitcheck.rollout.precision import check_rollout_fits
 
     check_rollout_fits(rollout, model_dir)
     if rollout.engine == "hf":
-        from admitcheck.engines.hf import HFEngine
+        from admitcheck.rollout.engines.hf import HFEngine
 
         return HFEngine.from_pretrained(rollout, model_dir, eos_token_id=eos_token_id, pad_token_id=pad_token_id)
     if rollout.engine == "vllm":
-        from admitcheck.engines.vllm import VLLMEngine
+        from admitcheck.rollout.engines.vllm import VLLMEngine
 
         return VLLMEngine.from_pretrained(rollout, model_dir, eos_token_id=eos_token_id, pad_token_id=pad_token_id)
     raise ValueError(f"unknown engine {rollout.engine!r}")

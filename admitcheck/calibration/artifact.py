@@ -6,7 +6,7 @@
     cal.protocol, cal.pair_fingerprint                      # what a screen must match
     ok, reason = calibration_matches(calibrate_config, cal) # may a demo reuse it for this config?
 
-Schema (version 2), written by `admitcheck.calibrate`: schema_version; name; metric; pair (model config and
+Schema (version 2), written by `admitcheck.calibration.calibrate`: schema_version; name; metric; pair (model config and
 weight hashes of student and teacher, tokenizer hash, prompt-set hashes); protocol (the mismatch measurement:
 sampling, probe, reference dtype, and `x`: which mismatch the budget is in, "start" or "run", with `run_window`);
 recipe (the OPD training recipe the budget belongs to); quality (definition, baseline); tolerance (value, rule);
@@ -30,8 +30,8 @@ from typing import Any
 import yaml
 
 from admitcheck import fingerprint, io
+from admitcheck.calibration.curve import Budget, CurveFit, MonotoneFit
 from admitcheck.config import CalibrateConfig, PairConfig, ProbeConfig, ReferenceConfig, SamplingConfig
-from admitcheck.curve import Budget, CurveFit, MonotoneFit
 from admitcheck.errors import AdmitcheckError, CalibrationError
 
 SCHEMA_VERSION = 2

@@ -1,6 +1,6 @@
 """Prefix-shift diagnostic (REFERENCE §3.7): what per-token corrections (TIS) can and cannot undo.
 
-    from admitcheck.engines.hf import HFEngine
+    from admitcheck.rollout.engines.hf import HFEngine
     ref = HFEngine(student, RolloutConfig(dtype="float32"), eos_token_id=2, pad_token_id=0)
     noisy = RolloutConfig(dtype="float32", noise={"relative_std": 0.1})
     cand = HFEngine(student, noisy, eos_token_id=2, pad_token_id=0)
@@ -118,8 +118,8 @@ def prefix_shift(
     `reference_model` re-scores the candidate's tokens (π); default: `reference_engine.model` (an HFEngine's copy).
     The teacher scores both engines' responses at temperature 1 with no truncation (its plain likelihood).
     """
-    from admitcheck.probe import probe_batches
-    from admitcheck.scorer import score
+    from admitcheck.measurement.probe import probe_batches
+    from admitcheck.measurement.scorer import score
 
     pi_model = reference_model if reference_model is not None else reference_engine.model
     plain = SamplingConfig()
@@ -227,8 +227,8 @@ def prefix_shift_for(
     HF engine in the reference's dtype with no recipe; the candidate is `rollout` (default `config.rollout`).
     Uses probe.num_prompts prompts, probe.batch_size, probe.seed and probe.max_new_tokens."""
     from admitcheck import io
-    from admitcheck.engines.hf import HFEngine
-    from admitcheck.measure import floor_rollout, load_pair_tokenizer, tokenize_prompts
+    from admitcheck.measurement.measure import floor_rollout, load_pair_tokenizer, tokenize_prompts
+    from admitcheck.rollout.engines.hf import HFEngine
 
     rollout = rollout or config.rollout
     tokens = load_pair_tokenizer(config.pair, file=config_file)
@@ -241,7 +241,7 @@ def prefix_shift_for(
     ref = HFEngine(student, ref_rollout, **ids)
     cand = HFEngine(student, rollout, **ids) if rollout.engine == "hf" else None
     if cand is None:
-        from admitcheck.engines import build_engine
+        from admitcheck.rollout.engines import build_engine
 
         cand = build_engine(rollout, config.pair.student, **ids)  # vLLM: coupled only if it samples the same way
     try:

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from admitcheck import fingerprint, io
-from admitcheck.artifact import (  # re-exported: the public calibration API lives here
+from admitcheck.calibration.artifact import (  # re-exported: the public calibration API lives here
     SCHEMA_VERSION,
     Calibration,
     calibration_matches,
@@ -46,12 +46,12 @@ from admitcheck.artifact import (  # re-exported: the public calibration API liv
     recipe_of,
     write_calibration,
 )
+from admitcheck.calibration.curve import Estimate, LevelData, Tolerance, estimate, fit_levels, wanted_replicates
+from admitcheck.calibration.executors import Executor, Task, make_executor
+from admitcheck.calibration.levels import GRID_STDS, Level, load_context, measure_grid, resolve_levels, run_one
+from admitcheck.calibration.opd import quality_definition
 from admitcheck.config import CalibrateConfig
-from admitcheck.curve import Estimate, LevelData, Tolerance, estimate, fit_levels, wanted_replicates
 from admitcheck.errors import AdmitcheckError, CalibrationError, ConfigError
-from admitcheck.executors import Executor, Task, make_executor
-from admitcheck.levels import GRID_STDS, Level, load_context, measure_grid, resolve_levels, run_one
-from admitcheck.opd import quality_definition
 
 __all__ = [
     "Calibration",
@@ -347,7 +347,7 @@ def fit_runs(config: CalibrateConfig, levels: list[Level], runs: list[dict[str, 
 
 
 def build_artifact(config, config_file, out: Path, levels, runs, grid, pair_fp, f=None) -> dict[str, Any]:
-    """The artifact dict (schema in `admitcheck.artifact`)."""
+    """The artifact dict (schema in `admitcheck.calibration.artifact`)."""
     f = f or fit_runs(config, levels, runs)
     est: Estimate = f["estimate"]
     b, tol = est.budget, config.tolerance

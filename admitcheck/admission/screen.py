@@ -2,7 +2,7 @@
 
     from admitcheck import io
     from admitcheck.config import ScreenConfig
-    from admitcheck.screen import ScreenSession, screen, validate
+    from admitcheck.admission.screen import ScreenSession, screen, validate
     cfg = io.load_config("examples/toy_screen.yaml", ScreenConfig)
     validate(cfg)                                      # inputs + calibration compatibility, loads no model
     result = screen(cfg, candidates=["fp8_kv"])        # ScreenResult; result.exit_code is 0 or 1
@@ -11,7 +11,8 @@
     session = ScreenSession(cfg); session.screen_candidate(cfg.candidates[0])   # one reference, many candidates
 
 This module orchestrates; the decision rule (look plan, per-look level, heavy-tail rule, the budget's interval,
-verdict) is `admitcheck.admission`, pure; the measurement is the one probe loop, `admitcheck.probe`. Batch i samples
+verdict) is `admitcheck.admission.sequential`, pure; the measurement is the one probe loop,
+`admitcheck.measurement.probe`. Batch i samples
 probe prompts [i·bs, (i+1)·bs) with seed probe.seed + i, as `measure` does; after the batch that reaches
 probe.min_prompts and after every later one, the studentized-bootstrap interval of the decision estimator (kl_exact
 where the engine gives full rows, else the calibration's metric) over all sequences so far is one look of
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from admitcheck import fingerprint, io
-from admitcheck.admission import (
+from admitcheck.admission.sequential import (
     Decision,
     Evidence,
     Verdict,
@@ -92,7 +93,7 @@ def _diagnostics(config: ScreenConfig, chosen: list[CandidateConfig], config_fil
     """`diagnostics: [prefix_shift]`: coupled sampling of each hf rollout candidate against the reference."""
     if "prefix_shift" not in config.diagnostics:
         return {}
-    from admitcheck.prefix_shift import prefix_shift_for
+    from admitcheck.measurement.prefix_shift import prefix_shift_for
 
     return {
         c.name: {"prefix_shift": prefix_shift_for(config, c.rollout, config_file=config_file).to_dict()}
@@ -130,7 +131,7 @@ def check_compatibility(config: ScreenConfig, calibration: Any, *, config_file: 
     pair. `load_checked_calibration` then compares the models' behaviour (`fingerprint.check_behaviour`). The metric
     is the calibration's, whatever it is: the screen measures on its scale (`admission.decision_estimator`).
     """
-    from admitcheck.artifact import fingerprint_pair, protocol_of_screen
+    from admitcheck.calibration.artifact import fingerprint_pair, protocol_of_screen
 
     logs = config.source == "logs"
     present = fingerprint_pair(config.pair, None if logs else config.probe)
@@ -181,7 +182,7 @@ def load_checked_calibration(config: ScreenConfig, *, config_file: str | None = 
     differ and `behaviour` is set, both models are loaded (float32, CPU) and their log-probs on the calibration's
     fixed sequences compared (`fingerprint.check_behaviour`: CalibrationError when they drifted); the strict
     differences are then issued as `PairRewrittenWarning`s."""
-    from admitcheck.artifact import load_calibration
+    from admitcheck.calibration.artifact import load_calibration
 
     calibration = load_calibration(config.calibration)
     if calibration.x_measure != "start":  # the screen's probe measurement is at the start weights (a stale candidate
@@ -248,7 +249,7 @@ def check_engines(chosen: list[CandidateConfig], file: str | None) -> None:
     for c in chosen:
         if c.rollout is None or c.rollout.engine != "vllm":
             continue
-        from admitcheck.engines import vllm as vllm_engine
+        from admitcheck.rollout.engines import vllm as vllm_engine
 
         check = getattr(vllm_engine, "check_rollout", None)
         if check is None:
@@ -269,7 +270,7 @@ def validate(
     check_inputs(config, chosen, config_file)
     calibration = load_checked_calibration(config, config_file=config_file, behaviour=False)
     if config.source == "logs":
-        from admitcheck.logs import read_logs
+        from admitcheck.measurement.logs import read_logs
 
         logs = read_logs(config.logs.path, format=config.logs.format)
         looks, probes = 1, logs.num_sequences
@@ -312,7 +313,7 @@ class ScreenSession:
 
     def prepare(self) -> None:
         """Tokenizer, probe prompts, look plan and the reference model (once)."""
-        from admitcheck.measure import check_devices, load_pair_tokenizer, tokenize_prompts
+        from admitcheck.measurement.measure import check_devices, load_pair_tokenizer, tokenize_prompts
 
         if self.reference is not None:
             return
@@ -327,14 +328,14 @@ class ScreenSession:
         self.reference = io.load_causal_lm(cfg.pair.student, cfg.reference.dtype, cfg.reference.device, file=file)
 
     def _start_engine(self, rollout: RolloutConfig, name: str):
-        from admitcheck.engines import build_engine
+        from admitcheck.rollout.engines import build_engine
 
         ids = {"eos_token_id": self.tokens.eos_token_id, "pad_token_id": self.tokens.pad_token_id}
         return engine_call(name, partial(build_engine, rollout, self.config.pair.student, **ids))
 
     def _measure(self, name: str, engine, reference, max_batches: int, decide: bool, progress: Progress | None):
         """(ProbeRun, final look state, looks): sample, score and look batch after batch until decided."""
-        from admitcheck.probe import ProbeRun, probe_batches
+        from admitcheck.measurement.probe import ProbeRun, probe_batches
 
         cfg, run, state, looks = self.config, ProbeRun(), "undecided", 0
         loop = probe_batches(
@@ -375,7 +376,7 @@ class ScreenSession:
 
     def floor(self, rollout: RolloutConfig, progress: Progress | None = None) -> dict[str, Any]:
         """The engine in the reference's configuration on the first-look probes, measured once per engine kind."""
-        from admitcheck.measure import floor_rollout
+        from admitcheck.measurement.measure import floor_rollout
 
         self.prepare()
         fr = floor_rollout(rollout, self.config.reference)
@@ -406,8 +407,8 @@ class ScreenSession:
 
     def screen_candidate(self, cand: CandidateConfig, progress: Progress | None = None) -> Verdict:
         """One candidate's Verdict (its engine started, measured sequentially, closed); EngineError on failure."""
-        from admitcheck import opd
-        from admitcheck.measure import floor_rollout
+        from admitcheck.calibration import opd
+        from admitcheck.measurement.measure import floor_rollout
 
         self.prepare()
         rollout, reference = cand.rollout, self.reference
@@ -434,8 +435,8 @@ class ScreenSession:
         """One verdict from a pipeline's logged log-probs: every sequence at once (one look, nominal confidence)."""
         import numpy as np
 
-        from admitcheck.logs import read_logs
-        from admitcheck.metrics import mismatch_metrics, pareto_k, top_share
+        from admitcheck.measurement.logs import read_logs
+        from admitcheck.measurement.metrics import mismatch_metrics, pareto_k, top_share
 
         t0 = time.perf_counter()
         logs = read_logs(self.config.logs.path, format=self.config.logs.format)
@@ -541,7 +542,7 @@ def _capacity(config: ScreenConfig, cand: CandidateConfig) -> dict[str, Any]:
     """KV-cache capacity of the candidate on the configured GPU (staleness changes no memory: plain BF16)."""
     import json
 
-    from admitcheck.capacity import kv_capacity
+    from admitcheck.admission.capacity import kv_capacity
 
     cap, gib = config.capacity, 2**30
     path = Path(cap.model_config_path or Path(config.pair.student) / "config.json")

@@ -26,13 +26,13 @@ class PairSpec:
 
 
 def _toy(dir, seed, force, source, device, say):
-    from admitcheck.toy import build_toy_pair
+    from admitcheck.pairs.toy import build_toy_pair
 
     return build_toy_pair(dir, seed=seed, force=force)
 
 
 def _smollm2(dir, seed, force, source, device, say):
-    from admitcheck.smollm2 import build_smollm2_pair
+    from admitcheck.pairs.smollm2 import build_smollm2_pair
 
     return build_smollm2_pair(dir, seed=seed, force=force, source=source, device=device, say=say)
 

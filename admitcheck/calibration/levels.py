@@ -28,10 +28,17 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from admitcheck import io, opd
+from admitcheck import io
+from admitcheck.calibration import opd
 from admitcheck.config import CalibrateConfig, NoiseConfig, RolloutConfig, SamplingConfig
 from admitcheck.errors import ConfigError
-from admitcheck.measure import PairTokens, floor_rollout, load_pair_tokenizer, measure_engine, tokenize_prompts
+from admitcheck.measurement.measure import (
+    PairTokens,
+    floor_rollout,
+    load_pair_tokenizer,
+    measure_engine,
+    tokenize_prompts,
+)
 
 LevelKind = Literal["baseline", "noise", "rollout", "staleness"]
 GRID_STDS = (1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0)  # relative weight-noise sizes measured to place the auto grid
@@ -193,7 +200,7 @@ def _check_engines(config: CalibrateConfig, file: str | None) -> None:
 
 
 def _engine(ctx: RunContext, model: torch.nn.Module, rollout: RolloutConfig):
-    from admitcheck.engines.hf import HFEngine
+    from admitcheck.rollout.engines.hf import HFEngine
 
     return HFEngine(model, rollout, eos_token_id=ctx.tokens.eos_token_id, pad_token_id=ctx.tokens.pad_token_id)
 

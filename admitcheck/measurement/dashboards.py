@@ -404,7 +404,7 @@ def dashboard(
     `groups`: per-sequence process index (TRL's per-process means). `options` go to the port (verl is_threshold,
     nemo-rl kl_type, slime per_token / rollout_ids, trl mode / clip_min / clip_max).
     """
-    from admitcheck.metrics import mismatch_metrics
+    from admitcheck.measurement.metrics import mismatch_metrics
 
     _check(framework)
     if framework == "trl":

@@ -42,11 +42,11 @@ from dataclasses import dataclass
 
 import torch
 
-from admitcheck import toy
+from admitcheck.calibration.opd import OPDResult, Quality, StepLog, derive_seed
 from admitcheck.config import GRPOConfig, SamplingConfig, TrainConfig
 from admitcheck.errors import ConfigError
-from admitcheck.opd import OPDResult, Quality, StepLog, derive_seed
-from admitcheck.scorer import response_logprobs
+from admitcheck.measurement.scorer import response_logprobs
+from admitcheck.pairs import toy
 
 SAFETY_BOUND = 20.0  # |log ratio| clamp before exp, nats (verl rollout_corr_helper.SAFETY_BOUND)
 QUALITY_DEFINITION = (

@@ -17,7 +17,7 @@ in the reference's configuration reproduces the reference's log-probs to float32
 
 The engine owns a copy of the student in `rollout.dtype` on `rollout.device` and a float32 CPU copy of the clean
 weights; `load_weights` replaces the clean weights and re-applies the rollout recipe (noise, weight quantization,
-activation hooks: `admitcheck.recipes`). The caller's model is never touched.
+activation hooks: `admitcheck.rollout.precision`). The caller's model is never touched.
 
 FP8 KV cache (vLLM semantics, scale 1.0): K and V are fake-quantized as they enter the cache, except in
 `kv_cache.skip_layers`. The prefill attends over the fresh, unquantized prompt K/V (vLLM's flash attention over the
@@ -36,9 +36,9 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from admitcheck.config import RolloutConfig, SamplingConfig
-from admitcheck.engines import Rollouts
-from admitcheck.sampling import draw_uniforms, process_logits, sample_inverse_cdf
-from admitcheck.scorer import left_pad, position_ids
+from admitcheck.measurement.scorer import left_pad, position_ids
+from admitcheck.rollout.engines import Rollouts
+from admitcheck.rollout.sampling import draw_uniforms, process_logits, sample_inverse_cdf
 
 
 class _BufferLayer(DynamicLayer):
@@ -93,7 +93,7 @@ class RolloutCache(DynamicCache):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
         if self.kv_dtype is None or layer_idx in self.skip_layers:
             return super().update(key_states, value_states, layer_idx, *args, **kwargs)
-        from admitcheck.recipes import quantize_kv
+        from admitcheck.rollout.precision import quantize_kv
 
         prefill = layer_idx >= len(self.layers) or self.layers[layer_idx].get_seq_length() == 0
         keys, values = super().update(
@@ -178,7 +178,7 @@ class HFEngine:
         if set(missing) - tied or unexpected:
             raise ValueError(f"state dict does not fit the model: missing {missing[:3]}, unexpected {unexpected[:3]}")
         if self.rollout.weights is not None or self.rollout.noise.relative_std > 0:
-            from admitcheck.recipes import apply_rollout_recipe
+            from admitcheck.rollout.precision import apply_rollout_recipe
 
             self._handles = list(apply_rollout_recipe(self.model, self.rollout, noise_step))
 

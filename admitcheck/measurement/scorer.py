@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from admitcheck.config import SamplingConfig
-from admitcheck.sampling import process_logits
+from admitcheck.rollout.sampling import process_logits
 
 
 @dataclass(frozen=True)

