@@ -22,7 +22,7 @@ _API = {
     "load_calibration": ("admitcheck.calibration.artifact", "load_calibration"),
     "mismatch_metrics": ("admitcheck.measurement.metrics", "mismatch_metrics"),
     "sensitivity": ("admitcheck.measurement.sensitivity", "sensitivity"),
-    "recipe": ("admitcheck.measurement.sensitivity", "recipe"),
+    "recipe": ("admitcheck.admission.recipe_search", "search_recipe"),
     "prefix_shift": ("admitcheck.measurement.prefix_shift", "prefix_shift"),
 }
 

@@ -24,6 +24,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from admitcheck.errors import AdmitcheckError, AdmitcheckWarning
+from admitcheck.formatting import fmt, fmt_interval
 
 app = typer.Typer(
     add_completion=False,
@@ -136,24 +137,6 @@ def _progress() -> Callable[[str, int, int], None]:
     return bars
 
 
-def _fmt(x: Any, digits: int = 3) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float):
-        if x != x:
-            return "nan"
-        if x == 0:
-            return "0"
-        if abs(x) < 1e-3 or abs(x) >= 1e4:
-            return f"{x:.{digits - 1}e}"
-        return f"{x:.{digits}g}"
-    return str(x)
-
-
-def _interval(ci: tuple[float, float] | None) -> str:
-    return f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "-"
-
-
 # --------------------------------------------------------------------------------------------------- measure
 
 _MEASURE_ROWS = (
@@ -185,14 +168,14 @@ def render_measure(report) -> None:
             continue
         row = [key]
         for _, m in cols:
-            row += [_fmt(m.metrics.values.get(key)), _interval(m.metrics.intervals.get(key))]
+            row += [fmt(m.metrics.values.get(key)), fmt_interval(m.metrics.intervals.get(key))]
         table.add_row(*row)
     out.print(table)
     buckets = Table(title="candidate k3 by response position")
     for c in ("positions", "tokens", "k3", "k3 95% CI"):
         buckets.add_column(c, justify="right")
     for b in report.candidate.metrics.position_buckets:
-        buckets.add_row(f"{b.start}-{b.end - 1}", str(b.num_tokens), _fmt(b.k3), _interval(b.k3_interval))
+        buckets.add_row(f"{b.start}-{b.end - 1}", str(b.num_tokens), fmt(b.k3), fmt_interval(b.k3_interval))
     out.print(buckets)
     if "prefix_shift" in report.diagnostics:
         render_prefix_shift("candidate", report.diagnostics["prefix_shift"])
@@ -208,11 +191,11 @@ def render_prefix_shift(name: str, d: dict) -> None:
     q = d["divergence_quantiles"]
     out.print(
         f"[bold]prefix shift ({name})[/bold]: {100 * d['diverged_share']:.0f}% of responses diverge "
-        f"(first divergence p10/p50/p90 at {_fmt(q.get('p10'))}/{_fmt(q.get('p50'))}/{_fmt(q.get('p90'))}); "
+        f"(first divergence p10/p50/p90 at {fmt(q.get('p10'))}/{fmt(q.get('p50'))}/{fmt(q.get('p90'))}); "
         f"{100 * d['share_after_divergence']:.0f}% of tokens come after the divergence.\n"
-        f"  teacher log-lik of the prefixes reached, candidate − reference: {_fmt(d['prefix_gap'])} nats/token; "
-        f"with TIS weights min(r, {d['tis_cap']:g}): {_fmt(d['prefix_gap_tis'])} (TIS cannot move prefixes); "
-        f"per-token gap {_fmt(d['token_gap'])} → {_fmt(d['token_gap_tis'])} with TIS."
+        f"  teacher log-lik of the prefixes reached, candidate − reference: {fmt(d['prefix_gap'])} nats/token; "
+        f"with TIS weights min(r, {d['tis_cap']:g}): {fmt(d['prefix_gap_tis'])} (TIS cannot move prefixes); "
+        f"per-token gap {fmt(d['token_gap'])} → {fmt(d['token_gap_tis'])} with TIS."
     )
 
 
@@ -299,7 +282,7 @@ def render_dashboard(d, *, metrics=None, budget: float | None = None, title: str
             table.add_column(c, justify="right" if c != "metric" else "left")
         for key in _MEASURE_ROWS:
             if key in metrics.values:
-                table.add_row(key, _fmt(metrics.values[key]), _interval(metrics.intervals.get(key)))
+                table.add_row(key, fmt(metrics.values[key]), fmt_interval(metrics.intervals.get(key)))
         out.print(table)
         out.print(f"{metrics.num_sequences} sequences, {metrics.num_tokens} tokens")
     if d is None:
@@ -310,9 +293,9 @@ def render_dashboard(d, *, metrics=None, budget: float | None = None, title: str
         right = c.startswith(("value", "budget"))
         table.add_column(c, justify="right" if right else "left", overflow="fold", no_wrap=right)
     for r in d.rows:
-        row = [r.key, _fmt(r.value), r.admitcheck or "-", _fmt(r.admitcheck_value), r.relation]
+        row = [r.key, fmt(r.value), r.admitcheck or "-", fmt(r.admitcheck_value), r.relation]
         if budget:
-            row.append(_fmt(budget) if r.budget == "same" else f"≈{_fmt(budget)} (mean)" if r.budget != "none" else "-")
+            row.append(fmt(budget) if r.budget == "same" else f"≈{fmt(budget)} (mean)" if r.budget != "none" else "-")
         table.add_row(*row)
     out.print(table)
     for note in d.notes:
@@ -380,9 +363,7 @@ def render_pair(name: str, summary) -> None:
     table.add_column("value", justify="right")
     for k, v in d.items():
         if k != "directory":
-            shown = (
-                json.dumps(v) if isinstance(v, dict) else ", ".join(map(_fmt, v)) if isinstance(v, list) else _fmt(v)
-            )
+            shown = json.dumps(v) if isinstance(v, dict) else ", ".join(map(fmt, v)) if isinstance(v, list) else fmt(v)
             table.add_row(k, shown)
     out.print(table)
 
@@ -446,10 +427,10 @@ def render_calibration(cal) -> None:
         runs.add_row(
             str(r["level"]),
             str(r["seed"]),
-            _fmt(r["mismatch"]),
-            _interval(r.get("mismatch_interval")),
-            _fmt(r["quality"]),
-            _fmt(r["quality_cost"]),
+            fmt(r["mismatch"]),
+            fmt_interval(r.get("mismatch_interval")),
+            fmt(r["quality"]),
+            fmt(r["quality_cost"]),
         )
     out.print(runs)
     summary = Table(title=f"mismatch budget: {cal.path}")
@@ -485,20 +466,20 @@ def compare(first: CalArg, second: CalArg, as_json: JsonOpt = False) -> None:
         for side in (cmp.first, cmp.second):
             table.add_column(side.label)
         rows = [("objective (recipe.loss)", lambda s, c: s.objective),
-                ("baseline quality", lambda s, c: f"{_fmt(c.data['quality']['baseline_mean'])} ± "
-                                                  f"{_fmt(c.data['quality']['baseline_std'])}"),
-                ("tolerance τ", lambda s, c: _fmt(s.tolerance)),
-                ("budget", lambda s, c: _fmt(s.value) + ("" if s.kind == "point" else f" ({s.kind})")),
-                (f"{100 * cmp.confidence:.0f}% interval", lambda s, c: _interval(s.interval))]  # fmt: skip
+                ("baseline quality", lambda s, c: f"{fmt(c.data['quality']['baseline_mean'])} ± "
+                                                  f"{fmt(c.data['quality']['baseline_std'])}"),
+                ("tolerance τ", lambda s, c: fmt(s.tolerance)),
+                ("budget", lambda s, c: fmt(s.value) + ("" if s.kind == "point" else f" ({s.kind})")),
+                (f"{100 * cmp.confidence:.0f}% interval", lambda s, c: fmt_interval(s.interval))]  # fmt: skip
         for name, cell in rows:
             table.add_row(name, cell(cmp.first, cal_a), cell(cmp.second, cal_b))
         out.print(table)
         name = f"budget ratio {cmp.second.objective} / {cmp.first.objective}"
         if cmp.method == "bound":  # no point estimate: only the bound is claimed
-            out.print(f"{name} within {_interval(cmp.ratio_interval)} (bound)", markup=False)
+            out.print(f"{name} within {fmt_interval(cmp.ratio_interval)} (bound)", markup=False)
         else:
-            out.print(f"{name} = {_fmt(cmp.ratio)}  {100 * cmp.confidence:.0f}% interval "
-                      f"{_interval(cmp.ratio_interval)}  ({cmp.method})", markup=False)  # fmt: skip
+            out.print(f"{name} = {fmt(cmp.ratio)}  {100 * cmp.confidence:.0f}% interval "
+                      f"{fmt_interval(cmp.ratio_interval)}  ({cmp.method})", markup=False)  # fmt: skip
         for note in cmp.notes:
             out.print(f"note: {note}", markup=False)
         levels = Table(title="per level: mean mismatch and mean quality cost in units of each τ (>1: over τ)")
@@ -506,7 +487,7 @@ def compare(first: CalArg, second: CalArg, as_json: JsonOpt = False) -> None:
             levels.add_column(c, justify="right" if c != "level" else "left")
         for r in level_rows(cal_a, cal_b):
             a, b = r["a"], r["b"]
-            levels.add_row(r["level"], _fmt(a["mismatch"]), f"{a['cost_over_tau']:+.2f}", _fmt(b["mismatch"]),
+            levels.add_row(r["level"], fmt(a["mismatch"]), f"{a['cost_over_tau']:+.2f}", fmt(b["mismatch"]),
                            f"{b['cost_over_tau']:+.2f}")  # fmt: skip
         out.print(levels)
         return 0
@@ -634,11 +615,11 @@ def validate(
 
             check_config_rollouts(cfg, file=str(config))
         if name == "screen":
-            from admitcheck.admission.screen import validate as validate_screen
+            from admitcheck.admission.checks import validate as validate_screen
 
             info = validate_screen(cfg, config_file=str(config), candidates=candidate or None)
         else:
-            from admitcheck.measurement.measure import check_pair
+            from admitcheck.pairs.load import check_pair
 
             check_pair(cfg.pair, file=str(config))
             prompt_sets = [("probe.prompts", cfg.probe.prompts)]
@@ -680,8 +661,9 @@ def sensitivity(
 
     def body() -> int:
         from admitcheck import io
-        from admitcheck.measurement.sensitivity import SensitivityConfig, plot_sensitivity
+        from admitcheck.config import SensitivityConfig
         from admitcheck.measurement.sensitivity import sensitivity as run_sensitivity
+        from admitcheck.plots import plot_sensitivity
 
         rep = run_sensitivity(io.load_config(config, SensitivityConfig), config_file=str(config), progress=_progress())
         if plot is not None:
@@ -697,10 +679,10 @@ def sensitivity(
         for c in ("rank", "unit", "excess k3", "95% CI", "k3"):
             table.add_column(c, justify="right" if c != "unit" else "left")
         for i, u in enumerate(rep.units, 1):
-            table.add_row(str(i), u.name, _fmt(u.excess), _interval(u.excess_interval), _fmt(u.k3))
+            table.add_row(str(i), u.name, fmt(u.excess), fmt_interval(u.excess_interval), fmt(u.k3))
         out.print(table)
         out.print(
-            f"floor k3 {_fmt(rep.floor_k3)}; whole recipe k3 {_fmt(rep.all_k3)}; "
+            f"floor k3 {fmt(rep.floor_k3)}; whole recipe k3 {fmt(rep.all_k3)}; "
             f"Σ unit excess / whole excess = {rep.sum_ratio:.2f}; top / median = {rep.top_to_median:.1f}x"
         )
         return 0
@@ -720,10 +702,10 @@ def recipe(
 
     def body() -> int:
         from admitcheck import io
-        from admitcheck.measurement.sensitivity import RecipeConfig
-        from admitcheck.measurement.sensitivity import recipe as run_recipe
+        from admitcheck.admission.recipe_search import search_recipe as run_recipe
+        from admitcheck.config import RecipeSearchConfig
 
-        res = run_recipe(io.load_config(config, RecipeConfig), config_file=str(config), progress=_progress())
+        res = run_recipe(io.load_config(config, RecipeSearchConfig), config_file=str(config), progress=_progress())
         if output is not None and res.chosen is not None:
             io.write_text_atomic(output, res.screen_yaml())
         if as_json:
@@ -740,10 +722,10 @@ def recipe(
                 ", ".join(st.returned) or "-",
                 st.decision + ("" if st.error_control else " (NO ERROR CONTROL)"),
                 st.estimator,
-                _fmt(st.mismatch),
-                _interval(st.mismatch_interval),
-                _fmt(st.budget),
-                _fmt(st.ratio_vs_bf16),
+                fmt(st.mismatch),
+                fmt_interval(st.mismatch_interval),
+                fmt(st.budget),
+                fmt(st.ratio_vs_bf16),
             )
         out.print(table)
         out.print(

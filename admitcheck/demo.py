@@ -64,8 +64,9 @@ def run_demo(
     progress: Callable[[str, int, int], None] | None = None,
 ) -> DemoResult:
     from admitcheck.admission.screen import screen
-    from admitcheck.calibration.artifact import calibration_matches, load_calibration
+    from admitcheck.calibration.artifact import load_calibration
     from admitcheck.calibration.calibrate import calibrate
+    from admitcheck.calibration.compatibility import calibration_matches
     from admitcheck.config import CalibrateConfig, ScreenConfig
     from admitcheck.pairs.toy import build_toy_pair
     from admitcheck.report import write_reports

@@ -135,8 +135,8 @@ def toy_sequences(toy: Path, passes: int = 4) -> dict[str, dict[str, np.ndarray]
     offset by p × batches: fresh draws of the same prompts), through the one probe loop."""
     from admitcheck import io
     from admitcheck.config import ScreenConfig
-    from admitcheck.measurement.measure import load_pair_tokenizer, tokenize_prompts
     from admitcheck.measurement.probe import ProbeRun, probe_batches
+    from admitcheck.pairs.load import load_pair_tokenizer, tokenize_prompts
     from admitcheck.rollout.engines import build_engine
 
     raw = io.read_yaml(Path(__file__).resolve().parent.parent / "examples" / "toy_screen.yaml")

@@ -23,7 +23,7 @@ import torch
 from admitcheck import io
 from admitcheck.calibration.opd import train
 from admitcheck.config import PairConfig, RolloutConfig, SamplingConfig, TrainConfig
-from admitcheck.measurement.measure import load_pair_tokenizer, tokenize_prompts
+from admitcheck.pairs.load import load_pair_tokenizer, tokenize_prompts
 from admitcheck.rollout.engines.hf import HFEngine
 
 

@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> dict:
     from admitcheck import io
     from admitcheck.calibration import opd
     from admitcheck.config import NoiseConfig, PairConfig, RolloutConfig, TrainConfig
-    from admitcheck.measurement.measure import load_pair_tokenizer, tokenize_prompts
+    from admitcheck.pairs.load import load_pair_tokenizer, tokenize_prompts
     from admitcheck.pairs.toy import build_toy_pair
     from admitcheck.rollout.engines.hf import HFEngine
 

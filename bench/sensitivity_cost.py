@@ -41,7 +41,8 @@ def main(argv: list[str] | None = None) -> dict:
     from screen_cost import configs, stand_in_artifact
 
     from admitcheck.admission.screen import screen
-    from admitcheck.measurement.sensitivity import SensitivityConfig, sensitivity
+    from admitcheck.config import SensitivityConfig
+    from admitcheck.measurement.sensitivity import sensitivity
     from admitcheck.pairs.toy import build_toy_pair
 
     torch.set_num_threads(args.threads)

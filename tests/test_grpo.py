@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from admitcheck.calibration import grpo, opd
-from admitcheck.calibration.opd import Quality
+from admitcheck.calibration.runs import Quality
 from admitcheck.config import GRPOConfig, RolloutConfig, TrainConfig
 from admitcheck.errors import ConfigError
 from admitcheck.pairs import toy
@@ -196,7 +196,7 @@ def test_grpo_config_rules() -> None:
 def test_grpo_train_runs_resyncs_and_is_deterministic(tmp_path) -> None:
     from admitcheck import io
     from admitcheck.config import PairConfig
-    from admitcheck.measurement.measure import load_pair_tokenizer, tokenize_prompts
+    from admitcheck.pairs.load import load_pair_tokenizer, tokenize_prompts
     from admitcheck.rollout.engines.hf import HFEngine
     from tests.test_opd import make_tiny_pair
 

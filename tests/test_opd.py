@@ -17,7 +17,7 @@ import torch
 from admitcheck import io
 from admitcheck.calibration import opd
 from admitcheck.config import EvalConfig, NoiseConfig, PairConfig, RolloutConfig, SamplingConfig, TrainConfig
-from admitcheck.measurement.measure import load_pair_tokenizer, tokenize_prompts
+from admitcheck.pairs.load import load_pair_tokenizer, tokenize_prompts
 from admitcheck.rollout.engines.hf import HFEngine
 
 

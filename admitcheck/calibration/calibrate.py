@@ -38,7 +38,6 @@ from admitcheck import fingerprint, io
 from admitcheck.calibration.artifact import (  # re-exported: the public calibration API lives here
     SCHEMA_VERSION,
     Calibration,
-    calibration_matches,
     fingerprint_pair,
     load_calibration,
     prompt_hashes,
@@ -56,7 +55,6 @@ from admitcheck.errors import AdmitcheckError, CalibrationError, ConfigError
 __all__ = [
     "Calibration",
     "calibrate",
-    "calibration_matches",
     "fingerprint_pair",
     "load_calibration",
     "protocol_of_screen",
@@ -127,9 +125,10 @@ class Ledger:
             diff = _first_difference(theirs.get(section), header[section], f"{section}.")
             if diff:
                 what = "a different pair" if section == "pair" else "a different config"
+                was, now = fingerprint.dotted_get(theirs, diff, None), fingerprint.dotted_get(header, diff, None)
                 raise CalibrationError(
-                    f"this ledger was written for {what} ({diff}: ledger {_get(theirs, diff)!r}, now "
-                    f"{_get(header, diff)!r}); its runs are kept: restore the old setting, or set another "
+                    f"this ledger was written for {what} ({diff}: ledger {was!r}, now "
+                    f"{now!r}); its runs are kept: restore the old setting, or set another "
                     "`output` (or delete the ledger) to calibrate afresh",
                     file=str(path),
                     field=diff,
@@ -147,12 +146,6 @@ class Ledger:
             self.grid = record
         else:
             self.runs[record["key"]] = record
-
-
-def _get(d: Any, dotted: str) -> Any:
-    for part in dotted.split("."):
-        d = d.get(part) if isinstance(d, dict) else None
-    return d
 
 
 def run_key(level: Level, seed: int) -> str:

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import torch
 
-from admitcheck.calibration.opd import OPDResult, Quality, StepLog, derive_seed
+from admitcheck.calibration.runs import OPDResult, Quality, StepLog, derive_seed
 from admitcheck.config import GRPOConfig, SamplingConfig, TrainConfig
 from admitcheck.errors import ConfigError
 from admitcheck.measurement.scorer import response_logprobs

@@ -30,15 +30,12 @@ import torch
 
 from admitcheck import io
 from admitcheck.calibration import opd
+from admitcheck.calibration.runs import derive_seed
 from admitcheck.config import CalibrateConfig, NoiseConfig, RolloutConfig, SamplingConfig
 from admitcheck.errors import ConfigError
-from admitcheck.measurement.measure import (
-    PairTokens,
-    floor_rollout,
-    load_pair_tokenizer,
-    measure_engine,
-    tokenize_prompts,
-)
+from admitcheck.measurement.measure import measure_engine
+from admitcheck.pairs.load import PairTokens, load_pair_tokenizer, tokenize_prompts
+from admitcheck.rollout.floor import floor_rollout
 
 LevelKind = Literal["baseline", "noise", "rollout", "staleness"]
 GRID_STDS = (1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0)  # relative weight-noise sizes measured to place the auto grid
@@ -87,7 +84,7 @@ class Level:
 
 def replicate_seed(base: int, replicate: int) -> int:
     """The seed every level's replicate `replicate` runs with (calibration top-level seed `base`)."""
-    return opd.derive_seed("replicate", base, replicate) % 1_000_000
+    return derive_seed("replicate", base, replicate) % 1_000_000
 
 
 def resolve_levels(config: CalibrateConfig, grid: dict[str, Any] | None) -> list[Level]:

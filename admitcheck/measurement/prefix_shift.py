@@ -227,8 +227,9 @@ def prefix_shift_for(
     HF engine in the reference's dtype with no recipe; the candidate is `rollout` (default `config.rollout`).
     Uses probe.num_prompts prompts, probe.batch_size, probe.seed and probe.max_new_tokens."""
     from admitcheck import io
-    from admitcheck.measurement.measure import floor_rollout, load_pair_tokenizer, tokenize_prompts
+    from admitcheck.pairs.load import load_pair_tokenizer, tokenize_prompts
     from admitcheck.rollout.engines.hf import HFEngine
+    from admitcheck.rollout.floor import floor_rollout
 
     rollout = rollout or config.rollout
     tokens = load_pair_tokenizer(config.pair, file=config_file)

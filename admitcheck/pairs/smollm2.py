@@ -478,7 +478,7 @@ def build_smollm2_pair(
             lines.append(json.dumps(row))
         io.write_text_atomic(d / "prompts" / f"{split}.jsonl", "\n".join(lines) + "\n")
 
-    from admitcheck.measurement.measure import PairTokens
+    from admitcheck.pairs.load import PairTokens
 
     eos = int(tok.eos_token_id)
     tokens = PairTokens(tok, eos, int(tok.pad_token_id if tok.pad_token_id is not None else eos), len(tok))

