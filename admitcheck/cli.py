@@ -1,3 +1,4 @@
+# long module: one typer command per CLI command with its renderer, in --help order
 """The command line: each command parses, calls the library, renders, and picks the exit code.
 
     admitcheck demo                         # toy pair end to end

@@ -1,3 +1,4 @@
+# long module: one pydantic schema per YAML kind, so every key a config may hold is in one file
 """pydantic schemas for every YAML admitcheck reads. Unknown keys are errors (a typo must not pass silently).
 
     cfg = admitcheck.io.load_config("examples/toy_measure.yaml", MeasureConfig)

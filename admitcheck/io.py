@@ -1,3 +1,4 @@
+# long module: every file-system touch of the package lives here by design (house rule: only io.py touches files)
 """The file-system edge: configs, prompt sets, models, tokenizers, atomic writes and fingerprints.
 
     cfg = load_config("examples/toy_measure.yaml", MeasureConfig)   # ConfigError names file and field

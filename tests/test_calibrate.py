@@ -21,8 +21,9 @@ import yaml
 from admitcheck import io
 from admitcheck.calibration import opd
 from admitcheck.calibration.artifact import load_calibration
-from admitcheck.calibration.calibrate import calibrate, fit_runs, ledger_path
+from admitcheck.calibration.calibrate import calibrate, fit_runs
 from admitcheck.calibration.compatibility import calibration_matches
+from admitcheck.calibration.ledger import ledger_path
 from admitcheck.calibration.levels import Level, noise_for_mismatch
 from admitcheck.config import CalibrateConfig
 from admitcheck.errors import CalibrationError, ConfigError

@@ -22,8 +22,9 @@ import pytest
 from typer.testing import CliRunner
 
 from admitcheck import io
-from admitcheck.calibration.calibrate import calibrate, ledger_path
+from admitcheck.calibration.calibrate import calibrate
 from admitcheck.calibration.executors import LocalExecutor, RayExecutor, Task, TasksFailed, _host_port
+from admitcheck.calibration.ledger import ledger_path
 from admitcheck.cli import app
 from admitcheck.config import CalibrateConfig
 from admitcheck.errors import ConfigError

@@ -1,3 +1,4 @@
+# long module: the driver (levels -> rounds -> fit_runs -> artifact); the fit stays by its rounds
 """Calibrate: levels -> short real OPD runs (resumable ledger) -> quality-cost curve -> budget -> artifact.
 
     cfg = io.load_config("examples/toy_calibrate.yaml", CalibrateConfig)
@@ -28,7 +29,6 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,10 +47,11 @@ from admitcheck.calibration.artifact import (  # re-exported: the public calibra
 )
 from admitcheck.calibration.curve import Estimate, LevelData, Tolerance, estimate, fit_levels, wanted_replicates
 from admitcheck.calibration.executors import Executor, Task, make_executor
+from admitcheck.calibration.ledger import LEDGER_VERSION, Ledger, ledger_path, run_relevant_config
 from admitcheck.calibration.levels import GRID_STDS, Level, load_context, measure_grid, resolve_levels, run_one
 from admitcheck.calibration.opd import quality_definition
 from admitcheck.config import CalibrateConfig
-from admitcheck.errors import AdmitcheckError, CalibrationError, ConfigError
+from admitcheck.errors import CalibrationError, ConfigError
 
 __all__ = [
     "Calibration",
@@ -60,8 +61,6 @@ __all__ = [
     "protocol_of_screen",
 ]
 Progress = Callable[[str, int, int], None]  # (label, done, total)
-LEDGER_VERSION = 2
-_NOT_IN_HEADER = {"pair", "levels", "tolerance", "bootstrap", "confidence", "output", "resources", "kind"}  # not re-run
 
 
 def output_path(config: CalibrateConfig, config_file: str | None = None) -> Path:
@@ -72,80 +71,7 @@ def output_path(config: CalibrateConfig, config_file: str | None = None) -> Path
     return (Path(config_file).resolve().parent if config_file else Path.cwd()) / "calibrations" / f"{name}.yaml"
 
 
-def ledger_path(output: Path) -> Path:
-    return output.with_name(f"{output.stem}.ledger.jsonl")
-
-
 # --------------------------------------------------------------------------------------------------- ledger
-
-
-def run_relevant_config(config: CalibrateConfig) -> dict[str, Any]:
-    """Every config field that changes a run's numbers, prompt paths replaced by content hashes."""
-    data = config.model_dump(mode="json", exclude=_NOT_IN_HEADER)
-    hashes = prompt_hashes(config)
-    for section in ("probe", "train", "eval"):
-        data[section]["prompts"] = hashes[section]
-    return data
-
-
-def _first_difference(a: Any, b: Any, prefix: str = "") -> str | None:
-    if isinstance(a, dict) and isinstance(b, dict):
-        for k in sorted(set(a) | set(b)):
-            d = _first_difference(a.get(k), b.get(k), f"{prefix}{k}.")
-            if d:
-                return d
-        return None
-    return prefix.rstrip(".") if a != b else None
-
-
-@dataclass
-class Ledger:
-    """The runs (and the grid) a calibration has finished, keyed so that a re-run can skip them."""
-
-    path: Path
-    header: dict[str, Any]
-    grid: dict[str, Any] | None = None
-    runs: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    @classmethod
-    def open(cls, path: Path, header: dict[str, Any]) -> Ledger:
-        """Read an existing ledger (refusing one of another pair or config, untouched) or start a new one."""
-        ledger = cls(path, header)
-        if not path.exists():
-            io.append_jsonl(path, header)
-            return ledger
-        try:
-            records = io.read_jsonl(path)
-        except AdmitcheckError as exc:
-            raise CalibrationError(f"corrupt ledger: {exc.message}", file=str(path)) from None
-        if not records or records[0].get("kind") != "header":
-            raise CalibrationError("not a calibration ledger (no header line)", file=str(path), field="kind")
-        theirs = records[0]
-        for section in ("ledger_version", "pair", "config"):
-            diff = _first_difference(theirs.get(section), header[section], f"{section}.")
-            if diff:
-                what = "a different pair" if section == "pair" else "a different config"
-                was, now = fingerprint.dotted_get(theirs, diff, None), fingerprint.dotted_get(header, diff, None)
-                raise CalibrationError(
-                    f"this ledger was written for {what} ({diff}: ledger {was!r}, now "
-                    f"{now!r}); its runs are kept: restore the old setting, or set another "
-                    "`output` (or delete the ledger) to calibrate afresh",
-                    file=str(path),
-                    field=diff,
-                )
-        for rec in records[1:]:
-            if rec.get("kind") == "grid":
-                ledger.grid = rec
-            elif rec.get("kind") == "run":
-                ledger.runs[rec["key"]] = rec
-        return ledger
-
-    def append(self, record: dict[str, Any]) -> None:
-        io.append_jsonl(self.path, record)
-        if record["kind"] == "grid":
-            self.grid = record
-        else:
-            self.runs[record["key"]] = record
 
 
 def run_key(level: Level, seed: int) -> str:

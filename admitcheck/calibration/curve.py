@@ -1,3 +1,4 @@
+# long module: one estimator: monotone fit, tau, budget inverse, the bootstrap re-running them
 """Quality cost vs mismatch from paired replicates: a monotone fit, τ, the budget and its bootstrap (REFERENCE §3.3).
 
     levels = [LevelData("noise-1", x=[1e-3, 1.1e-3], cost=[0.001, -0.002]), ...]   # per replicate pair

@@ -1,3 +1,4 @@
+# long module: one port per framework (verl, prime-rl, NeMo-RL, slime, TRL), each a transcription
 """The same tokens' mismatch, computed the way each training framework logs it, beside admitcheck's numbers.
 
     d = dashboard("verl", rollout_logprobs, trainer_logprobs, mask)     # (B, T) log μ, log π, bool

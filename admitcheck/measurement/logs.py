@@ -1,3 +1,4 @@
+# long module: one reader per pipeline log format (admitcheck, prime-rl, verl, TRL, NeMo-RL) behind the one read_logs
 """Logged log-probs: a training pipeline's per-sequence rollout and trainer log-probs, read for screening.
 
 (~400 lines: five pipelines' formats and the checks that catch their dump traps belong with the reader.)

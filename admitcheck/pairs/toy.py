@@ -1,3 +1,4 @@
+# long module: the toy pair's task, tokenizer, models and training in one file: the file is the pair
 """The built-in toy pair: a digit-reversal teacher and a weaker, noisier student, saved as standard HF model dirs.
 
     summary = build_toy_pair("toy", seed=0)      # 40-110 s on 2 CPU cores (shared or not); cached after that

@@ -1,3 +1,4 @@
+# long module: the only module importing vllm: engine, checkpoints and vLLM arguments
 """The vLLM rollout engine (optional extra; the only module that imports vllm).
 
     engine = VLLMEngine.from_pretrained(RolloutConfig(engine="vllm", dtype="bfloat16"), "toy/student",
