@@ -85,12 +85,15 @@ def _diagnostics(config: ScreenConfig, chosen: list[CandidateConfig], config_fil
     """`diagnostics: [prefix_shift]`: coupled sampling of each hf rollout candidate against the reference."""
     if "prefix_shift" not in config.diagnostics:
         return {}
-    from admitcheck.measurement.prefix_shift import prefix_shift_for
+    from admitcheck.measurement.prefix_shift import load_prefix_shift_inputs, prefix_shift_for
 
+    coupled = [c for c in chosen if c.rollout is not None and c.rollout.engine == "hf"]
+    if not coupled:
+        return {}
+    inputs = load_prefix_shift_inputs(config, config_file=config_file)  # the pair once, for every candidate
     return {
-        c.name: {"prefix_shift": prefix_shift_for(config, c.rollout, config_file=config_file).to_dict()}
-        for c in chosen
-        if c.rollout is not None and c.rollout.engine == "hf"
+        c.name: {"prefix_shift": prefix_shift_for(config, c.rollout, config_file=config_file, inputs=inputs).to_dict()}
+        for c in coupled
     }
 
 

@@ -220,23 +220,48 @@ def _prefix_ll(teacher_lp: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tens
     return (prefix_sum / t).masked_fill(~valid, 0.0), valid
 
 
-def prefix_shift_for(
-    config, rollout=None, *, config_file: str | None = None, tis_cap: float = 2.0
-) -> PrefixShiftReport:
-    """The diagnostic for a measure or screen config (`diagnostics: [prefix_shift]`): the reference engine is the
-    HF engine in the reference's dtype with no recipe; the candidate is `rollout` (default `config.rollout`).
-    Uses probe.num_prompts prompts, probe.batch_size, probe.seed and probe.max_new_tokens."""
+@dataclass(frozen=True)
+class PrefixShiftInputs:
+    """What every candidate's prefix shift of one config shares, loaded once: the tokenizer facts, the probe prompts'
+    ids, and the student and teacher in float32 on CPU (each engine makes its own copy of the student)."""
+
+    tokens: Any
+    prompt_ids: list[list[int]]
+    student: torch.nn.Module
+    teacher: torch.nn.Module
+
+
+def load_prefix_shift_inputs(config, *, config_file: str | None = None) -> PrefixShiftInputs:
+    """The pair and probe prompts of a measure or screen config, for `prefix_shift_for` (one load per config)."""
     from admitcheck import io
     from admitcheck.pairs.load import load_pair_tokenizer, tokenize_prompts
-    from admitcheck.rollout.engines.hf import HFEngine
-    from admitcheck.rollout.floor import floor_rollout
 
-    rollout = rollout or config.rollout
     tokens = load_pair_tokenizer(config.pair, file=config_file)
     prompts = io.read_prompts(config.probe.prompts, limit=config.probe.num_prompts)
     prompt_ids = tokenize_prompts(tokens, prompts, file=config.probe.prompts)
     student = io.load_causal_lm(config.pair.student, "float32", "cpu", file=config_file, field="pair.student")
     teacher = io.load_causal_lm(config.pair.teacher, "float32", "cpu", file=config_file, field="pair.teacher")
+    return PrefixShiftInputs(tokens, prompt_ids, student, teacher)
+
+
+def prefix_shift_for(
+    config,
+    rollout=None,
+    *,
+    config_file: str | None = None,
+    tis_cap: float = 2.0,
+    inputs: PrefixShiftInputs | None = None,
+) -> PrefixShiftReport:
+    """The diagnostic for a measure or screen config (`diagnostics: [prefix_shift]`): the reference engine is the
+    HF engine in the reference's dtype with no recipe; the candidate is `rollout` (default `config.rollout`).
+    Uses probe.num_prompts prompts, probe.batch_size, probe.seed and probe.max_new_tokens. Pass `inputs`
+    (`load_prefix_shift_inputs`) to screen many candidates without reloading the pair."""
+    from admitcheck.rollout.engines.hf import HFEngine
+    from admitcheck.rollout.floor import floor_rollout
+
+    rollout = rollout or config.rollout
+    inputs = inputs or load_prefix_shift_inputs(config, config_file=config_file)
+    tokens, prompt_ids, student, teacher = inputs.tokens, inputs.prompt_ids, inputs.student, inputs.teacher
     ids = {"eos_token_id": tokens.eos_token_id, "pad_token_id": tokens.pad_token_id}
     ref_rollout = floor_rollout(rollout, config.reference).model_copy(update={"engine": "hf"})
     ref = HFEngine(student, ref_rollout, **ids)
