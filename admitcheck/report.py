@@ -21,31 +21,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from admitcheck.admission import Verdict
-from admitcheck.screen import ScreenResult
-
-
-def fmt(x: Any, digits: int = 3) -> str:
-    """Compact number: 3 significant digits, scientific below 1e-3 and above 1e4; '-' for None."""
-    if x is None:
-        return "-"
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        return str(x)
-    if isinstance(x, int):
-        return str(x)
-    if math.isnan(x):
-        return "nan"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    if x == 0:
-        return "0"
-    if abs(x) < 1e-3 or abs(x) >= 1e4:
-        return f"{x:.{digits - 1}e}"
-    return f"{x:.{digits}g}"
-
-
-def fmt_interval(ci: Any) -> str:
-    return f"[{fmt(ci[0])}, {fmt(ci[1])}]" if ci is not None else "-"
+from admitcheck.admission.screen import ScreenResult
+from admitcheck.admission.sequential import Verdict
+from admitcheck.formatting import fmt, fmt_interval
 
 
 def _finite(obj: Any) -> Any:
@@ -275,7 +253,6 @@ def write_reports(
             written.append(str(path))
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if step_summary and summary:
-        with open(summary, "a", encoding="utf-8") as fh:  # GitHub collects every step's appends
-            fh.write(to_markdown(result))
+        io.append_text(summary, to_markdown(result))
         written.append(summary)
     return written
