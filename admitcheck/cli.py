@@ -463,7 +463,7 @@ def backtest(
 
     def body() -> int:
         from admitcheck import io
-        from admitcheck.backtest import backtest as run_backtest
+        from admitcheck.admission.backtest import backtest as run_backtest
         from admitcheck.config import BacktestConfig
 
         cfg = io.load_config(config, BacktestConfig)
@@ -693,7 +693,7 @@ def validate(
                               field="--kind" if kind else "kind")  # fmt: skip
         cfg = io.load_config(config, schema_for(name))
         if name == "backtest":
-            from admitcheck.backtest import validate as validate_backtest
+            from admitcheck.admission.backtest import validate as validate_backtest
 
             info = {"kind": name, "kind_from": how, **validate_backtest(cfg, config_file=str(config))}
             if as_json:

@@ -2,13 +2,14 @@
 
 png = plot_calibration(load_calibration("calibrations/toy.yaml"))   # quality cost vs mismatch, the budget
 png = plot_sensitivity(report)                                       # per-unit excess k3, most sensitive first
+png = plot_backtest(bt.data)                                         # observed vs predicted cost per candidate
 """
 
 from __future__ import annotations
 
 import io as _stdio
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from admitcheck.calibration.artifact import Calibration
@@ -84,6 +85,57 @@ def plot_sensitivity(report: SensitivityReport) -> bytes | None:
     ax.set_xlabel("k3 above the floor (nats/token)")
     ax.set_title(f"sensitivity: Σ units / whole = {report.sum_ratio:.2f}")
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    buf = _stdio.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def plot_backtest(data: dict[str, Any]) -> bytes | None:
+    """PNG bytes (None without matplotlib): observed cost against the runs' mismatch beside the calibration curve,
+    τ and the budget, by family (colour) and verdict (filled: ADMIT); observed against predicted cost."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        import numpy as np
+    except ImportError:
+        return None
+    c, rows = data["calibration"], data["candidates"]
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.8), dpi=110)
+    # one colour per source family (`admission.backtest.FAMILIES`)
+    colors = {"dtype": "tab:gray", "noise": "tab:blue", "fp8_weights": "tab:orange", "int8": "tab:brown",
+              "fp8_kv": "tab:green", "staleness": "tab:purple", "combination": "tab:red"}  # fmt: skip
+    ax.plot(c["curve"]["x"], c["curve"]["cost"], color="black", lw=1, label="calibration curve (weight noise)")
+    ax.axhline(c["tolerance"], color="black", ls="--", lw=0.8, label="τ")
+    lo, hi = c["budget_interval"]  # 0 / inf: below the smallest level / above the largest; drawn to the grid's ends
+    grid = c["curve"]["x"]
+    ax.axvspan(lo if lo > 0 else grid[0], hi if np.isfinite(hi) else grid[-1], color="gold", alpha=0.2,
+               label="budget interval")  # fmt: skip
+    seen = set()
+    for r in rows:
+        t, col = r["truth"], colors[r["family"]]
+        face = col if r["verdict"]["decision"] == "ADMIT" else "white"
+        lab = r["family"] if r["family"] not in seen else None
+        seen.add(r["family"])
+        err = [[t["cost"] - t["interval"][0]], [t["interval"][1] - t["cost"]]]
+        ax.errorbar([r["x"]], [t["cost"]], yerr=err, fmt="o", color=col, mfc=face, capsize=2, label=lab)
+        bx.errorbar([r["predicted_cost"]], [t["cost"]], yerr=err, fmt="o", color=col, mfc=face, capsize=2)
+        if r["agrees"] is False:
+            ax.annotate(r["name"], (r["x"], t["cost"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_xlabel(f"mismatch at the start weights ({c['metric']}, nats/token)")
+    ax.set_ylabel("quality cost (paired, nats/token)")
+    ax.set_title("full OPD runs: filled = ADMIT, hollow = REJECT")
+    ax.legend(fontsize=7)
+    lim = [min(bx.get_xlim()[0], bx.get_ylim()[0]), max(bx.get_xlim()[1], bx.get_ylim()[1])]
+    bx.plot(lim, lim, color="black", lw=0.8)
+    bx.axhline(c["tolerance"], color="black", ls="--", lw=0.8)
+    bx.set_xlabel("cost the curve predicts at that mismatch")
+    bx.set_ylabel("observed cost")
+    bx.set_title("one scale for all sources: on the diagonal")
     fig.tight_layout()
     buf = _stdio.BytesIO()
     fig.savefig(buf, format="png")

@@ -1,3 +1,4 @@
+# long module: the backtest driver (inputs -> verdicts -> truth rounds -> rows -> report); its statistics: truth.py
 """Backtest: a calibration's verdicts on held-out candidates against full OPD runs with each candidate as the engine.
 
     cfg = io.load_config("examples/toy_backtest.yaml", BacktestConfig)
@@ -9,13 +10,14 @@ backtest's candidates), and the truth: full OPD runs with the candidate's engine
 calibration's recipe, eval and seeds (`levels.run_one` on a level of kind "rollout" or "staleness"), each paired with
 the baseline's run of the same seed and looked at by `truth.sequential_truth` (more pairs until decided or
 `truth.max_replicates`). Runs go to `<output stem>.ledger.jsonl` under the calibration ledger's header and run keys
-(`calibrate.Ledger`, `calibrate.run_key`): resumable, and parallel (`--jobs`, Ray) exactly like `calibrate`. Runs the
+(`ledger.Ledger`, `calibrate.run_key`): resumable, and parallel (`--jobs`, Ray) exactly like `calibrate`. Runs the
 calibration's ledger already holds (its baseline, a level equal to a candidate) are reused when this machine has the
 torch and transformers the calibration was made with (runs are then bit-identical), else run again.
 
 The report: per candidate the verdict, the measured mismatch, the cost the calibration curve predicts at it, the
 observed cost with its interval, the truth and whether they agree (with why not); the confusion matrix and the
-agreement over decided truths (Clopper–Pearson); each source family's mean residual (observed − predicted).
+agreement over decided truths (Clopper–Pearson); each source family's mean residual (observed − predicted). The
+Markdown is `report.backtest_markdown`'s, the plot `plots.plot_backtest`'s.
 """
 
 from __future__ import annotations
@@ -28,17 +30,20 @@ from typing import Any
 
 import numpy as np
 
-from admitcheck import fingerprint, io, truth
-from admitcheck.artifact import calibration_matches, fingerprint_pair, prompt_hashes
-from admitcheck.calibrate import Ledger, ledger_path, run_key, run_relevant_config
+from admitcheck import fingerprint, io
+from admitcheck.admission import truth
+from admitcheck.calibration.artifact import fingerprint_pair, plain, prompt_hashes, recipe_of
+from admitcheck.calibration.calibrate import run_key
+from admitcheck.calibration.compatibility import calibration_matches
+from admitcheck.calibration.executors import Task, make_executor
+from admitcheck.calibration.ledger import LEDGER_VERSION, Ledger, ledger_path, run_relevant_config
+from admitcheck.calibration.levels import Level, load_context, replicate_seed, run_one
 from admitcheck.config import BacktestConfig, CalibrateConfig, CandidateConfig, ScreenConfig
 from admitcheck.errors import ConfigError
-from admitcheck.executors import Task, make_executor
-from admitcheck.levels import Level, load_context, replicate_seed, run_one
 
 SCHEMA_VERSION = 1
-LEDGER_VERSION = 2  # the calibration ledger's format (`calibrate.LEDGER_VERSION`)
 Progress = Callable[[str, int, int], None]
+# the sources of mismatch a backtest reports residuals for (`plots.plot_backtest` gives each a colour)
 FAMILIES = ("dtype", "noise", "fp8_weights", "int8", "fp8_kv", "staleness", "combination")
 
 
@@ -79,8 +84,8 @@ class Inputs:
 def load_inputs(config: BacktestConfig, config_file: str | None = None) -> Inputs:
     """Load the calibrate and screen configs and the calibration; ConfigError naming the field when they do not
     belong together or a candidate cannot be trained with (loads no model unless the pair's files were rewritten)."""
-    from admitcheck.recipes import check_rollout_fits
-    from admitcheck.screen import check_inputs, load_checked_calibration
+    from admitcheck.admission.checks import check_inputs, load_checked_calibration
+    from admitcheck.rollout.precision import check_rollout_fits
 
     cal_file, scr_file = config.calibrate_config, config.screen_config
     for fld, path in (("calibrate_config", cal_file), ("screen_config", scr_file)):
@@ -139,8 +144,6 @@ def validate(config: BacktestConfig, *, config_file: str | None = None) -> dict[
 
 def _recipe_difference(config: CalibrateConfig, calibration: Any) -> str:
     """The first field in which the calibrate config's full recipe (steps, seed, eval) differs from the artifact's."""
-    from admitcheck.artifact import recipe_of
-
     mine = fingerprint.flatten({"recipe": {k: v for k, v in recipe_of(config).items() if k != "prompts"}})
     mine |= fingerprint.flatten({"eval": config.eval.model_dump(mode="json", exclude={"prompts"})})
     theirs = fingerprint.flatten({"recipe": {k: v for k, v in calibration.recipe.items() if k != "prompts"}})
@@ -170,7 +173,7 @@ def backtest(
     progress: Progress | None = None,
 ) -> Backtest:
     """Verdicts, truth runs (resumed from the ledger) and the report; see the module docstring."""
-    from admitcheck.screen import screen
+    from admitcheck.admission.screen import screen
 
     t0 = time.perf_counter()
     if jobs < 1:
@@ -430,120 +433,14 @@ def write_backtest(data: dict[str, Any], path: str | Path) -> Backtest:
     """Write the report atomically as YAML, Markdown beside it (.md) and the plot (.png, with matplotlib)."""
     import yaml
 
-    from admitcheck.artifact import plain
+    from admitcheck.plots import plot_backtest
+    from admitcheck.report import backtest_markdown
 
     path = Path(path)
     data = plain(data)
     io.write_text_atomic(path, yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=120))
-    io.write_text_atomic(path.with_suffix(".md"), markdown(data))
+    io.write_text_atomic(path.with_suffix(".md"), backtest_markdown(data))
     png = plot_backtest(data)
     if png is not None:
         io.write_bytes_atomic(path.with_suffix(".png"), png)
     return Backtest(data, path)
-
-
-def _g(x: Any) -> str:
-    if x is None:
-        return "–"
-    return f"{x:.3g}" if abs(x) >= 1e-3 or x == 0 else f"{x:.2e}"
-
-
-def markdown(data: dict[str, Any]) -> str:
-    """The report as Markdown: the candidates, the confusion matrix, the agreement, the families, disagreements."""
-    c, a = data["calibration"], data["agreement"]
-    lines = [
-        f"# Backtest of {c['path']}",
-        "",
-        f"Budget {_g(c['budget'])} [{_g(c['budget_interval'][0])}, {_g(c['budget_interval'][1])}] ({c['metric']}, "
-        f"nats/token); τ = {_g(c['tolerance'])} (quality: {c['quality']}).",
-        "",
-        "| candidate | family | verdict | screen mismatch [CI] | x in runs | predicted cost | observed cost [CI] "
-        "| pairs | truth | agrees |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in data["candidates"]:
-        v, t = r["verdict"], r["truth"]
-        verdict = f"**{v['decision']}**" if not v["marginal"] else f"{v['decision']} (marginal)"
-        agree = {True: "yes", False: "**no**", None: "–"}[r["agrees"]]
-        lines.append(
-            f"| {r['name']} | {r['family']} | {verdict} | {v['estimator']} {_g(v['mismatch'])} "
-            f"[{_g(v['mismatch_interval'][0])}, {_g(v['mismatch_interval'][1])}] | {_g(r['x'])} | "
-            f"{_g(r['predicted_cost'])} | {_g(t['cost'])} [{_g(t['interval'][0])}, {_g(t['interval'][1])}] | "
-            f"{t['n']} | {t['label']} | {agree} |"
-        )
-    m = a["confusion"]
-    frac = "–" if a["fraction"] is None else f"{a['fraction']:.0%}"
-    lines += [
-        "",
-        "| verdict \\ truth | admit | reject | ambiguous |",
-        "|---|---|---|---|",
-        *(f"| {v} | {m[v]['admit']} | {m[v]['reject']} | {m[v]['ambiguous']} |" for v in ("ADMIT", "REJECT")),
-        "",
-        f"Agreement on the {a['decided_truths']} candidates whose truth is decided: **{a['agree']}/"
-        f"{a['decided_truths']} = {frac}** (95% Clopper–Pearson [{a['interval'][0]:.2f}, {a['interval'][1]:.2f}]); "
-        f"{a['ambiguous']} ambiguous. Candidates within a factor 3 of the budget: {data['within_factor_3']}.",
-        "",
-        "| family | candidates | mean residual (observed − predicted) [95% CI] | in units of τ | agree / disagree / "
-        "ambiguous |",
-        "|---|---|---|---|---|",
-    ]
-    for name, f in data["families"].items():
-        lines.append(
-            f"| {name} | {f['candidates']} | {_g(f['mean'])} [{_g(f['interval'][0])}, {_g(f['interval'][1])}] | "
-            f"{f['mean'] / c['tolerance']:+.2f} | {f['agree']} / {f['disagree']} / {f['ambiguous']} |"
-        )
-    wrong = [r for r in data["candidates"] if r["agrees"] is False]
-    if wrong:
-        lines += ["", "Disagreements:", *(f"- **{r['name']}**: {r['why']}" for r in wrong)]
-    return "\n".join(lines) + "\n"
-
-
-def plot_backtest(data: dict[str, Any]) -> bytes | None:
-    """PNG bytes (None without matplotlib): observed cost against the runs' mismatch beside the calibration curve,
-    τ and the budget, by family (colour) and verdict (filled: ADMIT); observed against predicted cost."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    import io as _bytes
-
-    c, rows = data["calibration"], data["candidates"]
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.8), dpi=110)
-    colors = dict(zip(FAMILIES, ("tab:gray", "tab:blue", "tab:orange", "tab:brown", "tab:green", "tab:purple",
-                                 "tab:red")))  # fmt: skip
-    ax.plot(c["curve"]["x"], c["curve"]["cost"], color="black", lw=1, label="calibration curve (weight noise)")
-    ax.axhline(c["tolerance"], color="black", ls="--", lw=0.8, label="τ")
-    lo, hi = c["budget_interval"]  # 0 / inf: below the smallest level / above the largest; drawn to the grid's ends
-    grid = c["curve"]["x"]
-    ax.axvspan(lo if lo > 0 else grid[0], hi if np.isfinite(hi) else grid[-1], color="gold", alpha=0.2,
-               label="budget interval")  # fmt: skip
-    seen = set()
-    for r in rows:
-        t, col = r["truth"], colors[r["family"]]
-        face = col if r["verdict"]["decision"] == "ADMIT" else "white"
-        lab = r["family"] if r["family"] not in seen else None
-        seen.add(r["family"])
-        err = [[t["cost"] - t["interval"][0]], [t["interval"][1] - t["cost"]]]
-        ax.errorbar([r["x"]], [t["cost"]], yerr=err, fmt="o", color=col, mfc=face, capsize=2, label=lab)
-        bx.errorbar([r["predicted_cost"]], [t["cost"]], yerr=err, fmt="o", color=col, mfc=face, capsize=2)
-        if r["agrees"] is False:
-            ax.annotate(r["name"], (r["x"], t["cost"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
-    ax.set_xscale("log")
-    ax.set_xlabel(f"mismatch at the start weights ({c['metric']}, nats/token)")
-    ax.set_ylabel("quality cost (paired, nats/token)")
-    ax.set_title("full OPD runs: filled = ADMIT, hollow = REJECT")
-    ax.legend(fontsize=7)
-    lim = [min(bx.get_xlim()[0], bx.get_ylim()[0]), max(bx.get_xlim()[1], bx.get_ylim()[1])]
-    bx.plot(lim, lim, color="black", lw=0.8)
-    bx.axhline(c["tolerance"], color="black", ls="--", lw=0.8)
-    bx.set_xlabel("cost the curve predicts at that mismatch")
-    bx.set_ylabel("observed cost")
-    bx.set_title("one scale for all sources: on the diagonal")
-    fig.tight_layout()
-    buf = _bytes.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return buf.getvalue()
