@@ -16,14 +16,14 @@ from typing import Any
 __version__ = "0.1.0"
 
 _API = {
-    "measure": ("admitcheck.measure", "measure"),
-    "calibrate": ("admitcheck.calibrate", "calibrate"),
-    "screen": ("admitcheck.screen", "screen"),
-    "load_calibration": ("admitcheck.artifact", "load_calibration"),
-    "mismatch_metrics": ("admitcheck.metrics", "mismatch_metrics"),
-    "sensitivity": ("admitcheck.sensitivity", "sensitivity"),
-    "recipe": ("admitcheck.sensitivity", "recipe"),
-    "prefix_shift": ("admitcheck.prefix_shift", "prefix_shift"),
+    "measure": ("admitcheck.measurement.measure", "measure"),
+    "calibrate": ("admitcheck.calibration.calibrate", "calibrate"),
+    "screen": ("admitcheck.admission.screen", "screen"),
+    "load_calibration": ("admitcheck.calibration.artifact", "load_calibration"),
+    "mismatch_metrics": ("admitcheck.measurement.metrics", "mismatch_metrics"),
+    "sensitivity": ("admitcheck.measurement.sensitivity", "sensitivity"),
+    "recipe": ("admitcheck.admission.recipe_search", "search_recipe"),
+    "prefix_shift": ("admitcheck.measurement.prefix_shift", "prefix_shift"),
 }
 
 __all__ = ["__version__", *_API]

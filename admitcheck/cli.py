@@ -1,3 +1,4 @@
+# long module: one typer command per CLI command with its renderer, in --help order
 """The command line: each command parses, calls the library, renders, and picks the exit code.
 
     admitcheck demo                         # toy pair end to end
@@ -24,6 +25,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from admitcheck.errors import AdmitcheckError, AdmitcheckWarning
+from admitcheck.formatting import fmt, fmt_interval
 
 app = typer.Typer(
     add_completion=False,
@@ -136,24 +138,6 @@ def _progress() -> Callable[[str, int, int], None]:
     return bars
 
 
-def _fmt(x: Any, digits: int = 3) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float):
-        if x != x:
-            return "nan"
-        if x == 0:
-            return "0"
-        if abs(x) < 1e-3 or abs(x) >= 1e4:
-            return f"{x:.{digits - 1}e}"
-        return f"{x:.{digits}g}"
-    return str(x)
-
-
-def _interval(ci: tuple[float, float] | None) -> str:
-    return f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "-"
-
-
 # --------------------------------------------------------------------------------------------------- measure
 
 _MEASURE_ROWS = (
@@ -185,14 +169,14 @@ def render_measure(report) -> None:
             continue
         row = [key]
         for _, m in cols:
-            row += [_fmt(m.metrics.values.get(key)), _interval(m.metrics.intervals.get(key))]
+            row += [fmt(m.metrics.values.get(key)), fmt_interval(m.metrics.intervals.get(key))]
         table.add_row(*row)
     out.print(table)
     buckets = Table(title="candidate k3 by response position")
     for c in ("positions", "tokens", "k3", "k3 95% CI"):
         buckets.add_column(c, justify="right")
     for b in report.candidate.metrics.position_buckets:
-        buckets.add_row(f"{b.start}-{b.end - 1}", str(b.num_tokens), _fmt(b.k3), _interval(b.k3_interval))
+        buckets.add_row(f"{b.start}-{b.end - 1}", str(b.num_tokens), fmt(b.k3), fmt_interval(b.k3_interval))
     out.print(buckets)
     if "prefix_shift" in report.diagnostics:
         render_prefix_shift("candidate", report.diagnostics["prefix_shift"])
@@ -208,11 +192,11 @@ def render_prefix_shift(name: str, d: dict) -> None:
     q = d["divergence_quantiles"]
     out.print(
         f"[bold]prefix shift ({name})[/bold]: {100 * d['diverged_share']:.0f}% of responses diverge "
-        f"(first divergence p10/p50/p90 at {_fmt(q.get('p10'))}/{_fmt(q.get('p50'))}/{_fmt(q.get('p90'))}); "
+        f"(first divergence p10/p50/p90 at {fmt(q.get('p10'))}/{fmt(q.get('p50'))}/{fmt(q.get('p90'))}); "
         f"{100 * d['share_after_divergence']:.0f}% of tokens come after the divergence.\n"
-        f"  teacher log-lik of the prefixes reached, candidate − reference: {_fmt(d['prefix_gap'])} nats/token; "
-        f"with TIS weights min(r, {d['tis_cap']:g}): {_fmt(d['prefix_gap_tis'])} (TIS cannot move prefixes); "
-        f"per-token gap {_fmt(d['token_gap'])} → {_fmt(d['token_gap_tis'])} with TIS."
+        f"  teacher log-lik of the prefixes reached, candidate − reference: {fmt(d['prefix_gap'])} nats/token; "
+        f"with TIS weights min(r, {d['tis_cap']:g}): {fmt(d['prefix_gap_tis'])} (TIS cannot move prefixes); "
+        f"per-token gap {fmt(d['token_gap'])} → {fmt(d['token_gap_tis'])} with TIS."
     )
 
 
@@ -231,14 +215,14 @@ def measure(
     def body() -> int:
         from admitcheck import io
         from admitcheck.config import MeasureConfig
-        from admitcheck.dashboards import dashboard as token_dashboard
-        from admitcheck.dashboards import dashboard_from_metrics
         from admitcheck.errors import ConfigError
-        from admitcheck.measure import measure as run_measure
+        from admitcheck.measurement.dashboards import dashboard as token_dashboard
+        from admitcheck.measurement.dashboards import dashboard_from_metrics
+        from admitcheck.measurement.measure import measure as run_measure
 
         _check_dashboard(dashboard)
         if from_logs is not None:
-            from admitcheck.metrics import mismatch_metrics
+            from admitcheck.measurement.metrics import mismatch_metrics
 
             logs = _pipeline_logs(from_logs, log_format)
             m = mismatch_metrics(logs.rollout_logprobs, logs.trainer_logprobs, logs.mask)
@@ -270,8 +254,8 @@ def measure(
 
 
 def _check_dashboard(name: str | None) -> None:
-    from admitcheck.dashboards import FRAMEWORKS
     from admitcheck.errors import ConfigError
+    from admitcheck.measurement.dashboards import FRAMEWORKS
 
     if name is not None and name not in FRAMEWORKS:
         raise ConfigError(f"unknown framework {name!r} (known: {', '.join(FRAMEWORKS)})", field="--dashboard")
@@ -279,7 +263,7 @@ def _check_dashboard(name: str | None) -> None:
 
 def _pipeline_logs(path: Path, fmt: str):
     """Read logs for --from-logs (exit 2 on bad input), print their warnings on stderr."""
-    from admitcheck.logs import read_logs
+    from admitcheck.measurement.logs import read_logs
 
     logs = read_logs(path, format=fmt, field="--from-logs")
     for w in logs.warnings:
@@ -299,7 +283,7 @@ def render_dashboard(d, *, metrics=None, budget: float | None = None, title: str
             table.add_column(c, justify="right" if c != "metric" else "left")
         for key in _MEASURE_ROWS:
             if key in metrics.values:
-                table.add_row(key, _fmt(metrics.values[key]), _interval(metrics.intervals.get(key)))
+                table.add_row(key, fmt(metrics.values[key]), fmt_interval(metrics.intervals.get(key)))
         out.print(table)
         out.print(f"{metrics.num_sequences} sequences, {metrics.num_tokens} tokens")
     if d is None:
@@ -310,9 +294,9 @@ def render_dashboard(d, *, metrics=None, budget: float | None = None, title: str
         right = c.startswith(("value", "budget"))
         table.add_column(c, justify="right" if right else "left", overflow="fold", no_wrap=right)
     for r in d.rows:
-        row = [r.key, _fmt(r.value), r.admitcheck or "-", _fmt(r.admitcheck_value), r.relation]
+        row = [r.key, fmt(r.value), r.admitcheck or "-", fmt(r.admitcheck_value), r.relation]
         if budget:
-            row.append(_fmt(budget) if r.budget == "same" else f"≈{_fmt(budget)} (mean)" if r.budget != "none" else "-")
+            row.append(fmt(budget) if r.budget == "same" else f"≈{fmt(budget)} (mean)" if r.budget != "none" else "-")
         table.add_row(*row)
     out.print(table)
     for note in d.notes:
@@ -332,7 +316,7 @@ def toy_pair(
     """Build the built-in toy student/teacher pair as standard HF model dirs plus prompt sets."""
 
     def body() -> int:
-        from admitcheck.toy import build_toy_pair
+        from admitcheck.pairs.toy import build_toy_pair
 
         summary = build_toy_pair(directory, seed=seed, force=force)
         if as_json:
@@ -380,9 +364,7 @@ def render_pair(name: str, summary) -> None:
     table.add_column("value", justify="right")
     for k, v in d.items():
         if k != "directory":
-            shown = (
-                json.dumps(v) if isinstance(v, dict) else ", ".join(map(_fmt, v)) if isinstance(v, list) else _fmt(v)
-            )
+            shown = json.dumps(v) if isinstance(v, dict) else ", ".join(map(fmt, v)) if isinstance(v, list) else fmt(v)
             table.add_row(k, shown)
     out.print(table)
 
@@ -423,7 +405,7 @@ def calibrate(
 
     def body() -> int:
         from admitcheck import io
-        from admitcheck.calibrate import calibrate as run_calibrate
+        from admitcheck.calibration.calibrate import calibrate as run_calibrate
         from admitcheck.config import CalibrateConfig
 
         cfg = io.load_config(config, CalibrateConfig)
@@ -446,10 +428,10 @@ def render_calibration(cal) -> None:
         runs.add_row(
             str(r["level"]),
             str(r["seed"]),
-            _fmt(r["mismatch"]),
-            _interval(r.get("mismatch_interval")),
-            _fmt(r["quality"]),
-            _fmt(r["quality_cost"]),
+            fmt(r["mismatch"]),
+            fmt_interval(r.get("mismatch_interval")),
+            fmt(r["quality"]),
+            fmt(r["quality_cost"]),
         )
     out.print(runs)
     summary = Table(title=f"mismatch budget: {cal.path}")
@@ -481,7 +463,7 @@ def backtest(
 
     def body() -> int:
         from admitcheck import io
-        from admitcheck.backtest import backtest as run_backtest
+        from admitcheck.admission.backtest import backtest as run_backtest
         from admitcheck.config import BacktestConfig
 
         cfg = io.load_config(config, BacktestConfig)
@@ -498,7 +480,7 @@ def backtest(
 
 def render_backtest(bt) -> None:
     data = bt.data
-    rows = Table(title=f"backtest: {bt.path} (cost in nats/token; τ {_fmt(data['calibration']['tolerance'])})")
+    rows = Table(title=f"backtest: {bt.path} (cost in nats/token; τ {fmt(data['calibration']['tolerance'])})")
     for c in ("candidate", "family", "verdict", "screen mismatch [CI]", "x in runs", "predicted cost",
               "observed cost [CI]", "pairs", "truth", "agrees"):  # fmt: skip
         rows.add_column(c, justify="left" if c in ("candidate", "family", "verdict", "truth") else "right")
@@ -508,10 +490,10 @@ def render_backtest(bt) -> None:
             r["name"],
             r["family"],
             v["decision"] + (" (marginal)" if v["marginal"] else ""),
-            f"{_fmt(v['mismatch'])} {_interval(v['mismatch_interval'])}",
-            _fmt(r["x"]),
-            _fmt(r["predicted_cost"]),
-            f"{_fmt(t['cost'])} {_interval(t['interval'])}",
+            f"{fmt(v['mismatch'])} {fmt_interval(v['mismatch_interval'])}",
+            fmt(r["x"]),
+            fmt(r["predicted_cost"]),
+            f"{fmt(t['cost'])} {fmt_interval(t['interval'])}",
             str(t["n"]),
             t["label"],
             {True: "yes", False: "[red]no[/red]", None: "-"}[r["agrees"]],
@@ -527,12 +509,12 @@ def render_backtest(bt) -> None:
     out.print(conf)
     frac = "-" if a["fraction"] is None else f"{a['fraction']:.0%}"
     out.print(f"agreement on decided truths: {a['agree']}/{a['decided_truths']} = {frac} "
-              f"(95% CI {_interval(tuple(a['interval']))}); {a['ambiguous']} ambiguous")  # fmt: skip
+              f"(95% CI {fmt_interval(tuple(a['interval']))}); {a['ambiguous']} ambiguous")  # fmt: skip
     fams = Table(title="residual by source family (observed − predicted cost, nats/token)")
     for c in ("family", "candidates", "mean residual [95% CI]", "agree/disagree/ambiguous"):
         fams.add_column(c)
     for name, f in data["families"].items():
-        fams.add_row(name, str(f["candidates"]), f"{_fmt(f['mean'])} {_interval(tuple(f['interval']))}",
+        fams.add_row(name, str(f["candidates"]), f"{fmt(f['mean'])} {fmt_interval(tuple(f['interval']))}",
                      f"{f['agree']}/{f['disagree']}/{f['ambiguous']}")  # fmt: skip
     out.print(fams)
     for r in bt.rows:
@@ -553,8 +535,8 @@ def compare(first: CalArg, second: CalArg, as_json: JsonOpt = False) -> None:
     def body() -> int:
         from dataclasses import asdict
 
-        from admitcheck.artifact import load_calibration
-        from admitcheck.compare import compare_calibrations, level_rows
+        from admitcheck.calibration.artifact import load_calibration
+        from admitcheck.calibration.compare import compare_calibrations, level_rows
 
         cal_a, cal_b = load_calibration(first), load_calibration(second)
         cmp = compare_calibrations(cal_a, cal_b)
@@ -566,20 +548,20 @@ def compare(first: CalArg, second: CalArg, as_json: JsonOpt = False) -> None:
         for side in (cmp.first, cmp.second):
             table.add_column(side.label)
         rows = [("objective (recipe.loss)", lambda s, c: s.objective),
-                ("baseline quality", lambda s, c: f"{_fmt(c.data['quality']['baseline_mean'])} ± "
-                                                  f"{_fmt(c.data['quality']['baseline_std'])}"),
-                ("tolerance τ", lambda s, c: _fmt(s.tolerance)),
-                ("budget", lambda s, c: _fmt(s.value) + ("" if s.kind == "point" else f" ({s.kind})")),
-                (f"{100 * cmp.confidence:.0f}% interval", lambda s, c: _interval(s.interval))]  # fmt: skip
+                ("baseline quality", lambda s, c: f"{fmt(c.data['quality']['baseline_mean'])} ± "
+                                                  f"{fmt(c.data['quality']['baseline_std'])}"),
+                ("tolerance τ", lambda s, c: fmt(s.tolerance)),
+                ("budget", lambda s, c: fmt(s.value) + ("" if s.kind == "point" else f" ({s.kind})")),
+                (f"{100 * cmp.confidence:.0f}% interval", lambda s, c: fmt_interval(s.interval))]  # fmt: skip
         for name, cell in rows:
             table.add_row(name, cell(cmp.first, cal_a), cell(cmp.second, cal_b))
         out.print(table)
         name = f"budget ratio {cmp.second.objective} / {cmp.first.objective}"
         if cmp.method == "bound":  # no point estimate: only the bound is claimed
-            out.print(f"{name} within {_interval(cmp.ratio_interval)} (bound)", markup=False)
+            out.print(f"{name} within {fmt_interval(cmp.ratio_interval)} (bound)", markup=False)
         else:
-            out.print(f"{name} = {_fmt(cmp.ratio)}  {100 * cmp.confidence:.0f}% interval "
-                      f"{_interval(cmp.ratio_interval)}  ({cmp.method})", markup=False)  # fmt: skip
+            out.print(f"{name} = {fmt(cmp.ratio)}  {100 * cmp.confidence:.0f}% interval "
+                      f"{fmt_interval(cmp.ratio_interval)}  ({cmp.method})", markup=False)  # fmt: skip
         for note in cmp.notes:
             out.print(f"note: {note}", markup=False)
         levels = Table(title="per level: mean mismatch and mean quality cost in units of each τ (>1: over τ)")
@@ -587,7 +569,7 @@ def compare(first: CalArg, second: CalArg, as_json: JsonOpt = False) -> None:
             levels.add_column(c, justify="right" if c != "level" else "left")
         for r in level_rows(cal_a, cal_b):
             a, b = r["a"], r["b"]
-            levels.add_row(r["level"], _fmt(a["mismatch"]), f"{a['cost_over_tau']:+.2f}", _fmt(b["mismatch"]),
+            levels.add_row(r["level"], fmt(a["mismatch"]), f"{a['cost_over_tau']:+.2f}", fmt(b["mismatch"]),
                            f"{b['cost_over_tau']:+.2f}")  # fmt: skip
         out.print(levels)
         return 0
@@ -620,10 +602,10 @@ def screen(
 
     def body() -> int:
         from admitcheck import io
+        from admitcheck.admission.screen import screen as run_screen
         from admitcheck.config import ScreenConfig
         from admitcheck.errors import EngineError
         from admitcheck.report import to_json, verdict_table, write_reports
-        from admitcheck.screen import screen as run_screen
 
         cfg = io.load_config(config, ScreenConfig)
         _check_dashboard(dashboard)
@@ -662,7 +644,7 @@ def screen(
 
 def _screen_dashboards(framework: str, result, logs) -> dict:
     """One dashboard per verdict: exact from the logs' tokens, or from each engine verdict's token means."""
-    from admitcheck.dashboards import dashboard, dashboard_from_metrics
+    from admitcheck.measurement.dashboards import dashboard, dashboard_from_metrics
 
     out = {}
     for v in result.verdicts:
@@ -711,7 +693,7 @@ def validate(
                               field="--kind" if kind else "kind")  # fmt: skip
         cfg = io.load_config(config, schema_for(name))
         if name == "backtest":
-            from admitcheck.backtest import validate as validate_backtest
+            from admitcheck.admission.backtest import validate as validate_backtest
 
             info = {"kind": name, "kind_from": how, **validate_backtest(cfg, config_file=str(config))}
             if as_json:
@@ -722,15 +704,15 @@ def validate(
                     out.print(f"  {k}: {info[k]}")
             return 0
         if (Path(cfg.pair.student) / "config.json").is_file():  # else the pair check below names it
-            from admitcheck.recipes import check_config_rollouts
+            from admitcheck.rollout.precision import check_config_rollouts
 
             check_config_rollouts(cfg, file=str(config))
         if name == "screen":
-            from admitcheck.screen import validate as validate_screen
+            from admitcheck.admission.checks import validate as validate_screen
 
             info = validate_screen(cfg, config_file=str(config), candidates=candidate or None)
         else:
-            from admitcheck.measure import check_pair
+            from admitcheck.pairs.load import check_pair
 
             check_pair(cfg.pair, file=str(config))
             prompt_sets = [("probe.prompts", cfg.probe.prompts)]
@@ -739,7 +721,7 @@ def validate(
             counts = {f: len(io.read_prompts(p, field=f)) for f, p in prompt_sets}
             info = {"pair": cfg.pair.name or Path(cfg.pair.student).name, "prompts": counts}
             if name == "recipe":
-                from admitcheck.artifact import load_calibration
+                from admitcheck.calibration.artifact import load_calibration
 
                 info["calibration"] = str(load_calibration(cfg.calibration).path)
         info = {"kind": name, "kind_from": how, **info}
@@ -772,8 +754,9 @@ def sensitivity(
 
     def body() -> int:
         from admitcheck import io
-        from admitcheck.sensitivity import SensitivityConfig, plot_sensitivity
-        from admitcheck.sensitivity import sensitivity as run_sensitivity
+        from admitcheck.config import SensitivityConfig
+        from admitcheck.measurement.sensitivity import sensitivity as run_sensitivity
+        from admitcheck.plots import plot_sensitivity
 
         rep = run_sensitivity(io.load_config(config, SensitivityConfig), config_file=str(config), progress=_progress())
         if plot is not None:
@@ -789,10 +772,10 @@ def sensitivity(
         for c in ("rank", "unit", "excess k3", "95% CI", "k3"):
             table.add_column(c, justify="right" if c != "unit" else "left")
         for i, u in enumerate(rep.units, 1):
-            table.add_row(str(i), u.name, _fmt(u.excess), _interval(u.excess_interval), _fmt(u.k3))
+            table.add_row(str(i), u.name, fmt(u.excess), fmt_interval(u.excess_interval), fmt(u.k3))
         out.print(table)
         out.print(
-            f"floor k3 {_fmt(rep.floor_k3)}; whole recipe k3 {_fmt(rep.all_k3)}; "
+            f"floor k3 {fmt(rep.floor_k3)}; whole recipe k3 {fmt(rep.all_k3)}; "
             f"Σ unit excess / whole excess = {rep.sum_ratio:.2f}; top / median = {rep.top_to_median:.1f}x"
         )
         return 0
@@ -812,10 +795,10 @@ def recipe(
 
     def body() -> int:
         from admitcheck import io
-        from admitcheck.sensitivity import RecipeConfig
-        from admitcheck.sensitivity import recipe as run_recipe
+        from admitcheck.admission.recipe_search import search_recipe as run_recipe
+        from admitcheck.config import RecipeSearchConfig
 
-        res = run_recipe(io.load_config(config, RecipeConfig), config_file=str(config), progress=_progress())
+        res = run_recipe(io.load_config(config, RecipeSearchConfig), config_file=str(config), progress=_progress())
         if output is not None and res.chosen is not None:
             io.write_text_atomic(output, res.screen_yaml())
         if as_json:
@@ -832,10 +815,10 @@ def recipe(
                 ", ".join(st.returned) or "-",
                 st.decision + ("" if st.error_control else " (NO ERROR CONTROL)"),
                 st.estimator,
-                _fmt(st.mismatch),
-                _interval(st.mismatch_interval),
-                _fmt(st.budget),
-                _fmt(st.ratio_vs_bf16),
+                fmt(st.mismatch),
+                fmt_interval(st.mismatch_interval),
+                fmt(st.budget),
+                fmt(st.ratio_vs_bf16),
             )
         out.print(table)
         out.print(

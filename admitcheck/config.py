@@ -1,3 +1,4 @@
+# long module: one pydantic schema per YAML kind, so every key a config may hold is in one file
 """pydantic schemas for every YAML admitcheck reads. Unknown keys are errors (a typo must not pass silently).
 
     cfg = admitcheck.io.load_config("examples/toy_measure.yaml", MeasureConfig)
@@ -140,7 +141,8 @@ class MeasureConfig(Strict):
 
 
 class GRPOConfig(Strict):
-    """The RL objective of `train.loss: grpo` (admitcheck.grpo, docs/rl.md): G rollouts per prompt, a verifiable
+    """The RL objective of `train.loss: grpo` (admitcheck.calibration.grpo, docs/rl.md): G rollouts per prompt, a
+    verifiable
     reward, group-normalised advantages (r − mean_g)/(std_g + eps), a clipped importance ratio, an optional
     rollout correction. Defaults are verl's (clip 0.2/0.2, dual-clip 3, TIS cap 2) and prime-rl's MIS range."""
 
@@ -418,6 +420,41 @@ class BacktestConfig(Strict):
 
 # ------------------------------------------------------------------------------------------------- config kinds
 
+UnitKind = Literal["kv", "attn", "mlp"]
+
+
+class SensitivityConfig(Strict):
+    """`admitcheck sensitivity`: per-unit mismatch of `recipe` on the probe set."""
+
+    kind: Literal["sensitivity"] | None = None  # optional: names the config kind (`validate` dispatches on it)
+    pair: PairConfig
+    probe: ProbeConfig
+    sampling: SamplingConfig = SamplingConfig()
+    reference: ReferenceConfig = ReferenceConfig()
+    rollout: RolloutConfig  # the whole recipe, e.g. FP8 weights + FP8 KV cache (a measure config's key)
+    units: list[UnitKind] = Field(["kv", "attn", "mlp"], min_length=1)
+    layers: list[int] | None = None  # decoder layers to test; default all
+    full_logprobs: bool = False  # also kl_exact per unit; costs (B, T, V) memory
+    confidence: float = Field(0.95, gt=0, lt=1)
+
+
+class RecipeSearchConfig(Strict):
+    """`admitcheck recipe`: the cheapest admitted restriction of `recipe`, screened against `calibration`."""
+
+    kind: Literal["recipe"] | None = None  # optional: names the config kind (`validate` dispatches on it)
+    name: str = Field("recipe", min_length=1)  # the candidate name in the YAML written for `screen`
+    pair: PairConfig
+    calibration: str
+    probe: ScreenProbeConfig
+    sampling: SamplingConfig = SamplingConfig()
+    reference: ReferenceConfig = ReferenceConfig()
+    policy: PolicyConfig = PolicyConfig()
+    capacity: CapacityConfig = CapacityConfig()
+    rollout: RolloutConfig  # the whole recipe the search starts from
+    units: list[UnitKind] = Field(["kv", "attn", "mlp"], min_length=1)
+    layers: list[int] | None = None
+
+
 ConfigKind = Literal["measure", "calibrate", "screen", "sensitivity", "recipe", "backtest"]
 CONFIG_KINDS: tuple[str, ...] = ("measure", "calibrate", "screen", "sensitivity", "recipe", "backtest")
 
@@ -447,16 +484,8 @@ def config_kind(data: Any) -> tuple[str, str]:
 
 def schema_for(kind: str) -> type[BaseModel]:
     """The pydantic schema of a config kind (ValueError for an unknown one)."""
-    if kind in ("sensitivity", "recipe"):
-        from admitcheck.sensitivity import RecipeConfig, SensitivityConfig  # imports config: a lazy import
-
-        return SensitivityConfig if kind == "sensitivity" else RecipeConfig
-    schemas = {
-        "measure": MeasureConfig,
-        "calibrate": CalibrateConfig,
-        "screen": ScreenConfig,
-        "backtest": BacktestConfig,
-    }
+    schemas = {"measure": MeasureConfig, "calibrate": CalibrateConfig, "screen": ScreenConfig,
+               "sensitivity": SensitivityConfig, "recipe": RecipeSearchConfig, "backtest": BacktestConfig}  # fmt: skip
     if kind not in schemas:
         raise ValueError(f"unknown config kind {kind!r} (known: {', '.join(CONFIG_KINDS)})")
     return schemas[kind]

@@ -63,12 +63,13 @@ def run_demo(
     say: Callable[[str], None] = lambda _: None,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> DemoResult:
-    from admitcheck.artifact import calibration_matches, load_calibration
-    from admitcheck.calibrate import calibrate
+    from admitcheck.admission.screen import screen
+    from admitcheck.calibration.artifact import load_calibration
+    from admitcheck.calibration.calibrate import calibrate
+    from admitcheck.calibration.compatibility import calibration_matches
     from admitcheck.config import CalibrateConfig, ScreenConfig
+    from admitcheck.pairs.toy import build_toy_pair
     from admitcheck.report import write_reports
-    from admitcheck.screen import screen
-    from admitcheck.toy import build_toy_pair
 
     toy_dir, reports_dir = Path(toy_dir).resolve(), Path(reports_dir).resolve()
     say(f"[bold]1/3[/bold] toy pair in {toy_dir}")

@@ -208,6 +208,21 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+_RAISE = object()
+
+
+def dotted_get(d: Any, dotted: str, default: Any = _RAISE) -> Any:
+    """The value at a dotted key of nested dicts ("a.b" of {"a": {"b": 1}} is 1), the inverse of `flatten`'s keys;
+    a missing key raises KeyError(dotted), or gives `default` when one is passed."""
+    for part in dotted.split("."):
+        if not isinstance(d, dict) or part not in d:
+            if default is _RAISE:
+                raise KeyError(dotted)
+            return default
+        d = d[part]
+    return d
+
+
 def strict_differences(stored: dict[str, Any], present: dict[str, Any], prefix: str = "pair.") -> list[Difference]:
     """Fields of two `pair_fingerprint`s that differ (keys only one side has are compared with None); the
     behaviour entry and keys `present` does not have at all (e.g. prompt sets a screen does not use) are skipped."""

@@ -1,3 +1,4 @@
+# long module: every file-system touch of the package lives here by design (house rule: only io.py touches files)
 """The file-system edge: configs, prompt sets, models, tokenizers, atomic writes and fingerprints.
 
     cfg = load_config("examples/toy_measure.yaml", MeasureConfig)   # ConfigError names file and field
@@ -246,6 +247,17 @@ def read_json(path: str | Path) -> Any:
         raise ConfigError("file not found", file=str(path)) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"cannot read JSON: {exc}", file=str(path)) from None
+
+
+def read_json_as_is(path: str | Path) -> Any:
+    """A JSON file, its errors raised as they come (OSError, ValueError) for a caller that names the field."""
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def append_text(path: str | Path, text: str) -> None:
+    """Append to a file another process also appends to (GitHub's $GITHUB_STEP_SUMMARY collects every step's)."""
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(text)
 
 
 def read_jsonl(path: str | Path) -> list[dict]:

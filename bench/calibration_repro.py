@@ -87,7 +87,7 @@ def summarize(out_dir: Path = ROOT / "reports" / "repro") -> dict:
 
 
 def synthetic(sims: int = 200, seed: int = 0) -> dict:
-    from admitcheck.curve import Tolerance, simulate_protocol
+    from admitcheck.calibration.curve import Tolerance, simulate_protocol
 
     # A toy-like truth: cost = 0.5·(x/0.1)^1 nats/token, paired noise 0.004·(1 + √(x/0.01)), baseline 0.43 ± 0.013,
     # levels every half decade over 1e-3 … 0.3, τ = 5% of the baseline mean → true B = 0.1·τ/0.5.

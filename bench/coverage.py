@@ -34,8 +34,8 @@ from scipy.special import stdtrit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from admitcheck.admission import look_states
-from admitcheck.metrics import (
+from admitcheck.admission.sequential import look_states
+from admitcheck.measurement.metrics import (
     bootstrap_t_bounds,
     pareto_k,
     resample_counts,
@@ -135,9 +135,9 @@ def toy_sequences(toy: Path, passes: int = 4) -> dict[str, dict[str, np.ndarray]
     offset by p × batches: fresh draws of the same prompts), through the one probe loop."""
     from admitcheck import io
     from admitcheck.config import ScreenConfig
-    from admitcheck.engines import build_engine
-    from admitcheck.measure import load_pair_tokenizer, tokenize_prompts
-    from admitcheck.probe import ProbeRun, probe_batches
+    from admitcheck.measurement.probe import ProbeRun, probe_batches
+    from admitcheck.pairs.load import load_pair_tokenizer, tokenize_prompts
+    from admitcheck.rollout.engines import build_engine
 
     raw = io.read_yaml(Path(__file__).resolve().parent.parent / "examples" / "toy_screen.yaml")
     raw |= {"pair": {"name": "toy", "student": str(toy / "student"), "teacher": str(toy / "teacher")}}
@@ -166,7 +166,7 @@ def toy_misses(sums: dict[str, np.ndarray], resamples: int = 2000, seed: int = 0
     """Per-look miss rates of the bounds against the large-sample mean, for each look size of the toy screen:
     probe sets drawn without replacement from the large sample; raw, and at the looks the heavy-tail rule lets
     decide (the only looks a verdict can come from)."""
-    from admitcheck.admission import is_heavy
+    from admitcheck.admission.sequential import is_heavy
 
     rng = np.random.default_rng(seed)
     looks = list(range(PLAN["first"], PLAN["most"] + 1, PLAN["batch"]))

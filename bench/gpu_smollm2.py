@@ -21,10 +21,10 @@ from pathlib import Path
 import torch
 
 from admitcheck import io
+from admitcheck.calibration.opd import train
 from admitcheck.config import PairConfig, RolloutConfig, SamplingConfig, TrainConfig
-from admitcheck.engines.hf import HFEngine
-from admitcheck.measure import load_pair_tokenizer, tokenize_prompts
-from admitcheck.opd import train
+from admitcheck.pairs.load import load_pair_tokenizer, tokenize_prompts
+from admitcheck.rollout.engines.hf import HFEngine
 
 
 def _sync() -> None:

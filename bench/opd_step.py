@@ -31,11 +31,12 @@ def main(argv: list[str] | None = None) -> dict:
 
     import torch
 
-    from admitcheck import io, opd
+    from admitcheck import io
+    from admitcheck.calibration import opd
     from admitcheck.config import NoiseConfig, PairConfig, RolloutConfig, TrainConfig
-    from admitcheck.engines.hf import HFEngine
-    from admitcheck.measure import load_pair_tokenizer, tokenize_prompts
-    from admitcheck.toy import build_toy_pair
+    from admitcheck.pairs.load import load_pair_tokenizer, tokenize_prompts
+    from admitcheck.pairs.toy import build_toy_pair
+    from admitcheck.rollout.engines.hf import HFEngine
 
     torch.set_num_threads(args.threads)
     toy = build_toy_pair(args.toy_dir)

@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 
 from admitcheck.config import MeasureConfig
-from admitcheck.prefix_shift import prefix_shift_for
-from admitcheck.toy import build_toy_pair
+from admitcheck.measurement.prefix_shift import prefix_shift_for
+from admitcheck.pairs.toy import build_toy_pair
 
 SIGMAS = (0.02, 0.05, 0.1, 0.2, 0.3)  # relative weight-noise sizes
 

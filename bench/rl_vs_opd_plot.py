@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from admitcheck.artifact import load_calibration
+from admitcheck.calibration.artifact import load_calibration
 
 
 def main() -> None:

@@ -33,7 +33,13 @@ def stand_in_artifact(path: Path, screen_cfg, cal_cfg, budget: float) -> Path:
     """An artifact of this pair and protocol with budget `budget` (nats/token, a point with the shipped toy
     calibration's relative interval, ×0.645 to ×1.49)."""
     from admitcheck import io
-    from admitcheck.artifact import SCHEMA_VERSION, dump_calibration, fingerprint_pair, prompt_hashes, recipe_of
+    from admitcheck.calibration.artifact import (
+        SCHEMA_VERSION,
+        dump_calibration,
+        fingerprint_pair,
+        prompt_hashes,
+        recipe_of,
+    )
 
     fp = fingerprint_pair(screen_cfg.pair) | {"prompts": prompt_hashes(cal_cfg)}
     data = {
@@ -90,7 +96,7 @@ def configs(toy: Path, tmp: Path):
 
 def calibration_run_seconds(cal_cfg) -> float:
     """One OPD run of the calibration (baseline level, seed 0), models already loaded, as `calibrate` runs it."""
-    from admitcheck.levels import Level, load_context, run_one
+    from admitcheck.calibration.levels import Level, load_context, run_one
 
     ctx = load_context(cal_cfg)
     t0 = time.perf_counter()
@@ -113,8 +119,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     import torch
 
-    from admitcheck.screen import screen
-    from admitcheck.toy import build_toy_pair
+    from admitcheck.admission.screen import screen
+    from admitcheck.pairs.toy import build_toy_pair
 
     torch.set_num_threads(args.threads)
     build_toy_pair(args.toy_dir)

@@ -3,7 +3,8 @@
     python bench/sensitivity_cost.py                        # builds (or reuses) the toy pair in ./toy
     python bench/sensitivity_cost.py --toy-dir toy --threads 1
 
-The sweep (`admitcheck.sensitivity`) measures the floor, the whole recipe and each unit (KV cache, attention,
+The sweep (`admitcheck.measurement.sensitivity`) measures the floor, the whole recipe and each unit (KV cache,
+attention,
 MLP of every layer) with ONE engine re-configured in place and one reference pass per unit. The denominator is all
 of `screen()` for the whole recipe as one candidate (tokenizer, reference model, floor, measurement) at the same
 probe settings, forced to use every probe (min_prompts = num_prompts), against a stand-in calibration. Same
@@ -39,9 +40,10 @@ def main(argv: list[str] | None = None) -> dict:
     sys.path.insert(0, str(ROOT / "bench"))
     from screen_cost import configs, stand_in_artifact
 
-    from admitcheck.screen import screen
-    from admitcheck.sensitivity import SensitivityConfig, sensitivity
-    from admitcheck.toy import build_toy_pair
+    from admitcheck.admission.screen import screen
+    from admitcheck.config import SensitivityConfig
+    from admitcheck.measurement.sensitivity import sensitivity
+    from admitcheck.pairs.toy import build_toy_pair
 
     torch.set_num_threads(args.threads)
     build_toy_pair(args.toy_dir)

@@ -44,11 +44,11 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     from admitcheck.config import NoiseConfig, ProbeConfig, RolloutConfig, SamplingConfig, VLLMOptions
-    from admitcheck.engines import build_engine
-    from admitcheck.engines.vllm import release_parked
     from admitcheck.io import load_causal_lm
-    from admitcheck.measure import measure_engine
-    from admitcheck.toy import EOS_ID, PAD_ID, build_toy_pair, encode_prompt
+    from admitcheck.measurement.measure import measure_engine
+    from admitcheck.pairs.toy import EOS_ID, PAD_ID, build_toy_pair, encode_prompt
+    from admitcheck.rollout.engines import build_engine
+    from admitcheck.rollout.engines.vllm import release_parked
 
     summary = build_toy_pair(args.toy)
     student = summary.student_dir

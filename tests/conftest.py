@@ -28,7 +28,7 @@ def pytest_configure(config) -> None:
 
 @pytest.fixture(scope="session")
 def toy_pair_dir(tmp_path_factory) -> Path:
-    from admitcheck.toy import build_toy_pair
+    from admitcheck.pairs.toy import build_toy_pair
 
     d = Path(os.environ["ADMITCHECK_TOY_DIR"]) if os.environ.get("ADMITCHECK_TOY_DIR") else SHIPPED_TOY
     build_toy_pair(d, seed=0)  # a cache hit for the shipped pair: nothing is written

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from admitcheck.admission import (
+from admitcheck.admission.sequential import (
     Evidence,
     Verdict,
     budget_band,
@@ -29,8 +29,8 @@ from admitcheck.admission import (
     ruling,
     verdict,
 )
+from admitcheck.calibration.curve import Budget
 from admitcheck.config import ScreenConfig
-from admitcheck.curve import Budget
 
 PROBE = {"min_prompts": 8, "num_prompts": 32, "batch_size": 8, "max_new_tokens": 16, "seed": 0}
 
@@ -160,8 +160,8 @@ def test_verdict_golden():
 
 
 def test_screen_reexports_the_same_objects():
-    import admitcheck.admission as admission
-    import admitcheck.screen as screen
+    import admitcheck.admission.screen as screen
+    import admitcheck.admission.sequential as admission
 
     for name in ("Verdict", "Decision", "looks_plan"):
         assert getattr(screen, name) is getattr(admission, name)
@@ -169,12 +169,12 @@ def test_screen_reexports_the_same_objects():
 
 def test_admission_is_pure():
     """No file I/O, printing, devices or torch: the module's imports and calls, and a fresh interpreter."""
-    path = Path(__file__).resolve().parent.parent / "admitcheck" / "admission.py"
+    path = Path(__file__).resolve().parent.parent / "admitcheck" / "admission" / "sequential.py"
     tree = ast.parse(path.read_text(encoding="utf-8"))
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0}
     assert not imported & {"torch", "os", "io", "pathlib", "admitcheck.io", "shutil", "json", "yaml"}, imported
     calls = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
     assert not calls & {"open", "print", "input"}, calls
-    code = "import sys, admitcheck.admission; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, admitcheck.admission.sequential; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,4 +1,4 @@
-"""admitcheck.backtest: a calibration's verdicts against full OPD runs, on the tiny in-process pair.
+"""admitcheck.admission.backtest: a calibration's verdicts against full OPD runs, on the tiny in-process pair.
 
 The statistics (looks, truth, agreement, family residuals, their coverage) are test_truth.py's. Here: every
 candidate gets a verdict and a truth settled by the look rule; its truth runs are paired with the baseline runs of
@@ -17,12 +17,15 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from admitcheck import io, opd, truth
-from admitcheck.backtest import backtest, candidate_level, family, load_inputs
-from admitcheck.calibrate import calibrate, ledger_path, run_key
+from admitcheck import io
+from admitcheck.admission import truth
+from admitcheck.admission.backtest import backtest, candidate_level, family, load_inputs
+from admitcheck.calibration import levels, opd
+from admitcheck.calibration.calibrate import calibrate, run_key
+from admitcheck.calibration.ledger import ledger_path
+from admitcheck.calibration.levels import replicate_seed
 from admitcheck.config import BacktestConfig, CalibrateConfig, CandidateConfig, TruthConfig
 from admitcheck.errors import ConfigError
-from admitcheck.levels import replicate_seed
 from tests.test_calibrate import tiny_config_dict
 from tests.test_opd import make_tiny_pair
 
@@ -70,7 +73,7 @@ def comparable(data: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def report(setup):
-    root, cfg_path = setup
+    _, cfg_path = setup
     return backtest(io.load_config(cfg_path, BacktestConfig), config_file=str(cfg_path))
 
 
@@ -91,7 +94,7 @@ def test_every_candidate_has_a_verdict_and_a_settled_truth(report) -> None:
 
 def test_truth_runs_are_paired_with_the_baseline_of_the_same_seed(report) -> None:
     ledger = {r["key"]: r for r in io.read_jsonl(ledger_path(report.path)) if r["kind"] == "run"}
-    from admitcheck.levels import Level
+    from admitcheck.calibration.levels import Level
 
     base = Level("baseline", "baseline")
     for cand, row in zip(CANDIDATES, report.rows, strict=True):
@@ -117,7 +120,7 @@ def test_the_calibrations_own_runs_are_reused(report, setup) -> None:
 @pytest.mark.slow
 def test_a_reused_run_is_what_this_machine_makes(report, setup, tmp_path) -> None:
     """The reuse is sound only if a fresh run equals the ledger's: re-run one reused baseline run."""
-    from admitcheck.levels import Level, load_context, run_one
+    from admitcheck.calibration.levels import Level, load_context, run_one
 
     root, _ = setup
     cfg = io.load_config(root / "calibrate.yaml", CalibrateConfig)
@@ -143,6 +146,17 @@ def test_report_files_and_summary_agree(report) -> None:
     assert set(report.data["families"]) == {r["family"] for r in report.rows}
 
 
+def test_the_plot_draws_every_family(report) -> None:
+    """plots.plot_backtest colours each of backtest.FAMILIES (the report above holds only some of them)."""
+    from admitcheck.admission.backtest import FAMILIES
+    from admitcheck.plots import plot_backtest
+
+    data = copy.deepcopy(report.data)
+    data["candidates"] = [report.rows[0] | {"name": f, "family": f} for f in FAMILIES]
+    png = plot_backtest(data)
+    assert png is not None and png[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_interrupted_backtest_resumes_to_the_identical_report(setup, report, tmp_path, monkeypatch) -> None:
     root, _ = setup
     cfg_path = write_backtest_config(root / "resume.yaml", tmp_path / "tiny.backtest.yaml")
@@ -154,10 +168,12 @@ def test_interrupted_backtest_resumes_to_the_identical_report(setup, report, tmp
             raise KeyboardInterrupt("interrupted mid-run")
         return real_train(*args, **kwargs)
 
+    assert levels.opd is opd  # run_one calls opd.train through the module: the patch below is what it calls
     monkeypatch.setattr(opd, "train", interrupted)
     cfg = io.load_config(cfg_path, BacktestConfig)
     with pytest.raises(KeyboardInterrupt):
         backtest(cfg, config_file=str(cfg_path))
+    assert calls["n"] == 3  # interrupted by the patch, in the third fresh truth run
     assert not (tmp_path / "tiny.backtest.yaml").exists()
     assert any(
         r["kind"] == "run" and "reused_from" not in r for r in io.read_jsonl(tmp_path / "tiny.backtest.ledger.jsonl")

@@ -1,4 +1,4 @@
-"""admitcheck.calibrate / artifact / levels: the calibration flow on a tiny in-process pair.
+"""admitcheck.calibration.calibrate / artifact / levels: the calibration flow on a tiny in-process pair.
 
 The fit itself is curve.py's (test_curve.py: monotone fit, budget kinds, bootstrap coverage); here: levels and the
 auto grid, paired runs (every level's replicate r has the baseline's seed r), adaptive replicates within the run
@@ -18,12 +18,15 @@ import numpy as np
 import pytest
 import yaml
 
-from admitcheck import io, opd
-from admitcheck.artifact import calibration_matches, load_calibration
-from admitcheck.calibrate import calibrate, fit_runs, ledger_path
+from admitcheck import io
+from admitcheck.calibration import opd
+from admitcheck.calibration.artifact import load_calibration
+from admitcheck.calibration.calibrate import calibrate, fit_runs
+from admitcheck.calibration.compatibility import calibration_matches
+from admitcheck.calibration.ledger import ledger_path
+from admitcheck.calibration.levels import Level, noise_for_mismatch
 from admitcheck.config import CalibrateConfig
 from admitcheck.errors import CalibrationError, ConfigError
-from admitcheck.levels import Level, noise_for_mismatch
 from tests.test_opd import make_tiny_pair
 
 # Golden numbers of `tiny_config` (seed 0), CPU float32, one torch thread; tolerance for platform rounding.

@@ -1,4 +1,5 @@
-"""admitcheck.compare and `admitcheck compare`: the budget ratio's interval keeps its level (simulated coverage), bounds
+"""admitcheck.calibration.compare and `admitcheck compare`: the budget ratio's interval keeps its level (simulated
+coverage), bounds
 stay bounds, and two calibrations on different mismatch scales are refused.
 
 Coverage tolerances: with n simulated comparisons at a nominal 95%, the Monte-Carlo sd of the observed coverage is
@@ -17,8 +18,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from admitcheck.calibration.compare import BudgetSide, compare_budgets
 from admitcheck.cli import app
-from admitcheck.compare import BudgetSide, compare_budgets
 from tests.test_cli import assert_user_error
 
 Z95 = 1.959963984540054

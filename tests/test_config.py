@@ -8,6 +8,7 @@ import pytest
 
 from admitcheck import io
 from admitcheck.config import (
+    BacktestConfig,
     CalibrateConfig,
     MeasureConfig,
     RolloutConfig,
@@ -38,6 +39,10 @@ def test_examples_exist():
 @pytest.mark.parametrize("path", shipped_configs(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_shipped_config_parses(path: Path):
     cfg = io.load_config(path, schema_for(path))
+    if isinstance(cfg, BacktestConfig):  # no pair of its own: the calibrate and screen configs it names have them
+        assert Path(cfg.calibrate_config).is_absolute() and Path(cfg.calibrate_config).is_file()
+        assert Path(cfg.screen_config).is_absolute() and Path(cfg.screen_config).is_file()
+        return
     assert cfg.pair.student  # paths resolved against the file's directory
     assert Path(cfg.probe.prompts).is_absolute()
 
@@ -51,6 +56,8 @@ def test_validate_accepts_every_shipped_config_and_names_its_kind(path: Path):
     from admitcheck.cli import app
 
     cfg = io.load_config(path, schema_for(path))
+    if isinstance(cfg, BacktestConfig):  # its pair is its calibrate config's
+        cfg = io.load_config(cfg.calibrate_config, CalibrateConfig)
     files = [Path(cfg.pair.student), Path(cfg.pair.teacher)] + (
         [Path(cfg.logs.path)] if getattr(cfg, "logs", None) else []
     )
@@ -67,6 +74,7 @@ def test_validate_accepts_every_shipped_config_and_names_its_kind(path: Path):
 def test_config_kind_is_named_or_detected():
     assert config_kind({"kind": "sensitivity", "pair": {}}) == ("sensitivity", "named by kind:")
     assert config_kind({"candidates": []})[0] == "screen"
+    assert config_kind({"calibrate_config": "c.yaml", "candidates": []})[0] == "backtest"
     assert config_kind({"train": {}})[0] == "calibrate"
     assert config_kind({"calibration": "c.yaml", "rollout": {}})[0] == "recipe"
     assert config_kind({"units": ["kv"]})[0] == "sensitivity"

@@ -1,4 +1,5 @@
-"""admitcheck.curve: the monotone fit, τ from the quality goal, budget kinds, the bootstrap and its coverage."""
+"""admitcheck.calibration.curve: the monotone fit, τ from the quality goal, budget kinds, the bootstrap and its
+coverage."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from admitcheck.curve import (
+from admitcheck.calibration.curve import (
     LevelData,
     MonotoneFit,
     Tolerance,

@@ -3,7 +3,8 @@
 The reference functions below are the frameworks' code, copied from their repositories (path and function named in
 each docstring) with only the surrounding plumbing (DataProto, distributed gathers, config objects) removed. They run
 in float64 on synthetic arrays with unequal lengths, heavy tails (|ℓ| up to 25, beyond the ±20 clamps) and tool
-tokens, and must agree with `admitcheck.dashboards` to float64 rounding: both sides do the same operations in a
+tokens, and must agree with `admitcheck.measurement.dashboards` to float64 rounding: both sides do the same
+operations in a
 possibly different order, so a relative tolerance of 1e-9 leaves ~10⁶ ulps of room for summation order and
 nothing for a formula difference (the smallest formula differences tested below are ≥ 1e-3 relative).
 """
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from admitcheck.dashboards import (
+from admitcheck.measurement.dashboards import (
     FRAMEWORKS,
     ROWS,
     dashboard,
@@ -27,7 +28,7 @@ from admitcheck.dashboards import (
     trl_metrics,
     verl_metrics,
 )
-from admitcheck.metrics import mismatch_metrics
+from admitcheck.measurement.metrics import mismatch_metrics
 
 REL = 1e-9
 

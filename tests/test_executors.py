@@ -1,4 +1,5 @@
-"""admitcheck.executors and `calibrate --executor ray`, against a local Ray instance this module starts (CPU only).
+"""admitcheck.calibration.executors and `calibrate --executor ray`, against a local Ray instance this module starts
+(CPU only).
 
 Generic executor behaviour on trivial tasks (retry after a killed worker, failures named, a task's own error kept),
 then the calibration must-holds on the toy pair with a tiny config (6 runs of 4 steps): the same artifact as
@@ -21,11 +22,12 @@ import pytest
 from typer.testing import CliRunner
 
 from admitcheck import io
-from admitcheck.calibrate import calibrate, ledger_path
+from admitcheck.calibration.calibrate import calibrate
+from admitcheck.calibration.executors import LocalExecutor, RayExecutor, Task, TasksFailed, _host_port
+from admitcheck.calibration.ledger import ledger_path
 from admitcheck.cli import app
 from admitcheck.config import CalibrateConfig
 from admitcheck.errors import ConfigError
-from admitcheck.executors import LocalExecutor, RayExecutor, Task, TasksFailed, _host_port
 from tests.test_calibrate import comparable, write_config
 from tests.test_cli import assert_user_error
 

@@ -58,7 +58,7 @@ def test_model_fingerprint_of_a_resaved_dir_is_unchanged(tmp_path):
 
 
 def test_tokenizer_fingerprint_ignores_bookkeeping_not_vocabulary(tmp_path):
-    from admitcheck import toy
+    from admitcheck.pairs import toy
 
     a = tmp_path / "a"
     toy.make_tokenizer().save_pretrained(a)

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from admitcheck.cli import app
 from admitcheck.config import RolloutConfig
-from admitcheck.recipes import rollout_problems
+from admitcheck.rollout.precision import rollout_problems
 from tests.test_cli import assert_user_error, measure_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,8 +75,8 @@ def test_tables_are_not_cut_when_stdout_is_not_a_terminal(tmp_path, toy_pair_dir
 
 def test_engine_decoding_issues_no_library_warnings(toy_pair_dir):
     from admitcheck.config import SamplingConfig
-    from admitcheck.engines.hf import HFEngine, cache_kwarg
     from admitcheck.io import load_causal_lm
+    from admitcheck.rollout.engines.hf import HFEngine, cache_kwarg
 
     model = load_causal_lm(toy_pair_dir / "student")
     assert cache_kwarg(model) in ("cache", "past_key_values")
@@ -122,7 +122,7 @@ def _copy_pair(src: Path, dst: Path) -> Path:
 
 
 def test_the_shipped_pair_is_the_shipped_calibrations_pair(toy_pair_dir):
-    from admitcheck.artifact import load_calibration
+    from admitcheck.calibration.artifact import load_calibration
     from admitcheck.config import PairConfig
     from admitcheck.fingerprint import pair_fingerprint, strict_differences
 

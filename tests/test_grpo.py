@@ -1,4 +1,5 @@
-"""admitcheck.grpo: the GRPO loss's gradient against its closed form (no correction, TIS, MIS; token and sequence),
+"""admitcheck.calibration.grpo: the GRPO loss's gradient against its closed form (no correction, TIS, MIS; token and
+sequence),
 the verifiable reward, group-normalised advantages, the RL quality's sign convention, and the training loop.
 
 The closed form is written out here token by token, independently of `grpo.gradient_coefficients`:
@@ -12,10 +13,11 @@ import math
 import pytest
 import torch
 
-from admitcheck import grpo, opd, toy
+from admitcheck.calibration import grpo, opd
+from admitcheck.calibration.runs import Quality
 from admitcheck.config import GRPOConfig, RolloutConfig, TrainConfig
 from admitcheck.errors import ConfigError
-from admitcheck.opd import Quality
+from admitcheck.pairs import toy
 
 # ------------------------------------------------------------------------------------------------ the loss
 
@@ -41,7 +43,7 @@ def _batch(seed: int = 0, B: int = 4, T: int = 6, V: int = 5):
 
 
 def _coefficient(cfg: GRPOConfig, ell_row: list[float], mask_row: list[bool], t: int, adv: float) -> float:
-    """g_t of one token, by hand (see the module docstring of admitcheck.grpo)."""
+    """g_t of one token, by hand (see the module docstring of admitcheck.calibration.grpo)."""
     r = math.exp(ell_row[t])
     if cfg.correction == "none":  # PPO clip on π_θ/μ, dual clip for A < 0
         if adv > 0:
@@ -194,8 +196,8 @@ def test_grpo_config_rules() -> None:
 def test_grpo_train_runs_resyncs_and_is_deterministic(tmp_path) -> None:
     from admitcheck import io
     from admitcheck.config import PairConfig
-    from admitcheck.engines.hf import HFEngine
-    from admitcheck.measure import load_pair_tokenizer, tokenize_prompts
+    from admitcheck.pairs.load import load_pair_tokenizer, tokenize_prompts
+    from admitcheck.rollout.engines.hf import HFEngine
     from tests.test_opd import make_tiny_pair
 
     root = make_tiny_pair(tmp_path)
@@ -216,7 +218,7 @@ def test_grpo_train_runs_resyncs_and_is_deterministic(tmp_path) -> None:
 def test_a_grpo_calibration_fits_the_task_error_with_cost_baseline_reward_minus_run_reward(tmp_path) -> None:
     import numpy as np
 
-    from admitcheck.calibrate import calibrate
+    from admitcheck.calibration.calibrate import calibrate
     from admitcheck.config import CalibrateConfig
     from tests.test_calibrate import tiny_config_dict
     from tests.test_opd import make_tiny_pair

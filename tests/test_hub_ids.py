@@ -9,7 +9,7 @@ import pytest
 from admitcheck import io
 from admitcheck.config import MeasureConfig
 from admitcheck.errors import ConfigError
-from admitcheck.toy import make_tokenizer
+from admitcheck.pairs.toy import make_tokenizer
 from tests.tiny import tiny_llama
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from admitcheck.errors import ConfigError
-from admitcheck.logs import COLUMNS, fake_truncation_k3, read_logs, write_logs
-from admitcheck.metrics import mismatch_metrics
+from admitcheck.measurement.logs import COLUMNS, fake_truncation_k3, read_logs, write_logs
+from admitcheck.measurement.metrics import mismatch_metrics
 
 
 def _write(path, rows):
@@ -351,7 +351,7 @@ def _prime_rl_file(path, seed=10):
 
 @pytest.mark.parametrize("framework", ["verl", "prime-rl", "nemo-rl", "slime", "trl"])
 def test_cli_measure_from_logs_with_each_dashboard(tmp_path, framework):
-    from admitcheck.dashboards import ROWS
+    from admitcheck.measurement.dashboards import ROWS
 
     p = _prime_rl_file(tmp_path / "rank_0.jsonl")
     r = _cli("measure", "--from-logs", p, "--dashboard", framework, "--json")

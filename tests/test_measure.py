@@ -10,8 +10,8 @@ import torch
 from transformers import LlamaForCausalLM
 
 from admitcheck.config import MeasureConfig, ProbeConfig, RolloutConfig, SamplingConfig
-from admitcheck.engines.hf import HFEngine
-from admitcheck.measure import measure, measure_engine
+from admitcheck.measurement.measure import measure, measure_engine
+from admitcheck.rollout.engines.hf import HFEngine
 from tests.tiny import tiny_llama
 
 NO_EOS = -1  # a random model never emits it: every response runs to max_new_tokens (long generations)

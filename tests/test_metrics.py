@@ -1,4 +1,4 @@
-"""Closed forms, exact invariants and the CI machinery of admitcheck.metrics."""
+"""Closed forms, exact invariants and the CI machinery of admitcheck.measurement.metrics."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 from scipy.stats import t as student_t
 
-from admitcheck.metrics import (
+from admitcheck.measurement.metrics import (
     TOKEN_MEAN_METRICS,
     VALUE_KEYS,
     combine,
@@ -223,7 +223,7 @@ def test_shape_errors() -> None:
 
 
 def test_bootstrap_t_is_wider_above_on_right_skew_and_matches_t_on_symmetric_data() -> None:
-    from admitcheck.metrics import ratio_interval_t
+    from admitcheck.measurement.metrics import ratio_interval_t
 
     rng = np.random.default_rng(0)
     n = np.full(200, 10.0)
@@ -240,7 +240,7 @@ def test_bootstrap_t_is_wider_above_on_right_skew_and_matches_t_on_symmetric_dat
 
 
 def test_bootstrap_t_degenerate_inputs_fall_back() -> None:
-    from admitcheck.metrics import ratio_interval_t
+    from admitcheck.measurement.metrics import ratio_interval_t
 
     assert ratio_interval_t([0.0] * 5, [3] * 5) == (0.0, 0.0, 0.0)  # identical engines: exactly zero, zero width
     assert ratio_interval_t([1.0, 2.0], [1, 1]) == ratio_interval([1.0, 2.0], [1, 1])  # < 3 units: delta method
@@ -253,7 +253,7 @@ def test_bootstrap_t_coverage_on_skewed_units() -> None:
     failure ≤ 1 in 1,000). σ = 1 at 48 units is beyond it: measured 10.5% upper misses against the delta method's
     17% (docs/statistics.md) — the screen does not rely on the interval alone there (Bonferroni looks and the
     heavy-tail rule; bench/coverage.py measures the verdicts). Asserted: no worse than 0.7 × the delta method's."""
-    from admitcheck.metrics import bootstrap_t_bounds, resample_counts
+    from admitcheck.measurement.metrics import bootstrap_t_bounds, resample_counts
 
     rng = np.random.default_rng(1)
     sims, m = 400, 48
@@ -271,7 +271,7 @@ def test_bootstrap_t_coverage_on_skewed_units() -> None:
 
 
 def test_pareto_k_and_top_share() -> None:
-    from admitcheck.metrics import pareto_k, top_share
+    from admitcheck.measurement.metrics import pareto_k, top_share
 
     rng = np.random.default_rng(2)
     # k̂ of one sample of 4,000 has a standard deviation ~0.1 (190 tail points); the mean of 10 has ~0.03: ±0.1

@@ -1,4 +1,5 @@
-"""admitcheck.opd: the OPD losses (closed forms), the loop's sync / staleness / determinism, quality evaluation.
+"""admitcheck.calibration.opd: the OPD losses (closed forms), the loop's sync / staleness / determinism, quality
+evaluation.
 
 Tiny models built in-process (`make_tiny_pair`, shared with test_calibrate.py): a 2-layer, 64-wide teacher with a
 sharpened lm_head and a 2-layer, 32-wide student over the toy pair's 16-token vocabulary, both untrained.
@@ -13,17 +14,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from admitcheck import io, opd
+from admitcheck import io
+from admitcheck.calibration import opd
 from admitcheck.config import EvalConfig, NoiseConfig, PairConfig, RolloutConfig, SamplingConfig, TrainConfig
-from admitcheck.engines.hf import HFEngine
-from admitcheck.measure import load_pair_tokenizer, tokenize_prompts
+from admitcheck.pairs.load import load_pair_tokenizer, tokenize_prompts
+from admitcheck.rollout.engines.hf import HFEngine
 
 
 def make_tiny_pair(root: Path, seed: int = 0) -> Path:
     """teacher/, student/ (HF dirs with the toy tokenizer) and prompts/{train,probe,eval}.jsonl under `root`."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from admitcheck.toy import format_prompt, make_tokenizer
+    from admitcheck.pairs.toy import format_prompt, make_tokenizer
 
     tok = make_tokenizer()
     for name, hidden, model_seed, sharpen in (("teacher", 64, seed + 1, 40.0), ("student", 32, seed + 2, 1.0)):

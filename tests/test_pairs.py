@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from admitcheck.cli import app
 from admitcheck.errors import ConfigError
 from admitcheck.pairs import PAIRS, build_pair
-from admitcheck.toy import build_toy_pair
+from admitcheck.pairs.toy import build_toy_pair
 
 runner = CliRunner()
 

@@ -8,7 +8,7 @@ import pytest
 
 from admitcheck import io
 from admitcheck.config import PairConfig, RolloutConfig, SamplingConfig
-from admitcheck.prefix_shift import prefix_shift
+from admitcheck.measurement.prefix_shift import prefix_shift
 
 pytestmark = pytest.mark.slow
 NOISE = (0.0, 0.05, 0.1, 0.3)  # relative weight-noise sizes
@@ -16,8 +16,8 @@ NOISE = (0.0, 0.05, 0.1, 0.3)  # relative weight-noise sizes
 
 @pytest.fixture(scope="module")
 def reports(toy_pair_dir):
-    from admitcheck.engines.hf import HFEngine
-    from admitcheck.measure import load_pair_tokenizer, tokenize_prompts
+    from admitcheck.pairs.load import load_pair_tokenizer, tokenize_prompts
+    from admitcheck.rollout.engines.hf import HFEngine
 
     d = toy_pair_dir
     tok = load_pair_tokenizer(PairConfig(student=str(d / "student"), teacher=str(d / "teacher")))

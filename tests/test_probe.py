@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from admitcheck.config import ProbeConfig, RolloutConfig, SamplingConfig
-from admitcheck.engines.hf import HFEngine
-from admitcheck.probe import ProbeRun, probe_all, probe_batches, score_rollouts, truncates
+from admitcheck.measurement.probe import ProbeRun, probe_all, probe_batches, score_rollouts, truncates
+from admitcheck.rollout.engines.hf import HFEngine
 from tests.tiny import tiny_llama
 
 NO_EOS = -1
@@ -57,7 +57,7 @@ def test_without_replay_a_boundary_token_gets_minus_inf(model, prompts):
     """The failure the replay removes: re-deriving top-p from the reference's logits puts some BF16 sample outside."""
     sampling = SamplingConfig(top_p=0.9)
     engine = HFEngine(model, RolloutConfig(dtype="bfloat16"), eos_token_id=NO_EOS, pad_token_id=0)
-    from admitcheck.scorer import score
+    from admitcheck.measurement.scorer import score
 
     bad = 0
     for i in range(6):

@@ -1,4 +1,4 @@
-"""Tests for admitcheck.recipes: fake-quant closed forms and bounds, fused scales, selectors, noise, hooks."""
+"""Tests for admitcheck.rollout.precision: fake-quant closed forms and bounds, fused scales, selectors, noise, hooks."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from admitcheck.config import NoiseConfig, RolloutConfig, WeightsRecipe
-from admitcheck.recipes import (
+from admitcheck.rollout.precision import (
     apply_noise,
     apply_rollout_recipe,
     apply_weight_recipe,

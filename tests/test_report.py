@@ -8,8 +8,9 @@ import xml.etree.ElementTree as ET
 
 from rich.console import Console
 
-from admitcheck.report import fmt, to_json, to_junit_xml, to_markdown, verdict_table, write_reports
-from admitcheck.screen import ScreenResult, Verdict
+from admitcheck.admission.screen import ScreenResult, Verdict
+from admitcheck.formatting import fmt
+from admitcheck.report import to_json, to_junit_xml, to_markdown, verdict_table, write_reports
 
 
 def make_verdict(name: str, decision: str = "ADMIT", k3: float = 1e-3, marginal: bool = False, **kw) -> Verdict:

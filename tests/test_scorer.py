@@ -7,8 +7,8 @@ import torch
 from transformers import LlamaForCausalLM
 
 from admitcheck.config import SamplingConfig
-from admitcheck.sampling import process_logits
-from admitcheck.scorer import Scores, left_pad, position_ids, response_logprobs, score
+from admitcheck.measurement.scorer import Scores, left_pad, position_ids, response_logprobs, score
+from admitcheck.rollout.sampling import process_logits
 from tests.tiny import VOCAB, tiny_llama
 
 T_ONE = SamplingConfig(temperature=1.0)
@@ -99,7 +99,7 @@ def test_response_logprobs_keeps_the_graph_for_training():
 def test_gradients_flow_from_engine_rollouts():
     """Rollouts come out of torch.inference_mode; their tensors must still feed a graph-building forward."""
     from admitcheck.config import RolloutConfig
-    from admitcheck.engines.hf import HFEngine
+    from admitcheck.rollout.engines.hf import HFEngine
 
     student = tiny_llama(seed=1).train()
     eng = HFEngine(student, RolloutConfig(dtype="float32"), eos_token_id=2, pad_token_id=0)

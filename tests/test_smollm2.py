@@ -13,12 +13,12 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from admitcheck import smollm2
 from admitcheck.config import KVCacheConfig, RolloutConfig, SamplingConfig, WeightsRecipe
-from admitcheck.engines.hf import HFEngine
 from admitcheck.errors import ConfigError
-from admitcheck.metrics import mismatch_metrics
-from admitcheck.scorer import score
+from admitcheck.measurement.metrics import mismatch_metrics
+from admitcheck.measurement.scorer import score
+from admitcheck.pairs import smollm2
+from admitcheck.rollout.engines.hf import HFEngine
 
 EOS, PAD = 2, 2  # <|im_end|> in SmolLM2's vocabulary
 
@@ -115,7 +115,7 @@ def test_without_layers_renumbers_and_keeps_the_rest(slice_model):
 
 
 def test_layer_costs_and_the_drop_rule(slice_model):
-    from admitcheck.measure import PairTokens
+    from admitcheck.pairs.load import PairTokens
 
     recipe = smollm2.SmolRecipe(scan_tokens=4, batch_size=2)
     costs = smollm2.layer_costs(slice_model, prompts(2), PairTokens(None, EOS, PAD, 49152), recipe, 0, "cpu")
@@ -127,7 +127,7 @@ def test_layer_costs_and_the_drop_rule(slice_model):
 def test_saved_dirs_read_the_same_in_both_transformers_conventions(slice_model, tmp_path):
     """config.json carries rope_theta (what 4.57 reads) equal to rope_parameters' (what 5.x reads); the tokenizer
     class is PreTrainedTokenizerFast with the chat template in tokenizer_config.json; the weights round-trip."""
-    from admitcheck.toy import make_tokenizer
+    from admitcheck.pairs.toy import make_tokenizer
 
     tok = make_tokenizer()
     tok.chat_template = "{% for m in messages %}<|u|>{{ m['content'] }}{% endfor %}"
@@ -223,8 +223,8 @@ def test_opd_trains_on_cuda(slice_model):
     """opd.train with the trainer, the teacher and the engine on CUDA (the scorer and engine hand back CPU tensors)."""
     import copy
 
+    from admitcheck.calibration.opd import train
     from admitcheck.config import TrainConfig
-    from admitcheck.opd import train
 
     student = copy.deepcopy(slice_model).to("cuda")
     teacher = copy.deepcopy(slice_model).to("cuda")

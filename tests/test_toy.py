@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from admitcheck import io, toy
+from admitcheck import io
+from admitcheck.pairs import toy
 
 # A recipe that builds in a few seconds: for cache and determinism tests, not for quality.
 TINY = toy.ToyRecipe(

@@ -1,0 +1,446 @@
+# long module: the backtest driver (inputs -> verdicts -> truth rounds -> rows -> report); its statistics: truth.py
+"""Backtest: a calibration's verdicts on held-out candidates against full OPD runs with each candidate as the engine.
+
+    cfg = io.load_config("examples/toy_backtest.yaml", BacktestConfig)
+    bt = backtest(cfg, config_file="examples/toy_backtest.yaml", jobs=2)   # writes <output>.yaml, .md, .png
+    bt.data["agreement"]["fraction"], bt.data["candidates"][0]["truth"]["label"]
+
+For each candidate: the verdict `screen` gives (the screen config's probe, sampling, reference and policy, with the
+backtest's candidates), and the truth: full OPD runs with the candidate's engine as the rollout engine, with the
+calibration's recipe, eval and seeds (`levels.run_one` on a level of kind "rollout" or "staleness"), each paired with
+the baseline's run of the same seed and looked at by `truth.sequential_truth` (more pairs until decided or
+`truth.max_replicates`). Runs go to `<output stem>.ledger.jsonl` under the calibration ledger's header and run keys
+(`ledger.Ledger`, `calibrate.run_key`): resumable, and parallel (`--jobs`, Ray) exactly like `calibrate`. Runs the
+calibration's ledger already holds (its baseline, a level equal to a candidate) are reused when this machine has the
+torch and transformers the calibration was made with (runs are then bit-identical), else run again.
+
+The report: per candidate the verdict, the measured mismatch, the cost the calibration curve predicts at it, the
+observed cost with its interval, the truth and whether they agree (with why not); the confusion matrix and the
+agreement over decided truths (Clopper–Pearson); each source family's mean residual (observed − predicted). The
+Markdown is `report.backtest_markdown`'s, the plot `plots.plot_backtest`'s.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from admitcheck import fingerprint, io
+from admitcheck.admission import truth
+from admitcheck.calibration.artifact import fingerprint_pair, plain, prompt_hashes, recipe_of
+from admitcheck.calibration.calibrate import run_key
+from admitcheck.calibration.compatibility import calibration_matches
+from admitcheck.calibration.executors import Task, make_executor
+from admitcheck.calibration.ledger import LEDGER_VERSION, Ledger, ledger_path, run_relevant_config
+from admitcheck.calibration.levels import Level, load_context, replicate_seed, run_one
+from admitcheck.config import BacktestConfig, CalibrateConfig, CandidateConfig, ScreenConfig
+from admitcheck.errors import ConfigError
+
+SCHEMA_VERSION = 1
+Progress = Callable[[str, int, int], None]
+# the sources of mismatch a backtest reports residuals for (`plots.plot_backtest` gives each a colour)
+FAMILIES = ("dtype", "noise", "fp8_weights", "int8", "fp8_kv", "staleness", "combination")
+
+
+def family(cand: CandidateConfig) -> str:
+    """The source of a candidate's mismatch: one of FAMILIES ("combination" when it has several)."""
+    if cand.staleness is not None:
+        return "staleness"
+    r = cand.rollout
+    assert r is not None
+    parts = []
+    if r.noise.relative_std > 0:
+        parts.append("noise")
+    if r.weights is not None:
+        parts.append("int8" if r.weights.format == "int8" else "fp8_weights")
+    if r.kv_cache.dtype != "auto":
+        parts.append("fp8_kv")
+    return "dtype" if not parts else parts[0] if len(parts) == 1 else "combination"
+
+
+def candidate_level(cand: CandidateConfig) -> Level:
+    """The calibration level whose runs are this candidate's truth runs (held out: not in any fit)."""
+    if cand.staleness is not None:
+        return Level(cand.name, "staleness", staleness=cand.staleness, fit=False)
+    return Level(cand.name, "rollout", rollout=cand.rollout, fit=False)
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """The configs a backtest stands on, loaded and checked against each other."""
+
+    calibrate: CalibrateConfig
+    calibrate_file: str
+    screen: ScreenConfig  # with the backtest's candidates
+    screen_file: str
+    calibration: Any  # artifact.Calibration
+
+
+def load_inputs(config: BacktestConfig, config_file: str | None = None) -> Inputs:
+    """Load the calibrate and screen configs and the calibration; ConfigError naming the field when they do not
+    belong together or a candidate cannot be trained with (loads no model unless the pair's files were rewritten)."""
+    from admitcheck.admission.checks import check_inputs, load_checked_calibration
+    from admitcheck.rollout.precision import check_rollout_fits
+
+    cal_file, scr_file = config.calibrate_config, config.screen_config
+    for fld, path in (("calibrate_config", cal_file), ("screen_config", scr_file)):
+        if not Path(path).is_file():
+            raise ConfigError(f"file not found: {path}", file=config_file, field=fld)
+    cal_cfg = io.load_config(cal_file, CalibrateConfig)
+    scr = io.load_config(scr_file, ScreenConfig).model_copy(update={"candidates": list(config.candidates)})
+    if scr.source != "engine":
+        raise ConfigError("a backtest screens with engines, not logs (source: engine)", file=scr_file, field="source")
+    check_inputs(scr, scr.candidates, scr_file)
+    calibration = load_checked_calibration(scr, config_file=scr_file)
+    ok, why = calibration_matches(cal_cfg, calibration)
+    if ok:
+        why = _recipe_difference(cal_cfg, calibration)
+    if why:
+        raise ConfigError(
+            f"{calibration.path} was not made with this calibrate config ({why}): the truth runs must repeat the "
+            "calibration's recipe, eval and seeds",
+            file=config_file,
+            field="calibrate_config",
+        )
+    for i, cand in enumerate(config.candidates):
+        if cand.rollout is None:
+            continue
+        where = f"candidates.{i}.rollout"
+        if cand.rollout.engine != "hf":
+            raise ConfigError(
+                "a backtest trains with each candidate as the rollout engine, re-synced from the trainer after "
+                "every step: the hf engine (its recipe reproduces a vLLM config's numerics)",
+                file=config_file,
+                field=f"{where}.engine",
+            )
+        if cand.rollout.weights_from is not None:
+            raise ConfigError(
+                "a truth run cannot sample from a fixed checkpoint; use `staleness: k`",
+                file=config_file,
+                field=f"{where}.weights_from",
+            )
+        check_rollout_fits(cand.rollout, cal_cfg.pair.student, file=config_file, field=where)
+    return Inputs(cal_cfg, cal_file, scr, scr_file, calibration)
+
+
+def validate(config: BacktestConfig, *, config_file: str | None = None) -> dict[str, Any]:
+    """`load_inputs` and a summary of what the backtest would do (what `admitcheck validate` prints)."""
+    inputs = load_inputs(config, config_file)
+    cal = inputs.calibration
+    return {
+        "calibration": str(cal.path),
+        "budget": cal.budget.value,
+        "tolerance": cal.tolerance,
+        "candidates": [f"{c.name} ({family(c)})" for c in config.candidates],
+        "looks": truth.look_counts(config.truth),
+        "runs_at_most": (len(config.candidates) + 1) * config.truth.max_replicates,
+    }
+
+
+def _recipe_difference(config: CalibrateConfig, calibration: Any) -> str:
+    """The first field in which the calibrate config's full recipe (steps, seed, eval) differs from the artifact's."""
+    mine = fingerprint.flatten({"recipe": {k: v for k, v in recipe_of(config).items() if k != "prompts"}})
+    mine |= fingerprint.flatten({"eval": config.eval.model_dump(mode="json", exclude={"prompts"})})
+    theirs = fingerprint.flatten({"recipe": {k: v for k, v in calibration.recipe.items() if k != "prompts"}})
+    theirs |= fingerprint.flatten({"eval": calibration.data["quality"]["eval"]})
+    for key in sorted(set(mine) | set(theirs)):
+        if mine.get(key) != theirs.get(key):
+            return f"{key}: artifact has {theirs.get(key)!r}, config has {mine.get(key)!r}"
+    return ""
+
+
+def output_path(config: BacktestConfig, calibration: Any) -> Path:
+    return (
+        Path(config.output) if config.output else calibration.path.with_name(f"{calibration.path.stem}.backtest.yaml")
+    )
+
+
+# --------------------------------------------------------------------------------------------------- the flow
+
+
+def backtest(
+    config: BacktestConfig,
+    *,
+    config_file: str | None = None,
+    jobs: int = 1,
+    executor: str = "local",
+    ray_address: str | None = None,
+    progress: Progress | None = None,
+) -> Backtest:
+    """Verdicts, truth runs (resumed from the ledger) and the report; see the module docstring."""
+    from admitcheck.admission.screen import screen
+
+    t0 = time.perf_counter()
+    if jobs < 1:
+        raise ConfigError(f"jobs must be >= 1, got {jobs}", file=config_file, field="--jobs")
+    inputs = load_inputs(config, config_file)
+    cal_cfg, calibration = inputs.calibrate, inputs.calibration
+    res = cal_cfg.resources
+    runner = make_executor(executor, jobs=jobs, address=ray_address, num_cpus=res.num_cpus, num_gpus=res.num_gpus)
+    runner.start()
+    out = output_path(config, calibration)
+    verdicts = screen(inputs.screen, config_file=inputs.screen_file, progress=progress).verdicts
+    load_context(cal_cfg, inputs.calibrate_file)  # checks the pair, prompts and engine before anything runs
+    header = {
+        "kind": "header",
+        "ledger_version": LEDGER_VERSION,
+        "pair": fingerprint_pair(cal_cfg.pair) | {"prompts": prompt_hashes(cal_cfg)},
+        "config": run_relevant_config(cal_cfg),
+    }
+    ledger = Ledger.open(ledger_path(out), header)
+    reusable = _reusable_runs(calibration, header)
+    try:
+        counts = _rounds(inputs, ledger, reusable, runner, config, progress)
+    finally:
+        runner.close()
+    rows = _rows(inputs, config, ledger, counts, verdicts)
+    data = _report(inputs, config, out, rows, ledger, counts)
+    data["provenance"]["seconds"] = round(time.perf_counter() - t0, 1)
+    return write_backtest(data, out)
+
+
+def _seed(inputs: Inputs, r: int) -> int:
+    return replicate_seed(inputs.calibrate.seed, r)
+
+
+def _reusable_runs(calibration: Any, header: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Runs of the calibration's ledger that this backtest may take as its own: same header (pair, run-relevant
+    config), made with the torch and transformers installed here (else their numerics could differ)."""
+    path = ledger_path(calibration.path)
+    made = calibration.data.get("provenance", {}).get("environment") or {}
+    here = fingerprint.environment()
+    if not path.is_file() or any(made.get(k) != here.get(k) for k in ("torch", "transformers")):
+        return {}
+    try:
+        records = io.read_jsonl(path)
+    except Exception:  # a ledger that cannot be read is not reused; the runs are simply made again
+        return {}
+    if not records or any(records[0].get(k) != header[k] for k in ("ledger_version", "pair", "config")):
+        return {}
+    return {r["key"]: r for r in records[1:] if r.get("kind") == "run"}
+
+
+def _rounds(inputs: Inputs, ledger: Ledger, reusable: dict, runner, config: BacktestConfig, progress) -> dict:
+    """Run pairs until every candidate's truth is settled; returns the pairs each candidate needed."""
+    cands = list(config.candidates)
+    counts = {c.name: truth.look_counts(config.truth)[0] for c in cands}
+    baseline = Level("baseline", "baseline")
+    tau = inputs.calibration.tolerance
+    rounds = 0
+    while True:
+        wanted = [(candidate_level(c), r) for c in cands for r in range(counts[c.name])]
+        wanted += [(baseline, r) for r in range(max(counts.values()))]
+        keys = {run_key(lv, _seed(inputs, r)): (lv, r) for lv, r in wanted}
+        for key in keys:
+            if key not in ledger.runs and key in reusable:
+                ledger.append(reusable[key] | {"reused_from": str(ledger_path(inputs.calibration.path).name)})
+        todo = [(lv, _seed(inputs, r)) for key, (lv, r) in keys.items() if key not in ledger.runs]
+        label = f"truth runs (round {rounds})"
+        done = len(keys) - len(todo)
+        if progress:
+            progress(label, done, len(keys))
+        tasks = [Task(run_key(lv, s), f"{lv.name}/seed {s}", _truth_run, (inputs.calibrate, inputs.calibrate_file,
+                      lv, s)) for lv, s in todo]  # fmt: skip
+        for task, record in runner.run(tasks):
+            ledger.append(record | {"kind": "run", "key": task.key})
+            done += 1
+            if progress:
+                progress(label, done, len(keys))
+        grown = False
+        for c in cands:
+            verdict, needed = truth.sequential_truth(_diffs(inputs, ledger, c, counts[c.name]), tau, config.truth)
+            if verdict is None and needed is not None:
+                counts[c.name], grown = needed, True
+        if not grown:
+            return counts
+        rounds += 1
+
+
+def _truth_run(config: CalibrateConfig, config_file: str, level: Level, seed: int) -> dict[str, Any]:
+    return run_one(load_context(config, config_file), config, level, seed)
+
+
+def _run(inputs: Inputs, ledger: Ledger, level: Level, r: int) -> dict[str, Any]:
+    return ledger.runs[run_key(level, _seed(inputs, r))]
+
+
+def _diffs(inputs: Inputs, ledger: Ledger, cand: CandidateConfig, n: int) -> list[float]:
+    base, lv = Level("baseline", "baseline"), candidate_level(cand)
+    return [_run(inputs, ledger, lv, r)["quality"] - _run(inputs, ledger, base, r)["quality"] for r in range(n)]
+
+
+def _rows(inputs: Inputs, config: BacktestConfig, ledger: Ledger, counts: dict, verdicts: list) -> list[dict]:
+    cal, by_name = inputs.calibration, {v.name: v for v in verdicts}
+    tau, budget = cal.tolerance, cal.budget
+    rows = []
+    for cand in config.candidates:
+        v, lv, n = by_name[cand.name], candidate_level(cand), counts[cand.name]
+        diffs = _diffs(inputs, ledger, cand, n)
+        t, _ = truth.sequential_truth(diffs, tau, config.truth)
+        assert t is not None
+        xs = [float(_run(inputs, ledger, lv, r)["mismatch"]) for r in range(n)]
+        x = float(np.mean(xs))
+        predicted = float(cal.predict_cost(x))
+        agree = truth.agrees(v.decision, t.label)
+        rows.append({
+            "name": cand.name,
+            "family": family(cand),
+            "candidate": cand.model_dump(mode="json", exclude_none=True),
+            "verdict": {
+                "decision": v.decision,
+                "marginal": v.marginal,
+                "decided_by": v.decided_by,
+                "estimator": v.estimator,
+                "mismatch": v.mismatch,
+                "mismatch_interval": list(v.mismatch_interval),
+                "k3": v.k3,
+                "ratio_to_budget": v.ratio_to_budget,
+                "probes": v.probes,
+                "reason": v.reason,
+            },
+            "x": x,  # the truth runs' start mismatch (the calibration's probe protocol and metric), mean over runs
+            "x_runs": xs,
+            "within_factor_3": bool(budget.value / 3 <= v.mismatch <= 3 * budget.value),
+            "predicted_cost": predicted,
+            "truth": t.to_dict() | {"paired_costs": diffs},
+            "residual": t.cost - predicted,
+            "residual_over_tau": (t.cost - predicted) / tau,
+            "agrees": agree,
+            "why": _why(v, t, predicted, tau) if agree is False else None,
+        })  # fmt: skip
+    return rows
+
+
+def _why(v, t: truth.Truth, predicted: float, tau: float) -> str:
+    """One line on why a verdict and its truth disagree."""
+    seen = f"full runs cost {t.cost:.3g} [{t.interval[0]:.3g}, {t.interval[1]:.3g}] vs τ {tau:.3g}"
+    if v.marginal:
+        return (f"marginal verdict ({v.decision} by policy.undecided): the screen's interval "
+                f"[{v.mismatch_interval[0]:.3g}, {v.mismatch_interval[1]:.3g}] overlaps the budget's "
+                f"[{v.budget_interval[0]:.3g}, {v.budget_interval[1]:.3g}]; {seen}")  # fmt: skip
+    side = "below" if t.label == "admit" else "above"
+    return (f"{seen} ({side} τ), but the curve predicts {predicted:.3g} at this mismatch: this source's cost "
+            f"differs from weight noise at equal mismatch by {t.cost - predicted:+.3g}")  # fmt: skip
+
+
+def _report(inputs: Inputs, config: BacktestConfig, out: Path, rows: list, ledger: Ledger, counts: dict) -> dict:
+    cal = inputs.calibration
+    b = cal.budget
+    fams = {}
+    for name in FAMILIES:
+        mine = [r for r in rows if r["family"] == name]
+        if mine:
+            se = [r["truth"]["sd"] / np.sqrt(r["truth"]["n"]) for r in mine]
+            fams[name] = truth.family_residual([r["residual"] for r in mine], se) | {
+                "agree": sum(r["agrees"] is True for r in mine),
+                "disagree": sum(r["agrees"] is False for r in mine),
+                "ambiguous": sum(r["agrees"] is None for r in mine),
+            }
+    agreement = truth.agreement([r["verdict"]["decision"] for r in rows], [r["truth"]["label"] for r in rows])
+    decided = [r for r in rows if not r["verdict"]["marginal"]]
+    agreement["decided_verdicts"] = truth.agreement([r["verdict"]["decision"] for r in decided],
+                                                    [r["truth"]["label"] for r in decided])  # fmt: skip
+    looks = truth.look_counts(config.truth)
+    runs = [r for r in ledger.runs.values()]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "backtest",
+        "calibration": {
+            "path": _relpath(cal.path, out.parent),
+            "name": cal.name,
+            "metric": cal.metric,
+            "budget": b.value,
+            "budget_interval": list(b.interval),
+            "tolerance": cal.tolerance,
+            "quality": cal.data["quality"]["definition"],
+            "curve": _curve_points(cal, [r["x"] for r in rows]),
+        },
+        "truth_rule": {
+            "replicates": config.truth.replicates,
+            "step": config.truth.step,
+            "max_replicates": config.truth.max_replicates,
+            "looks": looks,
+            "confidence": config.truth.confidence,
+            "confidence_per_look": truth.confidence_per_look(config.truth.confidence, len(looks)),
+            "rule": "paired cost d_r = quality(candidate, seed r) − quality(baseline, seed r); Student-t interval of "
+            "the mean at each look (Bonferroni over the looks); admit if its upper end ≤ τ, reject if its lower "
+            "end > τ, else more pairs; ambiguous at max_replicates",
+        },
+        "agreement": agreement,
+        "within_factor_3": sum(r["within_factor_3"] for r in rows),
+        "families": fams,
+        "candidates": rows,
+        "provenance": {
+            "environment": fingerprint.environment() | {"cpu_threads": 1},
+            "config": _portable(config, out.parent),
+            "runs": len(runs),
+            "runs_reused": sum("reused_from" in r for r in runs),
+            "run_cpu_seconds": round(sum(r.get("cpu_seconds", 0.0) for r in runs if "reused_from" not in r), 1),
+        },
+    }
+
+
+def _curve_points(cal: Any, xs: list[float]) -> dict[str, list[float]]:
+    """The calibration curve sampled on a log grid spanning the budget and the candidates (for the plot)."""
+    lo = min([cal.budget.value / 30, *[x for x in xs if x > 0]]) / 2
+    hi = max([cal.budget.value * 30, *xs]) * 2
+    grid = np.geomspace(lo, hi, 60)
+    return {"x": [float(x) for x in grid], "cost": [float(cal.predict_cost(float(x))) for x in grid]}
+
+
+def _relpath(path: str | Path, base: Path) -> str:
+    import os
+
+    return os.path.relpath(Path(path).resolve(), base.resolve())
+
+
+def _portable(config: BacktestConfig, base: Path) -> dict[str, Any]:
+    d = config.model_dump(mode="json", exclude_none=True)
+    for k in ("calibrate_config", "screen_config", "output"):
+        if d.get(k):
+            d[k] = _relpath(d[k], base)
+    return d
+
+
+# --------------------------------------------------------------------------------------------------- artifact
+
+
+@dataclass(frozen=True)
+class Backtest:
+    """A written backtest report (the YAML's data) and where it is."""
+
+    data: dict[str, Any]
+    path: Path
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        return self.data["candidates"]
+
+    @property
+    def agreement(self) -> dict[str, Any]:
+        return self.data["agreement"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.data
+
+
+def write_backtest(data: dict[str, Any], path: str | Path) -> Backtest:
+    """Write the report atomically as YAML, Markdown beside it (.md) and the plot (.png, with matplotlib)."""
+    import yaml
+
+    from admitcheck.plots import plot_backtest
+    from admitcheck.report import backtest_markdown
+
+    path = Path(path)
+    data = plain(data)
+    io.write_text_atomic(path, yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=120))
+    io.write_text_atomic(path.with_suffix(".md"), backtest_markdown(data))
+    png = plot_backtest(data)
+    if png is not None:
+        io.write_bytes_atomic(path.with_suffix(".png"), png)
+    return Backtest(data, path)

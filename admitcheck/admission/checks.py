@@ -1,0 +1,214 @@
+"""What a screen checks before it measures, and the guards around each engine call: candidates, input files,
+engines, the calibration (compatible, behaving as stored), and each candidate's KV-cache capacity.
+
+    chosen = select_candidates(cfg, ["fp8_kv"])
+    check_inputs(cfg, chosen, "screen.yaml")           # files and layers, named by field
+    calibration, warnings = load_checked_calibration(cfg, config_file="screen.yaml")
+    validate(cfg, config_file="screen.yaml")           # all of it, loads no model
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from admitcheck import fingerprint, io
+from admitcheck.admission.sequential import (
+    confidence_per_look,
+    looks_plan,
+)
+from admitcheck.calibration.compatibility import check_compatibility
+from admitcheck.config import CandidateConfig, RolloutConfig, ScreenConfig
+from admitcheck.errors import AdmitcheckWarning, CalibrationError, ConfigError, EngineError
+
+# Re-exported: the verdict and the look plan were defined here before `admission` (cli, report, bench use them).
+
+
+def select_candidates(config: ScreenConfig, names: list[str] | None) -> list[CandidateConfig]:
+    """The candidates `--candidate NAME` picks (all when None); an unknown name is a ConfigError listing the known."""
+    known = {c.name: c for c in config.candidates}
+    for n in names or []:
+        if n not in known:
+            raise ConfigError(f"unknown candidate {n!r} (known: {', '.join(known)})", field="--candidate")
+    return [known[n] for n in dict.fromkeys(names)] if names else list(config.candidates)
+
+
+def with_logs(config: ScreenConfig, path: str | Path, log_format: str = "auto") -> ScreenConfig:
+    """The config with `source: logs` reading `path` in `log_format` (what `--from-logs FILE --format F` means)."""
+    data = config.model_dump() | {"source": "logs", "logs": {"path": str(Path(path).resolve()), "format": log_format}}
+    return ScreenConfig.model_validate(data)
+
+
+def check_inputs(config: ScreenConfig, chosen: list[CandidateConfig], file: str | None) -> None:
+    """Files and dirs the screen needs exist (before any hashing or loading)."""
+    for fld, d in (("pair.student", config.pair.student), ("pair.teacher", config.pair.teacher)):
+        if not (Path(d) / "config.json").is_file():
+            raise ConfigError(f"not a model dir (no config.json): {d}", file=file, field=fld)
+    if config.source == "engine":
+        probe_prompts(config, file)  # a missing or empty prompt set is named before any hash comparison
+    for c in chosen:
+        if c.rollout is not None and c.rollout.weights_from and not Path(c.rollout.weights_from).is_dir():
+            raise ConfigError(
+                f"checkpoint dir not found: {c.rollout.weights_from}",
+                file=file,
+                field=f"candidates.{c.name}.rollout.weights_from",
+            )
+    cap = config.capacity.model_config_path
+    if cap and not Path(cap).is_file():
+        raise ConfigError(f"file not found: {cap}", file=file, field="capacity.model_config_path")
+
+
+def load_checked_calibration(config: ScreenConfig, *, config_file: str | None = None, behaviour: bool = True):
+    """`artifact.load_calibration(config.calibration)` after `check_compatibility`. When the strict fingerprints
+    differ and `behaviour` is set, both models are loaded (float32, CPU) and their log-probs on the calibration's
+    fixed sequences compared (`fingerprint.check_behaviour`: CalibrationError when they drifted); the strict
+    differences are then issued as `PairRewrittenWarning`s."""
+    from admitcheck.calibration.artifact import load_calibration
+
+    calibration = load_calibration(config.calibration)
+    if calibration.x_measure != "start":  # the screen's probe measurement is at the start weights (a stale candidate
+        # too): comparing it with a budget fitted on run-averaged mismatch would compare two different quantities
+        raise CalibrationError(
+            f"the budget of {calibration.path} is in run-averaged mismatch (budget.x: {calibration.x_measure}), but "
+            "screen measures at the start weights; re-fit it with `levels.x: start` in its calibrate config (the "
+            "finished runs are reused from the ledger): both fits are in its budget.by_x",
+            file=config_file,
+            field="calibration",
+        )
+    notes = check_compatibility(config, calibration, config_file=config_file)
+    if notes and behaviour:
+        stored = calibration.behaviour
+        if stored is None:
+            raise CalibrationError(
+                f"{notes[0]}; the calibration stores no behavioural fingerprint to settle it: re-run calibrate",
+                file=config_file,
+                field="pair",
+            )
+        student = io.load_causal_lm(config.pair.student, "float32", "cpu", file=config_file, field="pair.student")
+        teacher = io.load_causal_lm(config.pair.teacher, "float32", "cpu", file=config_file, field="pair.teacher")
+        drift = fingerprint.check_behaviour(stored, student, teacher, budget=calibration.budget.value, file=config_file)
+        del student, teacher
+        warnings.warn(
+            PairRewrittenWarning(
+                f"the pair's files differ from the calibration's ({'; '.join(notes[:3])}"
+                f"{'; …' if len(notes) > 3 else ''}) but it behaves the same (log-prob drift student "
+                f"{drift['student']:.2g}, teacher {drift['teacher']:.2g} nats/token, within "
+                f"{fingerprint.BEHAVIOUR_TOLERANCE:g} × budget)"
+            ),
+            stacklevel=2,
+        )
+    elif notes:
+        warnings.warn(
+            PairRewrittenWarning(
+                f"the pair's files differ from the calibration's ({'; '.join(notes[:3])}); screen compares the "
+                "models' behaviour before measuring"
+            ),
+            stacklevel=2,
+        )
+    return calibration
+
+
+class PairRewrittenWarning(AdmitcheckWarning):
+    """The pair's strict fingerprints differ from the calibration's (the CLI prints these in yellow)."""
+
+
+def probe_prompts(config: ScreenConfig, file: str | None) -> list[dict]:
+    prompts = io.read_prompts(config.probe.prompts, limit=config.probe.num_prompts)
+    if len(prompts) < config.probe.min_prompts:
+        raise ConfigError(
+            f"probe.min_prompts is {config.probe.min_prompts} but {config.probe.prompts} holds only "
+            f"{len(prompts)} prompts",
+            file=file,
+            field="probe.min_prompts",
+        )
+    return prompts
+
+
+def check_engines(chosen: list[CandidateConfig], file: str | None) -> None:
+    """A ConfigError naming `candidates.<name>.rollout...` when this machine's vLLM cannot run a candidate (vLLM
+    candidates only; imports vllm, loads no model), so a screen stops before anything is measured."""
+    for c in chosen:
+        if c.rollout is None or c.rollout.engine != "vllm":
+            continue
+        from admitcheck.rollout.engines import vllm as vllm_engine
+
+        check = getattr(vllm_engine, "check_rollout", None)
+        if check is None:
+            return
+        try:
+            check(c.rollout)
+        except ConfigError as exc:
+            where = f"candidates.{c.name}.{exc.field or 'rollout'}"
+            raise ConfigError(exc.message, file=file, field=where) from None
+
+
+def validate(
+    config: ScreenConfig, *, config_file: str | None = None, candidates: list[str] | None = None
+) -> dict[str, Any]:
+    """Inputs on disk, calibration compatibility, engine support, logs file; no model loads. Returns what a screen
+    would run."""
+    chosen = select_candidates(config, candidates)
+    check_inputs(config, chosen, config_file)
+    calibration = load_checked_calibration(config, config_file=config_file, behaviour=False)
+    if config.source == "logs":
+        from admitcheck.measurement.logs import read_logs
+
+        logs = read_logs(config.logs.path, format=config.logs.format)
+        looks, probes = 1, logs.num_sequences
+    else:
+        check_engines(chosen, config_file)
+        probes = len(probe_prompts(config, config_file))
+        looks = looks_plan(config, probes)[2]
+    return {
+        "calibration": calibration_summary(calibration),
+        "candidates": [c.name for c in chosen],
+        "source": config.source,
+        "probes_available": probes,
+        "max_looks": looks,
+        "confidence_per_look": confidence_per_look(config.policy.confidence, looks),
+    }
+
+
+def engine_call(name: str, fn: Callable[[], Any]) -> Any:
+    """Run an engine (or reference) call; out-of-memory and crashes become an EngineError (exit 3) naming the
+    candidate. User errors (AdmitcheckError) pass through; bugs other than RuntimeError keep their traceback."""
+    import torch
+
+    try:
+        return fn()
+    except (MemoryError, torch.OutOfMemoryError) as exc:
+        raise EngineError(f"out of memory: {exc}".split("\n")[0], field=f"candidates.{name}") from exc
+    except RuntimeError as exc:
+        raise EngineError(f"engine failed: {exc}".split("\n")[0], field=f"candidates.{name}") from exc
+
+
+def candidate_capacity(config: ScreenConfig, cand: CandidateConfig) -> dict[str, Any]:
+    """KV-cache capacity of the candidate on the configured GPU (staleness changes no memory: plain BF16)."""
+    from admitcheck.admission.capacity import capacity_summary
+
+    cap = config.capacity
+    path = Path(cap.model_config_path or Path(config.pair.student) / "config.json")
+    try:
+        return capacity_summary(io.read_json_as_is(path), cand.rollout or RolloutConfig(), cap)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(
+            f"cannot size the KV cache from this model config ({type(exc).__name__}: {exc})",
+            file=str(path),
+            field="capacity.model_config_path",
+        ) from None
+
+
+def calibration_summary(calibration) -> dict[str, Any]:
+    b, r = calibration.budget, calibration.recipe
+    return {
+        "path": str(calibration.path),
+        "pair": calibration.pair_name,
+        "metric": calibration.metric,
+        "budget": b.value,
+        "budget_interval": tuple(b.interval),
+        "budget_kind": b.kind,
+        "tolerance": b.tolerance,
+        "recipe": {k: r.get(k) for k in ("loss", "student_logprobs", "lr", "tis_cap", "temperature")},
+    }

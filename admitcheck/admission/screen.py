@@ -1,0 +1,165 @@
+"""Screening: measure candidate rollout configs sequentially and ADMIT or REJECT each against the budget B.
+
+    from admitcheck import io
+    from admitcheck.config import ScreenConfig
+    from admitcheck.admission.screen import screen
+    from admitcheck.admission.session import ScreenSession
+    from admitcheck.admission.checks import validate
+    cfg = io.load_config("examples/toy_screen.yaml", ScreenConfig)
+    validate(cfg)                                      # inputs + calibration compatibility, loads no model
+    result = screen(cfg, candidates=["fp8_kv"])        # ScreenResult; result.exit_code is 0 or 1
+    v = result.verdicts[0]; v.decision, v.estimator, v.mismatch, v.mismatch_interval, v.decided_by, v.margin
+    screen(cfg, from_logs="rollouts.jsonl")            # one verdict from a pipeline's logged log-probs
+    session = ScreenSession(cfg); session.screen_candidate(cfg.candidates[0])   # one reference, many candidates
+
+This module orchestrates; the decision rule (look plan, per-look level, heavy-tail rule, the budget's interval,
+verdict) is `admitcheck.admission.sequential`, pure; the measurement is the one probe loop,
+`admitcheck.measurement.probe`. Batch i samples
+probe prompts [i·bs, (i+1)·bs) with seed probe.seed + i, as `measure` does; after the batch that reaches
+probe.min_prompts and after every later one, the studentized-bootstrap interval of the decision estimator (kl_exact
+where the engine gives full rows, else the calibration's metric) over all sequences so far is one look of
+`admission.look`, until decided or probe.num_prompts. A staleness-k candidate's mismatch is KL(π_θ0 ‖ π_θk) on
+tokens the start weights sample, θk = the student after k real OPD steps with the calibration's recipe. One
+reference model and one noise floor per engine kind (on the first-look probes) serve every candidate.
+
+A candidate whose engine fails (EngineError: vLLM would not start, out of memory) does not lose the others: the rest
+are screened, then `screen` raises an EngineError (exit 3) naming the first failed candidate, with the partial
+ScreenResult (verdicts obtained, `failures` by name) in its `partial` attribute, for the reports.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from admitcheck.admission.checks import calibration_summary, check_engines, check_inputs, select_candidates, with_logs
+from admitcheck.admission.sequential import (
+    Decision,
+    Verdict,
+    looks_plan,
+)
+from admitcheck.admission.session import Progress, ScreenSession
+from admitcheck.config import CandidateConfig, ScreenConfig
+from admitcheck.errors import EngineError
+
+# Re-exported: the verdict and the look plan were defined here before `admission` (cli, report, bench use them).
+__all__ = ["Decision", "ScreenResult", "ScreenSession", "Verdict", "looks_plan", "screen"]
+
+
+@dataclass(frozen=True)
+class ScreenResult:
+    """`screen`'s result: one verdict per candidate, the calibration used, the noise floor, timings (s)."""
+
+    verdicts: list[Verdict]
+    calibration: dict[str, Any]  # path, pair, metric, budget, budget_interval, budget_kind, tolerance, recipe
+    floor: dict[str, dict[str, Any]]  # per engine kind: dtype, k3, k3_interval, probes, tokens, seconds
+    policy: dict[str, Any]
+    source: Literal["engine", "logs"]
+    seconds_setup: float  # tokenizer, reference model
+    seconds_total: float
+    failures: dict[str, str] = field(default_factory=dict)  # candidate name -> its engine failure (no verdict)
+    diagnostics: dict[str, dict[str, Any]] = field(default_factory=dict)  # candidate -> {"prefix_shift": {...}}
+
+    @property
+    def all_admitted(self) -> bool:
+        return not self.failures and all(v.admitted for v in self.verdicts)
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every candidate is admitted, 1 when any is rejected, 3 when any candidate's engine failed."""
+        return 3 if self.failures else 0 if self.all_admitted else 1
+
+    def to_dict(self) -> dict[str, Any]:
+        from admitcheck import __version__
+
+        return asdict(self) | {
+            "admitcheck": __version__,
+            "all_admitted": self.all_admitted,
+            "exit_code": self.exit_code,
+        }
+
+
+def _diagnostics(config: ScreenConfig, chosen: list[CandidateConfig], config_file: str | None) -> dict:
+    """`diagnostics: [prefix_shift]`: coupled sampling of each hf rollout candidate against the reference."""
+    if "prefix_shift" not in config.diagnostics:
+        return {}
+    from admitcheck.measurement.prefix_shift import load_prefix_shift_inputs, prefix_shift_for
+
+    coupled = [c for c in chosen if c.rollout is not None and c.rollout.engine == "hf"]
+    if not coupled:
+        return {}
+    inputs = load_prefix_shift_inputs(config, config_file=config_file)  # the pair once, for every candidate
+    return {
+        c.name: {"prefix_shift": prefix_shift_for(config, c.rollout, config_file=config_file, inputs=inputs).to_dict()}
+        for c in coupled
+    }
+
+
+# ------------------------------------------------------------------------------------------ inputs and checks
+
+
+# ------------------------------------------------------------------------------------------------ screening
+
+
+def screen(
+    config: ScreenConfig,
+    *,
+    config_file: str | None = None,
+    candidates: list[str] | None = None,
+    from_logs: str | Path | None = None,
+    log_format: str = "auto",
+    progress: Progress | None = None,
+) -> ScreenResult:
+    """Verdicts for the chosen candidates (all by default) against `config.calibration`; see the module docstring.
+    `from_logs` (+ `log_format`, see `logs.read_logs`) screens a pipeline's logged log-probs instead of sampling."""
+    t0 = time.perf_counter()
+    config = with_logs(config, from_logs, log_format) if from_logs is not None else config
+    chosen = select_candidates(config, candidates)
+    check_inputs(config, chosen, config_file)
+    session = ScreenSession(config, config_file=config_file)
+    verdicts: list[Verdict] = []
+    failures: dict[str, str] = {}
+    if config.source == "logs":
+        verdicts, setup = [session.screen_logs(chosen)], 0.0
+    else:
+        check_engines(chosen, config_file)
+        session.prepare()
+        setup = time.perf_counter() - t0
+        for c in chosen:
+            try:
+                verdicts.append(session.screen_candidate(c, progress))
+            except EngineError as exc:  # this candidate has no verdict; the others keep theirs
+                failures[c.name] = _failure_message(exc, c.name)
+    result = ScreenResult(
+        verdicts,
+        calibration_summary(session.calibration),
+        session.floors,
+        config.policy.model_dump() | {"confidence_per_look": session.confidence, "max_looks": session.plan[2]},
+        config.source,
+        setup,
+        time.perf_counter() - t0,
+        failures,
+        _diagnostics(config, chosen, config_file) if config.source == "engine" else {},
+    )
+    if failures:
+        raise _partial_failure(result, config_file)
+    return result
+
+
+def _failure_message(exc: EngineError, name: str) -> str:
+    """The engine error on one line, with where it happened when that is not the candidate itself (its floor)."""
+    where = (exc.field or "").removeprefix(f"candidates.{name}").lstrip(".").removeprefix("candidates.")
+    return f"{where}: {exc.message}" if where else exc.message
+
+
+def _partial_failure(result: ScreenResult, file: str | None) -> EngineError:
+    """EngineError (exit 3) naming the first failed candidate; `partial` carries the result for the reports."""
+    name, message = next(iter(result.failures.items()))
+    others = [n for n in result.failures if n != name]
+    kept = ", ".join(v.name for v in result.verdicts) or "none"
+    also = f"; also failed: {', '.join(others)}" if others else ""
+    exc = EngineError(f"{message}{also} (verdicts obtained: {kept})", file=file, field=f"candidates.{name}")
+    exc.partial = result  # what was measured survives the failure
+    return exc

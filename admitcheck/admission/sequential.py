@@ -1,0 +1,303 @@
+"""Admission: the pure decision rule of a screen — look plan, per-look level, the look, the verdict.
+
+    from admitcheck.admission.sequential import Evidence, confidence_per_look, look, looks_plan, verdict
+    first, most, max_looks = looks_plan(screen_config, num_prompts=512)  # batches: before the 1st look, at most; K
+    conf = confidence_per_look(0.95, max_looks)                          # 1 − α/K (Bonferroni)
+    state = look(lo, hi, share, budget_interval=(0.01, 0.023), at_cap=False)   # admit | reject | undecided | heavy_tail
+    v = verdict("fp8_kv", Evidence(state, values, intervals, conf, looks, probes, tokens, estimator="kl_exact"),
+                budget, "reject", predict_cost)
+    v.decision, v.decided_by, v.error_control, v.mismatch_interval, v.margin
+
+The rule (docs/statistics.md has the error accounting). The mismatch m is measured by the estimator with the least
+variance for the budget's quantity (`decision_estimator`: kl_exact where full rows exist, k3 otherwise; both are
+KL(μ‖π)). After the batch that reaches probe.min_prompts and after every later one, its studentized-bootstrap
+interval over all sequences so far (`metrics.bootstrap_t_bounds`, two-sided level 1 − α/K: α spent evenly over the
+K possible looks) is compared with the budget's own interval [B_lo, B_hi] (the calibration's bootstrap interval):
+
+    ADMIT  when the mismatch upper bound < B_lo      REJECT when the mismatch lower bound > B_hi
+
+so a wrong ADMIT needs the candidate's upper bound to miss (≤ α/2 over all looks) or the budget's lower bound to
+miss (≤ (1 − c_B)/2): P(wrong ADMIT) ≤ α/2 + (1 − c_B)/2, the same for REJECT. Bound-only budgets fit the same
+rule: "lower_bound" (B ≥ b) has the interval (b, ∞) and never rejects by the bound; "upper_bound" (B ≤ b) has
+(0, b) and never admits by it. Heavy tails: while one sequence carries more than HEAVY_TAIL_SHARE of the estimator's
+total, no look decides and more probes are drawn; at probe.num_prompts the bound decides and the verdict is flagged
+`heavy_tail`. Still undecided at probe.num_prompts: `marginal`; policy.undecided = reject rejects it, `admit` lets
+the point estimate decide against B (marked error_control = False: nothing bounds that decision's error).
+
+`decided_by`: "candidate" or "budget" — whose uncertainty was the larger part of the gap between the point estimate
+and the budget on the deciding side (for a marginal verdict: "budget" when the candidate's interval alone would have
+decided against the point budget, else "candidate"); "policy" is never a value: error_control says that.
+margin (nats/token, on the deciding side): ADMIT B_lo − upper; REJECT lower − B_hi; marginal: the side of the point
+estimate, negative. Non-finite log-probs reject at once, with their count.
+
+Pure: numbers, numpy arrays and dataclasses in, dataclasses out; no files, devices, torch or printing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from admitcheck.measurement.metrics import PARETO_K_LIMIT, sequential_confidence
+
+if TYPE_CHECKING:
+    from admitcheck.calibration.curve import Budget
+    from admitcheck.config import ScreenConfig
+
+Decision = Literal["ADMIT", "REJECT"]
+BudgetKind = Literal["point", "lower_bound", "upper_bound"]
+Policy = Literal["reject", "admit"]  # policy.undecided: what a marginal verdict gets
+# What the looks found so far: decided (admit, reject), not yet (undecided), not while one sequence dominates
+# (heavy_tail, before the probe cap), or stopped by non-finite log-probs (nonfinite).
+LookState = Literal["admit", "reject", "undecided", "heavy_tail", "nonfinite"]
+HEAVY_TAIL_SHARE = 0.10  # a look with one sequence above this share of the total draws more probes first
+KL_ESTIMATORS = ("kl_exact", "k3")  # the same KL(μ‖π): kl_exact (full rows) has far less variance
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One candidate's admission decision and the evidence behind it (mismatch in nats/token)."""
+
+    name: str
+    decision: Decision
+    marginal: bool  # undecided at probe.num_prompts: policy.undecided applied
+    error_control: bool  # False when policy.undecided = admit decided (no bound stands behind the decision)
+    decided_by: Literal["candidate", "budget"]  # whose uncertainty was the larger part of the gap (docstring)
+    reason: str
+    metric: str  # the budget's scale (the calibration's metric)
+    estimator: str  # what measured it: kl_exact (full rows) or the metric itself
+    mismatch: float  # the estimator's value over every probe, nats/token
+    mismatch_interval: tuple[float, float]  # its studentized-bootstrap interval at confidence_per_look
+    budget: float
+    budget_interval: tuple[float, float]  # the calibration's; the rule compares with its ends
+    budget_kind: BudgetKind
+    margin: float  # on the deciding side (docstring), nats/token
+    ratio_to_budget: float  # mismatch / budget
+    top_share: float  # the largest sequence's share of the estimator's total
+    tail_index: float  # Pareto k̂ of the estimator's per-sequence sums (metrics.pareto_k); −inf: no tail to fit
+    heavy_tail: bool  # top_share > HEAVY_TAIL_SHARE or tail_index > PARETO_K_LIMIT: the bounds did not decide
+    quality_cost: float | None  # the calibration curve at the mismatch, nats/token; None when not finite
+    quality_cost_interval: tuple[float, float] | None  # the curve at the interval ends (it is monotone)
+    floor: float | None  # the floor engine's mismatch on the same estimator, first-look probes
+    probes: int  # sequences measured
+    tokens: int
+    looks: int
+    confidence_per_look: float
+    metrics: dict[str, float] = field(default_factory=dict)  # every metric over every probe
+    metric_intervals: dict[str, tuple[float, float]] = field(default_factory=dict)  # one per metric, same level
+    capacity: dict[str, Any] | None = None  # `capacity.kv_capacity` of the candidate, ratio_vs_bf16 first
+    seconds: float = 0.0  # engine start + measurement (+ OPD steps for staleness)
+    source: Literal["engine", "logs"] = "engine"
+
+    @property
+    def admitted(self) -> bool:
+        return self.decision == "ADMIT"
+
+    @property
+    def k3(self) -> float:
+        return self.metrics.get("k3", math.nan)
+
+    @property
+    def k3_interval(self) -> tuple[float, float]:
+        return tuple(self.metric_intervals.get("k3", (math.nan, math.nan)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What one candidate's measurement found: the final metrics and the state of the sequential test."""
+
+    state: LookState
+    values: dict[str, float]  # every metric over all sequences measured, nats/token
+    intervals: dict[str, tuple[float, float]]  # studentized-bootstrap intervals at `confidence`
+    confidence: float  # per look, two-sided
+    looks: int  # looks taken
+    probes: int  # sequences measured
+    tokens: int
+    max_looks: int = 1  # looks the plan allowed (> 1: the reason says "per look")
+    nonfinite: int = 0  # non-finite log-probs on either side, masked tokens
+    engine_nonfinite: int = 0  # of them on the engine (rollout) side
+    estimator: str = "k3"  # the key of `values` that decides
+    top_share: float = 0.0  # the largest sequence's share of the estimator's total
+    tail_index: float = -math.inf  # Pareto k̂ of the estimator's per-sequence sums (metrics.pareto_k)
+
+
+# ------------------------------------------------------------------------------------------------ the look plan
+
+
+def looks_plan(config: ScreenConfig, num_prompts: int) -> tuple[int, int, int]:
+    """(batches before the first look, batches at most, looks K) for `num_prompts` available probe prompts."""
+    bs = config.probe.batch_size
+    max_batches = math.ceil(min(config.probe.num_prompts, num_prompts) / bs)
+    first = min(math.ceil(config.probe.min_prompts / bs), max_batches)
+    return first, max_batches, max_batches - first + 1
+
+
+def confidence_per_look(confidence: float, max_looks: int) -> float:
+    """The level of each look's interval when the screen looks at most `max_looks` times (α spent evenly)."""
+    return sequential_confidence(confidence, max_looks)
+
+
+def decision_estimator(metric: str, available: Any) -> str:
+    """The key that measures the budget's `metric` with the least variance among `available` keys (finite ones):
+    kl_exact for the KL scale (k3 or kl_exact) where full rows gave it, else the metric (k3 for kl_exact)."""
+    if metric in KL_ESTIMATORS:
+        return "kl_exact" if "kl_exact" in available else "k3"
+    return metric
+
+
+# ------------------------------------------------------------------------------------------------ one look
+
+
+def budget_band(budget: Budget) -> tuple[float, float]:
+    """[B_lo, B_hi] the rule compares with: the calibration's interval, widened to hold the value itself."""
+    lo, hi = (float(x) for x in budget.interval)
+    return min(lo, float(budget.value)), max(hi, float(budget.value))
+
+
+def is_heavy(share: Any, tail_index: Any) -> Any:
+    """True where one sequence carries > HEAVY_TAIL_SHARE of the total or the tail index k̂ > PARETO_K_LIMIT."""
+    with np.errstate(invalid="ignore"):
+        return (np.asarray(share) > HEAVY_TAIL_SHARE) | (np.asarray(tail_index) > PARETO_K_LIMIT)
+
+
+def look_states(lower: Any, upper: Any, share: Any, tail_index: Any, budget_interval: tuple[float, float]) -> Any:
+    """Vectorised look (numpy arrays broadcast): "admit" | "reject" | "undecided" | "heavy_tail" per element."""
+    lo, hi = (np.asarray(x, dtype=np.float64) for x in (lower, upper))
+    b_lo, b_hi = budget_interval
+    with np.errstate(invalid="ignore"):
+        admit, reject = hi < b_lo, lo > b_hi  # nan compares False: undecided
+        heavy = is_heavy(share, tail_index)
+    out = np.where(admit, "admit", np.where(reject, "reject", "undecided")).astype(object)
+    return np.where(heavy & (admit | reject), "heavy_tail", out)
+
+
+def look(lower: float, upper: float, share: float, tail_index: float, budget_interval: tuple[float, float]) -> str:
+    """One look: the mismatch interval [lower, upper] against the budget's interval (module docstring)."""
+    return str(look_states(lower, upper, share, tail_index, budget_interval)[()])  # type: ignore[return-value]
+
+
+# ------------------------------------------------------------------------------------------------ the verdict
+
+
+def ratio_to_budget(mismatch: float, threshold: float) -> float:
+    """mismatch / threshold; inf for a threshold of 0."""
+    return mismatch / threshold if threshold > 0 else math.inf
+
+
+def ruling(evidence: Evidence, budget: Budget, policy: Policy) -> tuple[Decision, bool, bool, str, str, float]:
+    """(decision, marginal, error_control, decided_by, reason, margin) from the final state of the test."""
+    e, b = evidence, float(budget.value)
+    b_lo, b_hi = budget_band(budget)
+    m, (lo, hi) = e.values[e.estimator], e.intervals[e.estimator]
+    at = f"at {e.confidence:.4g}" + (" per look" if e.max_looks > 1 else "")
+    name = e.estimator
+    below = m < b
+    # the candidate's and the budget's half-widths on the side of the point estimate
+    cand_w, budget_w = (hi - m, b - b_lo) if below else (m - lo, b_hi - b)
+    by = "budget" if budget_w > cand_w else "candidate"
+    if e.state == "nonfinite":
+        reason = (
+            f"engine produced {e.engine_nonfinite} non-finite log-probs"
+            if e.engine_nonfinite
+            else f"the reference gives {e.nonfinite} sampled tokens zero probability or non-finite log-probs "
+            "(the mismatch is infinite: the candidate samples outside the reference's support)"
+        )
+        return "REJECT", False, True, "candidate", reason, math.inf
+    heavy = (
+        f"; heavy tail: one sequence carries {e.top_share:.0%} of {name}, tail index k̂ {e.tail_index:.2f} (limits "
+        f"{HEAVY_TAIL_SHARE:.0%}, {PARETO_K_LIMIT}): more probes needed"
+        if is_heavy(e.top_share, e.tail_index)
+        else ""
+    )
+    if e.state == "admit":
+        reason = f"{name} upper bound {hi:.3g} < budget lower bound {b_lo:.3g} {at}{heavy}"
+        return "ADMIT", False, True, by, reason, b_lo - hi
+    if e.state == "reject":
+        reason = f"{name} lower bound {lo:.3g} > budget upper bound {b_hi:.3g} {at}{heavy}"
+        if budget.kind == "upper_bound":
+            reason += " (the budget is only known to be ≤ it)"
+        return "REJECT", False, True, by, reason, lo - b_hi
+    # marginal: whose uncertainty kept it undecided
+    by = "budget" if (hi < b or lo > b) else "candidate"
+    why = {
+        "budget": f"[{lo:.3g}, {hi:.3g}] {at} is clear of the budget {b:.3g} but not of its interval "
+        f"[{b_lo:.3g}, {b_hi:.3g}] (the budget's uncertainty)",
+        "candidate": f"[{lo:.3g}, {hi:.3g}] {at} still contains the budget {b:.3g} after {e.probes} probes",
+    }[by]
+    margin = (b_lo - hi) if below else (lo - b_hi)
+    if policy == "admit":
+        decision: Decision = "ADMIT" if below else "REJECT"
+        tail = f"policy.undecided = admit: the point estimate decides, NO ERROR CONTROL{heavy}"
+        side = "below" if below else "above"
+        return decision, True, False, by, f"marginal: {why}; {name} {m:.3g} is {side} {b:.3g}; {tail}", margin
+    reason = f"marginal: {why}; policy.undecided = reject{heavy}"
+    return "REJECT", True, True, by, reason, margin
+
+
+def predicted_cost(
+    predict: Callable[[float], float], m: float, lo: float, hi: float
+) -> tuple[float | None, tuple[float, float] | None]:
+    """The calibration curve at m and at the interval ends (monotone curve); None where m is not finite."""
+    if not math.isfinite(m):
+        return None, None
+    cost = [float(predict(max(x, 0.0))) for x in (m, lo if math.isfinite(lo) else 0.0)]
+    return cost[0], ((cost[1], float(predict(hi))) if math.isfinite(hi) else None)
+
+
+def verdict(
+    name: str,
+    evidence: Evidence,
+    budget: Budget,
+    policy: Policy,
+    predict_cost: Callable[[float], float],
+    *,
+    metric: str = "k3",
+    floor: float | None = None,
+    capacity: dict[str, Any] | None = None,
+    seconds: float = 0.0,
+    source: Literal["engine", "logs"] = "engine",
+) -> Verdict:
+    """The Verdict of one candidate: the ruling, the interval, margin, ratio and predicted quality cost."""
+    decision, marginal, control, by, reason, margin = ruling(evidence, budget, policy)
+    m = evidence.values[evidence.estimator]
+    lo, hi = evidence.intervals[evidence.estimator]
+    cost, cost_interval = predicted_cost(predict_cost, m, lo, hi)
+    return Verdict(
+        name=name,
+        decision=decision,
+        marginal=marginal,
+        error_control=control,
+        decided_by=by,  # type: ignore[arg-type]
+        reason=reason,
+        metric=metric,
+        estimator=evidence.estimator,
+        mismatch=m,
+        mismatch_interval=(lo, hi),
+        budget=float(budget.value),
+        budget_interval=tuple(float(x) for x in budget.interval),
+        budget_kind=budget.kind,
+        margin=margin,
+        ratio_to_budget=ratio_to_budget(m, float(budget.value)),
+        top_share=evidence.top_share,
+        tail_index=evidence.tail_index,
+        heavy_tail=bool(is_heavy(evidence.top_share, evidence.tail_index)),
+        quality_cost=cost,
+        quality_cost_interval=cost_interval,
+        floor=floor,
+        probes=evidence.probes,
+        tokens=evidence.tokens,
+        looks=evidence.looks,
+        confidence_per_look=evidence.confidence,
+        metrics=dict(evidence.values),
+        metric_intervals=dict(evidence.intervals),
+        capacity=capacity,
+        seconds=seconds,
+        source=source,
+    )

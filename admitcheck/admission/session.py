@@ -1,0 +1,205 @@
+"""One screen's shared state (`ScreenSession`): the calibration, one reference, the probe prompts, the look plan and
+one noise floor per engine kind, for many candidates. `screen` and the recipe search screen through it.
+
+    session = ScreenSession(cfg, config_file="screen.yaml")
+    verdict = session.screen_candidate(cfg.candidates[0])
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from admitcheck import io
+from admitcheck.admission.checks import candidate_capacity, engine_call, load_checked_calibration, probe_prompts
+from admitcheck.admission.sequential import (
+    Evidence,
+    Verdict,
+    budget_band,
+    confidence_per_look,
+    decision_estimator,
+    look,
+    looks_plan,
+    verdict,
+)
+from admitcheck.admission.staleness import stale_reference
+from admitcheck.config import CandidateConfig, RolloutConfig, ScreenConfig
+from admitcheck.errors import EngineError
+
+# Re-exported: the verdict and the look plan were defined here before `admission` (cli, report, bench use them).
+
+Progress = Callable[[str, int, int], None]  # (label, batches done, batches at most)
+
+
+class ScreenSession:
+    """What every candidate of one screen shares: the calibration, one reference, the probe prompts, the look plan
+    and one noise floor per engine kind. The recipe search screens its steps through one session.
+
+        session = ScreenSession(cfg, config_file="screen.yaml")     # inputs checked, calibration loaded
+        v = session.screen_candidate(CandidateConfig(name="fp8_kv", rollout=...))   # a Verdict
+    """
+
+    def __init__(self, config: ScreenConfig, *, config_file: str | None = None, calibration: Any = None) -> None:
+        self.config, self.file = config, config_file
+        self.calibration = calibration or load_checked_calibration(config, config_file=config_file)
+        self.metric = self.calibration.metric  # the budget's scale; `admission.decision_estimator` measures it
+        self.tokens: Any = None
+        self.prompt_ids: list[list[int]] = []
+        self.reference: Any = None
+        self.plan: tuple[int, int, int] = (1, 1, 1)  # batches before the first look, batches at most, looks K
+        self.confidence = config.policy.confidence  # per look, once prepared
+        self.floors: dict[str, dict[str, Any]] = {}
+        self.failed_floors: dict[str, EngineError] = {}  # engine kind -> why its floor failed
+
+    def prepare(self) -> None:
+        """Tokenizer, probe prompts, look plan and the reference model (once)."""
+        from admitcheck.pairs.load import check_devices, load_pair_tokenizer, tokenize_prompts
+
+        if self.reference is not None:
+            return
+        cfg, file = self.config, self.file
+        check_devices(cfg, file=file)
+        self.tokens = load_pair_tokenizer(cfg.pair, file=file)
+        prompts = probe_prompts(cfg, file)
+        self.prompt_ids = tokenize_prompts(self.tokens, prompts, file=cfg.probe.prompts)
+        self.plan = looks_plan(cfg, len(prompts))
+        self.confidence = confidence_per_look(cfg.policy.confidence, self.plan[2])
+        io.check_causal_lm(cfg.pair.teacher, file=file, field="pair.teacher")
+        self.reference = io.load_causal_lm(cfg.pair.student, cfg.reference.dtype, cfg.reference.device, file=file)
+
+    def _start_engine(self, rollout: RolloutConfig, name: str):
+        from admitcheck.rollout.engines import build_engine
+
+        ids = {"eos_token_id": self.tokens.eos_token_id, "pad_token_id": self.tokens.pad_token_id}
+        return engine_call(name, partial(build_engine, rollout, self.config.pair.student, **ids))
+
+    def _measure(self, name: str, engine, reference, max_batches: int, decide: bool, progress: Progress | None):
+        """(ProbeRun, final look state, looks): sample, score and look batch after batch until decided."""
+        from admitcheck.measurement.probe import ProbeRun, probe_batches
+
+        cfg, run, state, looks = self.config, ProbeRun(), "undecided", 0
+        loop = probe_batches(
+            engine,
+            reference,
+            self.prompt_ids,
+            cfg.probe,
+            cfg.sampling,
+            full=cfg.full_logprobs,
+            max_batches=max_batches,
+            guard=partial(engine_call, name),
+            label=name,
+            progress=progress,
+        )
+        for batch in loop:
+            run.add(batch)
+            if run.nonfinite:
+                state = "nonfinite"
+                break
+            if not decide or batch.index + 1 < self.plan[0]:
+                continue
+            looks += 1
+            pooled = run.pooled(self.confidence)
+            est = decision_estimator(self.metric, pooled.values)
+            state = look(*pooled.intervals[est], *run.tail(est), budget_band(self.calibration.budget))
+            if state in ("admit", "reject"):
+                break
+        return run, state, looks
+
+    def _evidence(self, run, state: str, looks: int, max_looks: int) -> Evidence:
+        m = run.metrics(self.confidence)
+        est = decision_estimator(self.metric, m.values)
+        share, k = run.tail(est)
+        counts = dict(looks=looks, probes=run.num_sequences, tokens=run.num_tokens, max_looks=max_looks)
+        bad = dict(nonfinite=run.nonfinite, engine_nonfinite=run.engine_nonfinite)
+        return Evidence(state, dict(m.values), dict(m.intervals), self.confidence, **counts, **bad, estimator=est,
+                        top_share=share, tail_index=k)  # fmt: skip
+
+    def floor(self, rollout: RolloutConfig, progress: Progress | None = None) -> dict[str, Any]:
+        """The engine in the reference's configuration on the first-look probes, measured once per engine kind."""
+        from admitcheck.rollout.floor import floor_rollout
+
+        self.prepare()
+        fr = floor_rollout(rollout, self.config.reference)
+        if fr.engine in self.failed_floors:  # failed once: every candidate of this engine kind fails the same way
+            raise self.failed_floors[fr.engine]
+        if fr.engine not in self.floors:
+            t0, label = time.perf_counter(), f"floor ({fr.engine})"
+            try:
+                engine = self._start_engine(fr, label)
+                try:
+                    run, _, _ = self._measure(label, engine, self.reference, self.plan[0], False, progress)
+                finally:
+                    engine.close()
+            except EngineError as exc:
+                self.failed_floors[fr.engine] = exc
+                raise
+            pooled = run.pooled(self.confidence)
+            keys = [k for k in ("k3", "kl_exact") if k in pooled.values]
+            self.floors[fr.engine] = {
+                "dtype": fr.dtype,
+                **{k: pooled.values[k] for k in keys},
+                **{f"{k}_interval": pooled.intervals[k] for k in keys},
+                "probes": run.num_sequences,
+                "tokens": run.num_tokens,
+                "seconds": time.perf_counter() - t0,
+            }
+        return self.floors[fr.engine]
+
+    def screen_candidate(self, cand: CandidateConfig, progress: Progress | None = None) -> Verdict:
+        """One candidate's Verdict (its engine started, measured sequentially, closed); EngineError on failure."""
+        from admitcheck.rollout.floor import floor_rollout
+
+        self.prepare()
+        rollout, reference = cand.rollout, self.reference
+        if cand.staleness is not None:  # θ0 samples in the reference's configuration; θk is the reference
+            rollout = floor_rollout(RolloutConfig(**self.calibration.recipe["rollout"]), self.config.reference)
+        floor = self.floor(rollout, progress)
+        t0 = time.perf_counter()
+        if cand.staleness is not None:
+            start = self.reference if self.config.reference.dtype == "float32" else None
+            stale = partial(stale_reference, self.calibration, self.config, cand.staleness, reference=start)
+            reference = engine_call(cand.name, stale)
+        engine = self._start_engine(rollout, cand.name)
+        try:
+            run, state, looks = self._measure(cand.name, engine, reference, self.plan[1], True, progress)
+            allocated = getattr(engine, "kv_cache_report", None)  # vLLM: what the engine really allocated
+            allocated = allocated() if callable(allocated) and cand.staleness is None else None
+        finally:
+            engine.close()
+        e = self._evidence(run, state, looks, self.plan[2])
+        capacity = self.capacity(cand) | ({"engine_allocated": allocated} if allocated else {})
+        return self._verdict(cand.name, e, floor.get(e.estimator), capacity, time.perf_counter() - t0, "engine")
+
+    def screen_logs(self, chosen: list[CandidateConfig]) -> Verdict:
+        """One verdict from a pipeline's logged log-probs: every sequence at once (one look, nominal confidence)."""
+        import numpy as np
+
+        from admitcheck.measurement.logs import read_logs
+        from admitcheck.measurement.metrics import mismatch_metrics, pareto_k, top_share
+
+        t0 = time.perf_counter()
+        logs = read_logs(self.config.logs.path, format=self.config.logs.format)
+        self.confidence = self.config.policy.confidence
+        m = mismatch_metrics(logs.rollout_logprobs, logs.trainer_logprobs, logs.mask, confidence=self.confidence)
+        est = decision_estimator(self.metric, m.values)
+        sums = m.per_sequence[est]
+        state = "nonfinite" if m.nonfinite else look(*m.intervals[est], top_share(sums), pareto_k(sums),
+                                                       budget_band(self.calibration.budget))  # fmt: skip
+        engine_bad = int((~np.isfinite(logs.rollout_logprobs) & logs.mask).sum())
+        e = Evidence(state, dict(m.values), dict(m.intervals), self.confidence, 1, m.num_sequences, m.num_tokens,
+                     1, m.nonfinite, engine_bad, est, top_share(sums), pareto_k(sums))  # fmt: skip
+        one = chosen[0] if len(chosen) == 1 else None  # the logs belong to the one candidate selected, if any
+        name, capacity = (one.name, self.capacity(one)) if one else (Path(logs.path).stem, None)
+        return self._verdict(name, e, None, capacity, time.perf_counter() - t0, "logs")
+
+    def capacity(self, cand: CandidateConfig) -> dict[str, Any]:
+        """KV-cache capacity of the candidate on the configured GPU (staleness changes no memory: plain BF16)."""
+        return candidate_capacity(self.config, cand)
+
+    def _verdict(self, name, e: Evidence, floor, capacity, seconds: float, source) -> Verdict:
+        cal, policy = self.calibration, self.config.policy.undecided
+        extra = {"metric": self.metric, "floor": floor, "capacity": capacity, "seconds": seconds, "source": source}
+        return verdict(name, e, cal.budget, policy, cal.predict_cost, **extra)

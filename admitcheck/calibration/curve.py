@@ -1,0 +1,375 @@
+# long module: one estimator: monotone fit, tau, budget inverse, the bootstrap re-running them
+"""Quality cost vs mismatch from paired replicates: a monotone fit, τ, the budget and its bootstrap (REFERENCE §3.3).
+
+    levels = [LevelData("noise-1", x=[1e-3, 1.1e-3], cost=[0.001, -0.002]), ...]   # per replicate pair
+    est = estimate(levels, baseline=[0.43, 0.44], tolerance=Tolerance(relative=0.05), n_boot=500, seed=0)
+    est.budget.value, est.budget.kind, est.budget.interval, est.draws       # nats/token; bootstrap draws of B
+    est.fit.predict(0.01), est.fit.inverse(est.tau)                         # the monotone curve
+
+Data: a level's replicate r is a pair of runs sharing every random number (data order, rollout uniforms, eval
+seeds) — the level's run and the baseline's run r — and its cost is their quality difference; x is the level's
+mismatch in that replicate. The fit is isotonic regression (pool-adjacent-violators, weighted by replicates) of the
+levels' mean paired cost on their order in x, so one noisy level is pooled with its neighbours instead of bending
+the curve; between levels the curve is a power law through the two fitted points when both are > 0 (exact for
+cost ∝ x^p) and linear in log x otherwise; below the smallest level it falls linearly to 0 at x = 0, above the
+largest it stays flat. The budget B is where the curve reaches τ:
+
+- "point": the fitted cost crosses τ between two levels (the levels that decided B are recorded);
+- "upper_bound" (below the smallest level): the fitted cost exceeds τ already at the smallest level, so B < x₁;
+  a pooled block needs two levels to get there unless the smallest level alone has ≥ 2 replicates above τ on
+  average — add lower levels to find B;
+- "lower_bound": no level reaches τ, B > the largest level.
+
+τ is the user's quality goal: `relative` × the baseline's mean quality (the same pairs' baseline runs), or
+`absolute`. Noise never enters τ; it enters the interval. The bootstrap resamples each level's replicate pairs
+(x and cost together; deviations about the level mean scaled by √(n/(n−1)) · t/z — the level's own n − 1 degrees
+of freedom for the levels that decide B, pooled over the levels for the others — so that a few replicates do not
+understate the spread) and the baseline's replicates,
+re-estimating τ and the fit in every resample; the interval is the percentile interval of the resampled B (a
+resample below the smallest level counts as B = 0, one above the largest as B = ∞).
+Pure numpy; deterministic given the seed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+from scipy.special import expit, logit
+from scipy.stats import norm
+from scipy.stats import t as student_t
+
+BudgetKind = Literal["point", "lower_bound", "upper_bound"]
+
+
+@dataclass(frozen=True)
+class LevelData:
+    """One level's replicate pairs: x (mismatch, nats/token) and paired quality cost (nats/token) per replicate."""
+
+    name: str
+    x: tuple[float, ...]
+    cost: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.x) != len(self.cost) or not self.x:
+            raise ValueError(f"level {self.name}: x and cost need the same, nonzero length")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """τ: `relative` × mean baseline quality, or `absolute` (nats/token) when set."""
+
+    relative: float = 0.05
+    absolute: float | None = None
+
+    def of(self, baseline_mean: float) -> float:
+        return float(self.absolute) if self.absolute is not None else self.relative * abs(baseline_mean)
+
+    def rule(self) -> str:
+        if self.absolute is not None:
+            return f"absolute: τ = {self.absolute:g} nats/token"
+        return f"relative: τ = {self.relative:g} × baseline mean quality (re-estimated in every bootstrap resample)"
+
+
+@dataclass(frozen=True)
+class MonotoneFit:
+    """A non-decreasing cost curve through fitted points (x ascending, > 0); see the module docstring."""
+
+    x: tuple[float, ...]  # level mismatch, nats/token, strictly increasing
+    cost: tuple[float, ...]  # fitted (isotonic) cost at each x, non-decreasing, nats/token
+    form: str = "isotonic"
+
+    def predict(self, x: Any) -> Any:
+        """Fitted cost at mismatch x (scalar or array, nats/token); 0 at x = 0."""
+        xa = np.asarray(x, dtype=np.float64)
+        out = np.vectorize(self._at, otypes=[np.float64])(xa) if xa.ndim else np.float64(self._at(float(xa)))
+        return float(out) if np.ndim(out) == 0 else out
+
+    def _at(self, x: float) -> float:
+        xs, cs = self.x, self.cost
+        if not x > 0:
+            return 0.0
+        if x <= xs[0]:
+            return max(cs[0], 0.0) * x / xs[0] if x < xs[0] else cs[0]
+        if x >= xs[-1]:
+            return cs[-1]
+        i = int(np.searchsorted(xs, x))  # xs[i-1] < x <= xs[i]
+        t = (math.log(x) - math.log(xs[i - 1])) / (math.log(xs[i]) - math.log(xs[i - 1]))
+        a, b = cs[i - 1], cs[i]
+        if a > 0 and b > 0:
+            return math.exp(math.log(a) + t * (math.log(b) - math.log(a)))
+        return a + t * (b - a)
+
+    def inverse(self, cost: float) -> float:
+        """Smallest mismatch where the curve reaches `cost`: inf if it never does (flat above the largest level)."""
+        xs, cs = self.x, self.cost
+        if cost <= 0:
+            return 0.0
+        if cs[0] >= cost:  # on the segment from (0, 0) to the first point
+            return xs[0] * cost / cs[0]
+        i = next((j for j in range(1, len(xs)) if cs[j] >= cost), None)
+        if i is None:
+            return math.inf
+        a, b = cs[i - 1], cs[i]
+        la, lb = math.log(xs[i - 1]), math.log(xs[i])
+        if a > 0:
+            t = (math.log(cost) - math.log(a)) / (math.log(b) - math.log(a))
+        else:
+            t = (cost - a) / (b - a)
+        return math.exp(la + t * (lb - la))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"form": self.form, "x": list(self.x), "cost": list(self.cost)}
+
+
+@dataclass(frozen=True)
+class CurveFit:
+    """A schema-1 style log-logistic curve (plateau · expit(p (log x − log x50))), kept only to read such curves."""
+
+    form: str
+    params: dict[str, float]
+
+    def predict(self, x: Any) -> Any:
+        c, x50, p = self.params["plateau"], self.params["x50"], self.params["steepness"]
+        xa = np.asarray(x, dtype=np.float64)
+        with np.errstate(divide="ignore"):
+            out = c * expit(p * (np.log(xa) - math.log(x50)))
+        return float(out) if out.ndim == 0 else out
+
+    def inverse(self, cost: float) -> float:
+        c, x50, p = self.params["plateau"], self.params["x50"], self.params["steepness"]
+        if cost <= 0:
+            return 0.0
+        return math.inf if cost >= c else math.exp(math.log(x50) + float(logit(cost / c)) / p)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Mismatch budget B (nats/token) where the fitted cost reaches τ; kinds in the module docstring."""
+
+    value: float
+    kind: BudgetKind
+    interval: tuple[float, float]  # bootstrap percentile interval; (value, inf) / (0, value) for bounds
+    tolerance: float  # τ, nats/token
+    extrapolated: bool = False  # kept for readers of older artifacts; the monotone fit never extrapolates
+    n_boot: int = 0
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Everything `estimate` derives: the fit, τ, B with its interval, the bootstrap draws, which levels decided."""
+
+    fit: MonotoneFit
+    tau: float
+    baseline_mean: float
+    budget: Budget
+    draws: tuple[float, ...]  # bootstrap B values (0 = below the smallest level, inf = above the largest)
+    decided_by: tuple[str, ...]  # the level(s) whose fitted points bracket τ
+    level_means: tuple[float, ...]  # mean paired cost per level (ascending x)
+    level_intervals: tuple[tuple[float, float], ...]  # bootstrap percentile interval of each level's mean cost
+    names: tuple[str, ...]  # level names (ascending x)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def width_factor(self) -> float:
+        """hi / lo of the budget interval (inf when either end is 0 or ∞)."""
+        lo, hi = self.budget.interval
+        return hi / lo if lo > 0 and math.isfinite(hi) else math.inf
+
+
+def isotonic(y: Any, w: Any) -> np.ndarray:
+    """Weighted least-squares non-decreasing fit of y (pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [value, weight, count]
+    for yi, wi in zip(np.asarray(y, dtype=np.float64), np.asarray(w, dtype=np.float64)):
+        blocks.append([float(yi), float(wi), 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            v2, w2, n2 = blocks.pop()
+            v1, w1, n1 = blocks.pop()
+            blocks.append([(v1 * w1 + v2 * w2) / (w1 + w2), w1 + w2, n1 + n2])
+    return np.concatenate([np.full(int(n), v) for v, _, n in blocks])
+
+
+def fit_levels(x: Any, mean_cost: Any, n: Any) -> MonotoneFit:
+    """The monotone fit of level means (x ascending after sorting; equal x merged by weight)."""
+    xa, ya, na = (np.asarray(v, dtype=np.float64) for v in (x, mean_cost, n))
+    if not (np.all(xa > 0) and np.all(np.isfinite(xa)) and np.all(np.isfinite(ya))):
+        raise ValueError("level mismatch must be finite and > 0, costs finite")
+    ux, inv = np.unique(xa, return_inverse=True)
+    wy = np.bincount(inv, weights=ya * na) / np.bincount(inv, weights=na)
+    return MonotoneFit(tuple(float(v) for v in ux), tuple(float(v) for v in isotonic(wy, np.bincount(inv, na))))
+
+
+def budget_of(fit: MonotoneFit, tau: float) -> tuple[float, BudgetKind, tuple[int, ...]]:
+    """(B, kind, indices of the fitted points that decided it) for threshold τ."""
+    if not tau > 0:
+        raise ValueError(f"tolerance must be > 0 nats/token, got {tau}")
+    cs = fit.cost
+    above = [i for i, c in enumerate(cs) if c > tau]
+    if not above:
+        return fit.x[-1], "lower_bound", (len(cs) - 1,)
+    i = above[0]
+    if i == 0:
+        return fit.x[0], "upper_bound", (0,)
+    return fit.inverse(tau), "point", (i - 1, i)
+
+
+def _percentile_interval(values: np.ndarray, confidence: float) -> tuple[float, float]:
+    """Percentile interval by order statistics (inf-safe: no interpolation between an inf and a number)."""
+    v = np.sort(values)
+    alpha = 1.0 - confidence
+    return float(v[math.floor(alpha / 2 * (v.size - 1))]), float(v[math.ceil((1 - alpha / 2) * (v.size - 1))])
+
+
+def _spread(n: int, dof: int, confidence: float) -> float:
+    """Scale of resampled deviations about a level's mean with n replicates: √(n/(n−1)) (unbiased variance) ×
+    t_dof/z at the interval's level, dof pooled over all levels (Σ (nᵢ − 1)): a percentile interval of a mean of few
+    replicates is then as wide as its t interval. (A plain bootstrap of 2–3 replicates covered ~70% in simulation;
+    the level's own dof, t₁ = 12.7 for two replicates, blew a far level's spread up ninefold.)"""
+    if n < 2:
+        return 1.0
+    q = 0.5 + confidence / 2
+    return math.sqrt(n / (n - 1)) * float(student_t.ppf(q, max(dof, 1)) / norm.ppf(q))
+
+
+def _resample(v: np.ndarray, idx: np.ndarray, spread: float) -> np.ndarray:
+    """Replicates resampled by `idx`, their deviations about the mean scaled by `spread` (`_spread`)."""
+    m = v.mean()
+    return m + spread * (v[idx] - m)
+
+
+def estimate(
+    levels: list[LevelData],
+    baseline: Any,
+    tolerance: Tolerance,
+    *,
+    n_boot: int = 500,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> Estimate:
+    """Fit, τ, budget and bootstrap from paired replicates (see the module docstring). `baseline`: the baseline
+    runs' qualities (nats/token), one per replicate, for a relative τ."""
+    if not levels:
+        raise ValueError("no levels to fit")
+    base = np.asarray(baseline, dtype=np.float64).ravel()  # (R,) nats/token
+    if base.size == 0 and tolerance.absolute is None:
+        raise ValueError("a relative tolerance needs baseline qualities")
+    xs = [np.asarray(lv.x, dtype=np.float64) for lv in levels]
+    ys = [np.asarray(lv.cost, dtype=np.float64) for lv in levels]
+    order = np.argsort([float(x.mean()) for x in xs], kind="stable")
+    xs, ys, names = [xs[i] for i in order], [ys[i] for i in order], tuple(levels[i].name for i in order)
+    ns = np.array([y.size for y in ys], dtype=np.float64)
+
+    def one(xl: list[np.ndarray], yl: list[np.ndarray], b: np.ndarray) -> tuple[MonotoneFit, float, float]:
+        bm = float(b.mean()) if b.size else math.nan
+        return fit_levels([x.mean() for x in xl], [y.mean() for y in yl], ns), tolerance.of(bm), bm
+
+    fit, tau, base_mean = one(xs, ys, base)
+    value, kind, idx = budget_of(fit, tau)
+    rng = np.random.default_rng(seed)
+    # t degrees of freedom of each spread: a level that decides B (its fitted point brackets τ) has its own n − 1,
+    # so that a lucky-narrow pair of replicates cannot end the adaptive rounds; the others (they matter only
+    # through pooling) and the baseline share the dof pooled over all levels.
+    dof = sum(y.size - 1 for y in ys) + max(base.size - 1, 0)
+    ux_point = np.asarray(fit.x)
+    deciding = {j for j in idx if kind == "point"}
+    own = [int(np.searchsorted(ux_point, x.mean())) in deciding for x in xs]
+    spreads = [_spread(y.size, y.size - 1 if o else dof, confidence) for y, o in zip(ys, own)]
+    base_spread = _spread(base.size, dof, confidence)
+    draws = np.empty(n_boot)  # (n_boot,) nats/token
+    means = np.empty((n_boot, len(ys)))  # (n_boot, levels) mean cost per level
+    for i in range(n_boot):
+        xl, yl = [], []
+        for x, y, k in zip(xs, ys, spreads):
+            j = rng.integers(0, y.size, size=y.size)
+            xl.append(np.exp(_resample(np.log(x), j, k)))  # x > 0: resampled on the log scale
+            yl.append(_resample(y, j, k))
+        b = _resample(base, rng.integers(0, base.size, size=base.size), base_spread) if base.size else base
+        fb, tb, _ = one(xl, yl, b)
+        means[i] = [y.mean() for y in yl]
+        vb, kb, _ = budget_of(fb, tb) if tb > 0 else (math.inf, "lower_bound", ())
+        draws[i] = 0.0 if kb == "upper_bound" else (math.inf if kb == "lower_bound" else vb)
+    if kind == "point":
+        interval = _percentile_interval(draws, confidence) if n_boot > 0 else (value, value)
+    elif kind == "upper_bound":
+        interval = (0.0, value)
+    else:
+        interval = (value, math.inf)
+    # the levels that decided B: those at the bracketing fitted points and every level pooled into their blocks
+    cs, ux = np.asarray(fit.cost), np.asarray(fit.x)
+    at = [int(np.searchsorted(ux, x.mean())) for x in xs]  # each level's fitted point
+    decided = [names[k] for k in range(len(names)) if any(cs[at[k]] == cs[j] for j in idx)]
+    lv_int = tuple(_percentile_interval(means[:, k], confidence) if n_boot else (float(ys[k].mean()),) * 2
+                   for k in range(len(ys)))  # fmt: skip
+    return Estimate(
+        fit=fit,
+        tau=tau,
+        baseline_mean=base_mean,
+        budget=Budget(float(value), kind, (float(interval[0]), float(interval[1])), tau, n_boot=n_boot),
+        draws=tuple(float(v) for v in draws),
+        decided_by=tuple(decided),
+        level_means=tuple(float(y.mean()) for y in ys),
+        level_intervals=lv_int,
+        names=names,
+    )
+
+
+def wanted_replicates(est: Estimate, replicates: dict[str, int], factor: float, min_decisive: int) -> list[str]:
+    """The levels that need another replicate pair: none once B is a point whose interval is narrower than `factor`
+    (hi/lo) and every deciding level has ≥ `min_decisive` replicates; else the levels that bracket τ (for a bound:
+    the two levels at that end of the grid)."""
+    b = est.budget
+    if b.kind == "point" and est.width_factor <= factor and all(replicates[n] >= min_decisive for n in est.decided_by):
+        return []
+    if b.kind == "point":
+        return list(est.decided_by)
+    return list(est.names[:2] if b.kind == "upper_bound" else est.names[-2:])
+
+
+def simulate_protocol(
+    true_cost: Any,  # callable x -> cost (nats/token)
+    noise_sd: Any,  # callable x -> sd of one paired cost (nats/token)
+    xs: Any,  # level mismatches (nats/token)
+    baseline_quality: float,
+    baseline_sd: float,
+    tolerance: Tolerance,
+    rng: np.random.Generator,
+    *,
+    replicates: int = 2,
+    factor: float = 2.0,
+    min_decisive: int = 3,
+    max_runs: int = 40,
+    x_cv: float = 0.05,
+    n_boot: int = 300,
+    confidence: float = 0.95,
+) -> tuple[Estimate, int]:
+    """One synthetic calibration under the adaptive protocol (`calibrate`'s rounds, without the OPD runs):
+    (the estimate, runs used). Paired costs ~ true_cost(x) + N(0, noise_sd(x)); x per replicate ~ x·(1 + x_cv·N);
+    the baseline replicate r's quality ~ N(baseline_quality, baseline_sd)."""
+    names = [f"level-{i}" for i in range(len(xs))]
+    data: dict[str, tuple[list[float], list[float]]] = {n: ([], []) for n in names}
+    base: list[float] = []
+
+    def add(name: str, x: float) -> None:
+        data[name][0].append(x * (1 + x_cv * rng.standard_normal()))
+        data[name][1].append(true_cost(x) + noise_sd(x) * rng.standard_normal())
+
+    for _ in range(replicates):
+        base.append(baseline_quality + baseline_sd * rng.standard_normal())
+        for n, x in zip(names, xs):
+            add(n, x)
+    runs = replicates * (len(xs) + 1)
+    seed = int(rng.integers(2**31))
+    while True:
+        levels = [LevelData(n, tuple(data[n][0]), tuple(data[n][1])) for n in names]
+        est = estimate(levels, base, tolerance, n_boot=n_boot, seed=seed, confidence=confidence)
+        want = wanted_replicates(est, {n: len(data[n][1]) for n in names}, factor, min_decisive)
+        new_base = max(len(data[n][1]) for n in want) + 1 > len(base) if want else False
+        if not want or runs + len(want) + new_base > max_runs:
+            return est, runs
+        for n in want:
+            add(n, xs[names.index(n)])
+        if new_base:
+            base.append(baseline_quality + baseline_sd * rng.standard_normal())
+        runs += len(want) + new_base

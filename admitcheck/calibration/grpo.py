@@ -1,0 +1,286 @@
+"""The RL objective (`train.loss: grpo`): GRPO with a verifiable reward, trained through the same perturbed rollout
+engine as OPD, so that one calibration protocol gives an RL budget beside the OPD one (docs/rl.md).
+
+    cfg = TrainConfig(prompts="train.jsonl", loss="grpo", batch_size=128, grpo=GRPOConfig(group_size=8))
+    result = train(student, engine, train_ids, cfg, evaluator, seed=0)     # OPDResult, as opd.train gives
+    task_error(result.final)                                                # 1 − held-out exact-match reward
+
+One step: P = batch_size / G train prompts, each sampled G times by the rollout engine (its perturbation on) ->
+reward R_i ∈ {0, 1} per response (`toy_reversal`: exact match of the reversed digits, `toy.check_answer`) -> one
+advantage per response, normalised within its group: A_i = (R_i − mean_g) / (std_g + eps) with the unbiased std
+(torch.std), eps 1e-6, as verl's `compute_grpo_outcome_advantage`; a group whose rewards are all equal gets A = 0 ->
+the trainer (float32) re-scores the tokens with gradients -> the loss below -> one AdamW step (constant or cosine lr,
+grad-norm clip) -> the engine is re-synced and its perturbation re-applied, exactly as in `opd.train`.
+
+The loss, token-mean over the batch's N response tokens (masked tokens stay in N, as prime-rl's loss scale):
+    L = (1/N) Σ_t w_t · ppo(ρ_t, A_t),   ppo(ρ, A) = max(−Aρ, −A·clip(ρ, 1 − ε_low, 1 + ε_high)),
+    and for A < 0 additionally min(·, −A·c) (dual clip), verl `compute_policy_loss_vanilla`.
+- correction none (verl `bypass_ppo_clip`): ρ = π_θ/μ against the engine's log-probs; w = 1. The clip is the only
+  thing that reacts to mismatch: tokens whose π_θ/μ already left the trust region give no gradient.
+- correction tis (verl decoupled `rollout_is: token|sequence`, TIS): ρ = π_θ/π_old with π_old the trainer's own
+  log-probs before this step's update, w = min(π_old/μ, C) (token), or min(Π_t π_old/μ, C) per response (sequence),
+  detached; log-ratios clamped to ±20 (verl SAFETY_BOUND).
+- correction mis (prime-rl's masked importance sampling, `token_mask_low/high`, `sequence_mask_low/high`):
+  ρ = π_θ/π_old, w = π_old/μ on kept tokens and 0 on masked ones; a token is masked when its π_old/μ is outside
+  [mis_low, mis_high] (token), or a whole response when any of its tokens is (sequence).
+One optimizer step per batch, so π_old equals π_θ in value: in tis and mis the PPO ratio is 1 and its clip never
+acts, and every mode has the closed-form gradient ∇L = −(1/N) Σ_t g_t A_t ∇log π_θ(y_t) with g_t = w_t·[unclipped]·ρ_t
+(`gradient_coefficients`, tested against autograd in tests/test_grpo.py).
+
+Quality of an RL run: the held-out task reward (exact match of the student's own samples in reference precision,
+`opd.QualityEvaluator`'s accuracy); the calibration fits `task_error` = 1 − reward (lower is better), so its cost
+(quality − baseline quality) is baseline reward − run reward. The reverse KL to the teacher is reported beside it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from admitcheck.calibration.runs import OPDResult, Quality, StepLog, derive_seed
+from admitcheck.config import GRPOConfig, SamplingConfig, TrainConfig
+from admitcheck.errors import ConfigError
+from admitcheck.measurement.scorer import response_logprobs
+from admitcheck.pairs import toy
+
+SAFETY_BOUND = 20.0  # |log ratio| clamp before exp, nats (verl rollout_corr_helper.SAFETY_BOUND)
+QUALITY_DEFINITION = (
+    "1 − held-out task reward: exact-match failure rate of the student's own samples in reference precision "
+    "(lower is better; cost = baseline reward − run reward); the reverse KL to the teacher is reported beside it"
+)
+
+
+# ------------------------------------------------------------------------------------------------ reward
+
+
+def toy_reversal_reward(prompt_ids: list[int], response_ids: list[int]) -> float:
+    """1.0 when the response (cut at <eos>) is the prompt's digits reversed, else 0.0 (`toy.check_answer`).
+
+    Decodes with the toy's fixed vocabulary, as `toy.encode_prompt` encodes without loading the tokenizer."""
+    if toy.EOS_ID in response_ids:
+        response_ids = response_ids[: response_ids.index(toy.EOS_ID)]
+    prompt = "".join(toy.VOCAB[i] for i in prompt_ids if i > toy.UNK_ID)
+    response = "".join(toy.VOCAB[i] for i in response_ids if i > toy.UNK_ID)
+    return float(toy.check_answer(prompt, response))
+
+
+REWARDS: dict[str, Callable[[list[int], list[int]], float]] = {"toy_reversal": toy_reversal_reward}
+
+
+def check_reward_prompts(reward: str, prompt_ids: list[list[int]]) -> None:
+    """ConfigError unless the prompts are token ids the reward can read (toy_reversal: the toy tokenizer)."""
+    if reward == "toy_reversal":
+        bad = [i for i, p in enumerate(prompt_ids) if not p or max(p) >= len(toy.VOCAB) or p[-1] != toy.EQ_ID]
+        if bad:
+            raise ConfigError(
+                f"reward toy_reversal needs the toy pair's tokenizer and prompts ending in '=' (prompt {bad[0]} is "
+                "not); other pairs have no verifiable reward yet",
+                field="train.grpo.reward",
+            )
+
+
+# ------------------------------------------------------------------------------------------------ advantages
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, *, std_normalize: bool = True, eps: float = 1e-6):
+    """(P·G,) rewards, groups of `group_size` consecutive rows -> (P·G,) advantages (R − mean_g)/(std_g + eps),
+    std unbiased (N − 1), as verl; `std_normalize=False` gives R − mean_g (Dr. GRPO, prime-rl's default)."""
+    r = rewards.double().view(-1, group_size)  # (P, G)
+    adv = r - r.mean(dim=1, keepdim=True)
+    if std_normalize:
+        adv = adv / (r.std(dim=1, keepdim=True) + eps)
+    return adv.reshape(-1).to(rewards.dtype if rewards.is_floating_point() else torch.float32)
+
+
+# ------------------------------------------------------------------------------------------------ loss
+
+
+def correction_weights(cfg: GRPOConfig, log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) detached weight w_t of each token from ℓ = log π_old − log μ (see the module docstring); 0 off mask."""
+    m = mask.to(log_ratio.dtype)
+    ell = log_ratio.detach()
+    if cfg.correction == "none":
+        return m
+    if cfg.correction == "tis":
+        if cfg.correction_level == "token":
+            w = torch.exp(ell.clamp(-SAFETY_BOUND, SAFETY_BOUND))
+        else:
+            seq = (ell * m).sum(dim=1, keepdim=True).clamp(-SAFETY_BOUND, SAFETY_BOUND)  # (B, 1) log Π r
+            w = torch.exp(seq).expand_as(ell)
+        return w.clamp(max=cfg.tis_cap) * m
+    r = torch.exp(ell.clamp(-SAFETY_BOUND, SAFETY_BOUND))  # mis
+    inside = (r >= cfg.mis_low) & (r <= cfg.mis_high)
+    if cfg.correction_level == "sequence":
+        inside = (inside | ~mask).all(dim=1, keepdim=True).expand_as(inside)
+    return r * (inside & mask).to(r.dtype)
+
+
+def _ppo_clip(ratio: torch.Tensor, adv: torch.Tensor, cfg: GRPOConfig) -> torch.Tensor:
+    """verl's per-token clipped surrogate with dual clip (compute_policy_loss_vanilla), (B, T)."""
+    loss1 = -adv * ratio
+    loss2 = -adv * ratio.clamp(1.0 - cfg.clip_ratio_low, 1.0 + cfg.clip_ratio_high)
+    clipped = torch.maximum(loss1, loss2)
+    dual = torch.minimum(clipped, -adv * cfg.clip_ratio_c)
+    return torch.where(adv < 0, dual, clipped)
+
+
+def grpo_loss(
+    cfg: GRPOConfig,
+    student_lp: torch.Tensor,  # (B, T) log π_θ(y_t), with grad
+    rollout_lp: torch.Tensor,  # (B, T) log μ(y_t) from the engine
+    advantages: torch.Tensor,  # (B,) one per response
+    mask: torch.Tensor,  # (B, T) bool
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The scalar loss of one batch and its stats (clipped: share of tokens the PPO clip zeroes; masked: share of
+    tokens with weight 0 from MIS)."""
+    m = mask.to(student_lp.dtype)
+    n = m.sum().clamp(min=1.0)
+    adv = advantages.to(student_lp.dtype)[:, None].expand_as(student_lp)  # (B, T)
+    if cfg.correction == "none":
+        ratio = torch.exp((student_lp - rollout_lp).clamp(-SAFETY_BOUND, SAFETY_BOUND))  # π_θ/μ
+    else:
+        ratio = torch.exp(student_lp - student_lp.detach())  # π_θ/π_old: value 1, gradient ∇log π_θ
+    w = correction_weights(cfg, student_lp.detach() - rollout_lp, mask)
+    loss = (_ppo_clip(ratio, adv, cfg) * w).sum() / n
+    g = gradient_coefficients(cfg, student_lp.detach(), rollout_lp, advantages, mask)
+    moving = mask & (adv != 0)
+    stats = {
+        "clipped": float(((g == 0) & moving & (w > 0)).sum() / moving.sum().clamp(min=1)),
+        "masked": float(((w == 0) & mask).sum() / n) if cfg.correction == "mis" else 0.0,
+    }
+    return loss, stats
+
+
+def gradient_coefficients(
+    cfg: GRPOConfig, student_lp: torch.Tensor, rollout_lp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """(B, T) g_t with ∇L = −(1/N) Σ_t g_t A_t ∇log π_θ(y_t), written out case by case (the closed form the loss
+    must reproduce; one optimizer step per batch, so π_old = π_θ in value)."""
+    ell = (student_lp - rollout_lp).double()
+    adv = advantages.double()[:, None].expand_as(ell)
+    w = correction_weights(cfg, ell, mask).double()
+    if cfg.correction != "none":
+        return w  # ρ = π_θ/π_old = 1: inside every clip range
+    r = torch.exp(ell.clamp(-SAFETY_BOUND, SAFETY_BOUND))
+    lo, hi, c = 1.0 - cfg.clip_ratio_low, 1.0 + cfg.clip_ratio_high, cfg.clip_ratio_c
+    pos = (adv > 0) & (r <= hi)  # A > 0: −A·min(r, clip(r)) moves while r ≤ 1 + ε_high
+    neg = (adv < 0) & (r >= lo) & (r <= c)  # A < 0: |A|·max(r, clip(r)) moves while r ≥ 1 − ε_low, until dual c
+    return torch.where(pos | neg, r, torch.zeros_like(r)) * w
+
+
+# ------------------------------------------------------------------------------------------------ training
+
+
+@dataclass(frozen=True)
+class GRPOStepLog(StepLog):
+    """An OPD step log plus the RL step's reward and how much of the batch the clip or the mask silenced."""
+
+    reward_mean: float = 0.0  # mean reward of the step's rollouts
+    clipped: float = 0.0  # share of tokens with A ≠ 0 that the PPO clip gave no gradient
+    masked: float = 0.0  # share of tokens MIS masked
+
+
+def _prompt_indices(n: int, prompts: int, seed: int, step: int) -> list[int]:
+    gen = torch.Generator().manual_seed(derive_seed(seed, "batch", step))
+    if prompts <= n:
+        return torch.randperm(n, generator=gen)[:prompts].tolist()
+    return torch.randint(n, (prompts,), generator=gen).tolist()
+
+
+def train(
+    student: torch.nn.Module,
+    engine,
+    prompt_ids: list[list[int]],
+    cfg: TrainConfig,
+    evaluator: Callable[[torch.nn.Module, int], Quality] | None = None,
+    *,
+    eval_every: int = 0,
+    staleness: int = 0,
+    seed: int = 0,
+    on_step: Callable[[int, torch.nn.Module], None] | None = None,
+) -> OPDResult:
+    """`cfg.steps` GRPO steps on `student` in place; the contract of `opd.train` (which dispatches here)."""
+    g = cfg.grpo if cfg.grpo is not None else GRPOConfig()
+    check_reward_prompts(g.reward, prompt_ids)
+    reward = REWARDS[g.reward]
+    sampling = SamplingConfig(temperature=cfg.temperature)
+    student.eval()
+    params = [p for p in student.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if cfg.lr_schedule == "cosine":
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1.0 + math.cos(math.pi * s / cfg.steps)))
+    history: deque[dict[str, torch.Tensor]] = deque(maxlen=staleness + 1)
+    if staleness:
+        history.append({k: v.detach().clone() for k, v in student.state_dict().items()})
+    evals = [evaluator(student, 0)] if evaluator else []
+    logs: list[StepLog] = []
+    per_step = cfg.batch_size // g.group_size
+    for step in range(cfg.steps):
+        t0 = time.perf_counter()
+        chosen = _prompt_indices(len(prompt_ids), per_step, seed, step)
+        batch = [prompt_ids[i] for i in chosen for _ in range(g.group_size)]  # groups are consecutive rows
+        ro = engine.sample(batch, sampling, derive_seed(seed, "rollout", step), cfg.max_new_tokens)
+        t1 = time.perf_counter()
+        rewards = torch.tensor([reward(p, r) for p, r in zip(batch, ro.responses())])  # (B,)
+        adv = group_advantages(rewards, g.group_size, std_normalize=g.std_normalize, eps=g.std_epsilon)
+        t2 = time.perf_counter()
+        lp, _ = response_logprobs(student, ro.prompt_ids, ro.token_ids, ro.mask, sampling)
+        dev = lp.device  # the engine hands back CPU tensors; the trainer may be on CUDA (as opd.train)
+        loss, stats = grpo_loss(g, lp, ro.logprobs.to(dev), adv.to(dev), ro.mask.to(dev))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        clip = cfg.grad_clip if cfg.grad_clip is not None else float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
+        opt.step()
+        if cfg.lr_schedule == "cosine":
+            sched.step()
+        t3 = time.perf_counter()
+        if staleness:
+            history.append({k: v.detach().clone() for k, v in student.state_dict().items()})
+            engine.load_weights(history[0], noise_step=step + 1)
+        else:
+            engine.load_weights(student.state_dict(), noise_step=step + 1)
+        t4 = time.perf_counter()
+        ell = (lp.detach().cpu().double() - ro.logprobs.double())[ro.mask]  # (N,) log π_θ/μ
+        n = max(int(ro.mask.sum()), 1)
+        logs.append(
+            GRPOStepLog(
+                step + 1,
+                float(loss.detach()),
+                grad_norm,
+                float((torch.expm1(ell) - ell).sum()) / n,
+                float((-ell).sum()) / n,
+                float(ell.abs().sum()) / n,
+                int(ro.mask.sum()),
+                t1 - t0,
+                t2 - t1,  # "teacher" phase: the reward and advantages here
+                t3 - t2,
+                t4 - t3,
+                reward_mean=float(rewards.mean()),
+                clipped=stats["clipped"],
+                masked=stats["masked"],
+            )
+        )
+        if on_step is not None:
+            on_step(step + 1, student)
+        if evaluator and ((eval_every and (step + 1) % eval_every == 0) or step + 1 == cfg.steps):
+            evals.append(evaluator(student, step + 1))
+    return OPDResult(logs, evals)
+
+
+# ------------------------------------------------------------------------------------------------ quality
+
+
+def task_error(q: Quality) -> float:
+    """The RL run's quality as a calibration fits it (lower is better): 1 − held-out task reward, so that the
+    calibration's cost, quality − baseline quality, is baseline reward − run reward (higher cost = worse)."""
+    if q.accuracy is None:
+        raise ConfigError(
+            "loss grpo needs eval prompts with an 'answer' (the held-out task reward)", field="eval.prompts"
+        )
+    return 1.0 - q.accuracy

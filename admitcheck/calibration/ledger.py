@@ -1,0 +1,95 @@
+"""The calibration ledger `<stem>.ledger.jsonl` beside the artifact: a header (the run-relevant config and the pair),
+then one JSON line per finished run, appended by the driver only; a resumed calibration reuses its runs.
+
+    ledger = Ledger.open(ledger_path(out), header)     # CalibrationError when the header is another config's
+    ledger.append(record); ledger.runs
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from admitcheck import fingerprint, io
+from admitcheck.calibration.artifact import prompt_hashes
+from admitcheck.config import CalibrateConfig
+from admitcheck.errors import AdmitcheckError, CalibrationError
+
+LEDGER_VERSION = 2
+
+
+_NOT_IN_HEADER = {"pair", "levels", "tolerance", "bootstrap", "confidence", "output", "resources", "kind"}  # not re-run
+
+
+def ledger_path(output: Path) -> Path:
+    return output.with_name(f"{output.stem}.ledger.jsonl")
+
+
+def run_relevant_config(config: CalibrateConfig) -> dict[str, Any]:
+    """Every config field that changes a run's numbers, prompt paths replaced by content hashes."""
+    data = config.model_dump(mode="json", exclude=_NOT_IN_HEADER)
+    hashes = prompt_hashes(config)
+    for section in ("probe", "train", "eval"):
+        data[section]["prompts"] = hashes[section]
+    return data
+
+
+def _first_difference(a: Any, b: Any, prefix: str = "") -> str | None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            d = _first_difference(a.get(k), b.get(k), f"{prefix}{k}.")
+            if d:
+                return d
+        return None
+    return prefix.rstrip(".") if a != b else None
+
+
+@dataclass
+class Ledger:
+    """The runs (and the grid) a calibration has finished, keyed so that a re-run can skip them."""
+
+    path: Path
+    header: dict[str, Any]
+    grid: dict[str, Any] | None = None
+    runs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, path: Path, header: dict[str, Any]) -> Ledger:
+        """Read an existing ledger (refusing one of another pair or config, untouched) or start a new one."""
+        ledger = cls(path, header)
+        if not path.exists():
+            io.append_jsonl(path, header)
+            return ledger
+        try:
+            records = io.read_jsonl(path)
+        except AdmitcheckError as exc:
+            raise CalibrationError(f"corrupt ledger: {exc.message}", file=str(path)) from None
+        if not records or records[0].get("kind") != "header":
+            raise CalibrationError("not a calibration ledger (no header line)", file=str(path), field="kind")
+        theirs = records[0]
+        for section in ("ledger_version", "pair", "config"):
+            diff = _first_difference(theirs.get(section), header[section], f"{section}.")
+            if diff:
+                what = "a different pair" if section == "pair" else "a different config"
+                was, now = fingerprint.dotted_get(theirs, diff, None), fingerprint.dotted_get(header, diff, None)
+                raise CalibrationError(
+                    f"this ledger was written for {what} ({diff}: ledger {was!r}, now "
+                    f"{now!r}); its runs are kept: restore the old setting, or set another "
+                    "`output` (or delete the ledger) to calibrate afresh",
+                    file=str(path),
+                    field=diff,
+                )
+        for rec in records[1:]:
+            if rec.get("kind") == "grid":
+                ledger.grid = rec
+            elif rec.get("kind") == "run":
+                ledger.runs[rec["key"]] = rec
+        return ledger
+
+    def append(self, record: dict[str, Any]) -> None:
+        io.append_jsonl(self.path, record)
+        if record["kind"] == "grid":
+            self.grid = record
+        else:
+            self.runs[record["key"]] = record

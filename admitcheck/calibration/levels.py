@@ -1,0 +1,305 @@
+"""Calibration levels and one run of a level: its engine, its mismatch measured as a screen measures it, its OPD run.
+
+    ctx = load_context(cfg, "examples/toy_calibrate.yaml")     # pair, prompts, models; checked, cached per process
+    ks = measure_grid(ctx, cfg, [0.01, 0.1])                    # k3 (nats/token) of two weight-noise sizes
+    record = run_one(ctx, cfg, Level("noise-1", "noise", relative_std=0.01), seed=0)
+    record["mismatch"], record["quality"]                       # x and final quality, nats/token
+
+A run's start mismatch is `measure.measure_engine` on the probe set (the screen's sampling, seeds and metric) with the
+level's engine at the run's starting weights (noise draw 0, the one the first training step uses) against the
+reference (the student in reference precision); for staleness k, the engine in the reference's configuration on
+the starting student against the student after k real OPD steps (`opd.stale_student`, as `screen` does). Its run
+mismatch is the engine-vs-trainer k3 of every training step (`in_run_k3`; a window of them is the run-averaged x, which
+`opd.run_mismatch` reproduces for a screen from a short stretch of the same training). Everything
+runs with one torch thread (`one_thread`) so that runs are bit-identical in this process and in worker processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from admitcheck import io
+from admitcheck.calibration import opd
+from admitcheck.calibration.runs import derive_seed
+from admitcheck.config import CalibrateConfig, NoiseConfig, RolloutConfig, SamplingConfig
+from admitcheck.errors import ConfigError
+from admitcheck.measurement.measure import measure_engine
+from admitcheck.pairs.load import PairTokens, load_pair_tokenizer, tokenize_prompts
+from admitcheck.rollout.floor import floor_rollout
+
+LevelKind = Literal["baseline", "noise", "rollout", "staleness"]
+GRID_STDS = (1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0)  # relative weight-noise sizes measured to place the auto grid
+FULL_ROWS_BYTES = 1 << 28  # compare full distributions (kl_exact) only when a probe batch's (B, T, V) fits in this
+
+
+@dataclass(frozen=True)
+class Level:
+    """One calibration perturbation of the rollout engine."""
+
+    name: str
+    kind: LevelKind
+    relative_std: float = 0.0  # weight noise, relative to each tensor's RMS
+    rollout: RolloutConfig | None = None  # a named rollout config (kind "rollout")
+    staleness: int = 0  # optimizer steps the engine's weights lag behind (kind "staleness")
+    target: float | None = None  # the k3 the auto grid aimed at, nats/token
+    fit: bool = True  # in the curve fit (false: a held-out check of the curve's prediction)
+
+    def spec(self) -> dict[str, Any]:
+        """What determines this level's runs (not its name): the ledger's key."""
+        rollout = self.rollout.model_dump(mode="json") if self.rollout is not None else None
+        return {"kind": self.kind, "relative_std": self.relative_std, "rollout": rollout, "staleness": self.staleness}
+
+    def engine_rollout(self, base: RolloutConfig, seed: int) -> RolloutConfig:
+        """The rollout config of the run's engine; weight noise is seeded by the run seed."""
+        if self.kind == "noise":
+            return base.model_copy(update={"noise": NoiseConfig(relative_std=self.relative_std, seed=seed)})
+        return self.rollout if self.kind == "rollout" and self.rollout is not None else base
+
+    def seed(self, base: int, replicate: int) -> int:
+        """The run seed of replicate r: the same for every level (common random numbers), so that a level's run
+        and the baseline's run r share the data order, the rollout sampling uniforms (coupled sampling) and the
+        noise draw's seed, and their quality difference is a paired difference."""
+        return replicate_seed(base, replicate)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"name": self.name, "kind": self.kind, "fit": self.fit}
+        if self.kind == "noise":
+            out |= {"relative_std": self.relative_std, "target": self.target}
+        elif self.kind == "rollout":
+            out["rollout"] = self.spec()["rollout"]
+        elif self.kind == "staleness":
+            out["staleness"] = self.staleness
+        return out
+
+
+def replicate_seed(base: int, replicate: int) -> int:
+    """The seed every level's replicate `replicate` runs with (calibration top-level seed `base`)."""
+    return derive_seed("replicate", base, replicate) % 1_000_000
+
+
+def resolve_levels(config: CalibrateConfig, grid: dict[str, Any] | None) -> list[Level]:
+    """Baseline, the automatic noise grid (σ from `grid`), then the extra levels, in that order."""
+    levels = [Level("baseline", "baseline")]
+    auto = config.levels.auto_noise
+    if auto is not None and grid is not None:
+        targets = np.geomspace(auto.min_mismatch, auto.max_mismatch, auto.count)
+        for i, (target, std) in enumerate(zip(targets, noise_for_mismatch(grid, targets)), start=1):
+            levels.append(Level(f"noise-{i}", "noise", relative_std=std, target=float(target)))
+    for lv in config.levels.extra:
+        if lv.rollout is not None:
+            levels.append(Level(lv.name, "rollout", rollout=lv.rollout, fit=lv.fit))
+        elif lv.relative_std is not None:
+            levels.append(Level(lv.name, "noise", relative_std=lv.relative_std, fit=lv.fit))
+        else:
+            levels.append(Level(lv.name, "staleness", staleness=lv.staleness, fit=lv.fit))
+    return levels
+
+
+def noise_for_mismatch(grid: dict[str, Any], targets: Any) -> list[float]:
+    """σ whose k3 is each target: piecewise-linear in (log σ, log k3) through the grid, made monotone, extended
+    past its ends with the end slopes (at least 1). Rounded to 4 significant digits (stable run keys)."""
+    s = np.log(np.asarray(grid["relative_std"], dtype=np.float64))  # (n,)
+    k = np.maximum.accumulate(np.log(np.maximum(np.asarray(grid["mismatch"], dtype=np.float64), 1e-30)))  # (n,)
+    k = k + 1e-9 * np.arange(k.size)  # strictly increasing for the inverse
+    out = []
+    for t in np.log(np.asarray(targets, dtype=np.float64)):
+        if t < k[0]:
+            slope = max((k[1] - k[0]) / (s[1] - s[0]), 1.0)
+            ls = s[0] + (t - k[0]) / slope
+        elif t > k[-1]:
+            slope = max((k[-1] - k[-2]) / (s[-1] - s[-2]), 1.0)
+            ls = s[-1] + (t - k[-1]) / slope
+        else:
+            ls = float(np.interp(t, k, s))
+        out.append(float(f"{math.exp(ls):.4g}"))
+    return out
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """torch.set_num_threads(1) for the block: identical numerics in-process and in workers, whatever the machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@dataclass
+class RunContext:
+    """What every run of a calibration shares (loaded once per process)."""
+
+    tokens: PairTokens
+    student: torch.nn.Module  # float32 starting weights on the trainer device; runs train deep copies
+    reference: torch.nn.Module  # the student in reference precision, for mismatch measurements
+    teacher: torch.nn.Module
+    train_ids: list[list[int]]
+    probe_ids: list[list[int]]
+    eval_ids: list[list[int]]
+    eval_answers: list[str] | None
+
+
+_CACHE: dict[str, RunContext] = {}
+
+
+def load_context(config: CalibrateConfig, config_file: str | None = None) -> RunContext:
+    """Check and load the pair, prompt sets and models (ConfigError naming the field); cached per process."""
+    key = json.dumps([config.model_dump(mode="json", include={"pair", "probe", "train", "eval", "reference"})])
+    if key in _CACHE:
+        return _CACHE[key]
+    _check_engines(config, config_file)
+    tokens = load_pair_tokenizer(config.pair, file=config_file)
+    sets = {}
+    for name, section in (("train", config.train), ("probe", config.probe), ("eval", config.eval)):
+        limit = section.num_prompts if name != "train" else None
+        sets[name] = io.read_prompts(section.prompts, limit=limit, field=f"{name}.prompts")
+    ids = {k: tokenize_prompts(tokens, rows, file=getattr(config, k).prompts) for k, rows in sets.items()}
+    dev, dtype = config.reference.device, config.reference.dtype
+    student = io.load_causal_lm(config.pair.student, "float32", dev, file=config_file, field="pair.student")
+    reference = io.load_causal_lm(config.pair.student, dtype, dev, file=config_file, field="pair.student")
+    teacher = io.load_causal_lm(config.pair.teacher, "float32", dev, file=config_file, field="pair.teacher")
+    answers = [str(r["answer"]) for r in sets["eval"]] if all("answer" in r for r in sets["eval"]) else None
+    ctx = RunContext(tokens, student, reference, teacher, ids["train"], ids["probe"], ids["eval"], answers)
+    _CACHE.clear()
+    _CACHE[key] = ctx
+    return ctx
+
+
+def _check_engines(config: CalibrateConfig, file: str | None) -> None:
+    """Runs re-sync the engine from the trainer every step: the HF engine, no fixed checkpoint."""
+    rollouts = [("rollout", config.rollout)]
+    rollouts += [(f"levels.extra.{i}.rollout", lv.rollout) for i, lv in enumerate(config.levels.extra) if lv.rollout]
+    for where, r in rollouts:
+        if r.engine != "hf":
+            raise ConfigError(
+                "calibration runs use the hf engine (it is re-synced from the trainer after every "
+                "step); measure a vllm config with `screen`",
+                file=file,
+                field=f"{where}.engine",
+            )
+        if r.weights_from is not None:
+            raise ConfigError(
+                "a calibration level cannot sample from a fixed checkpoint; use a staleness level",
+                file=file,
+                field=f"{where}.weights_from",
+            )
+
+
+def _engine(ctx: RunContext, model: torch.nn.Module, rollout: RolloutConfig):
+    from admitcheck.rollout.engines.hf import HFEngine
+
+    return HFEngine(model, rollout, eos_token_id=ctx.tokens.eos_token_id, pad_token_id=ctx.tokens.pad_token_id)
+
+
+def _measure(ctx: RunContext, config: CalibrateConfig, engine, reference) -> dict[str, Any]:
+    """The engine's mismatch against `reference` on the probe set, as `screen` measures it."""
+    probe = config.probe
+    full = probe.batch_size * probe.max_new_tokens * ctx.tokens.vocab_size * 4 <= FULL_ROWS_BYTES
+    acc = measure_engine(engine, reference, ctx.probe_ids, probe, config.sampling, full=full)
+    m = acc.metrics(config.confidence)
+    lo, hi = m.intervals[config.metric]
+    return {
+        "mismatch": float(m.values[config.metric]),
+        "mismatch_interval": [float(lo), float(hi)],
+        "k3": float(m.values["k3"]),
+        "kl_exact": float(m.values["kl_exact"]) if "kl_exact" in m.values else None,
+        "probe_tokens": acc.num_tokens,
+    }
+
+
+def measure_grid(
+    ctx: RunContext, config: CalibrateConfig, stds: list[float], progress: Callable | None = None
+) -> list[float]:
+    """k3 (nats/token) of the base engine with weight noise of each relative size, noise seed config.seed."""
+    out = []
+    with one_thread():
+        for i, std in enumerate(stds):
+            rollout = config.rollout.model_copy(update={"noise": NoiseConfig(relative_std=std, seed=config.seed)})
+            engine = _engine(ctx, ctx.student, rollout)
+            out.append(_measure(ctx, config, engine, ctx.reference)["k3"])
+            engine.close()
+            if progress:
+                progress("auto-noise grid", i + 1, len(stds))
+    return out
+
+
+def level_mismatch(ctx: RunContext, config: CalibrateConfig, level: Level, seed: int) -> dict[str, Any]:
+    """The run's x: its engine at the starting weights (staleness: θ0 against θk) measured on the probe set."""
+    if level.kind != "staleness":
+        engine = _engine(ctx, ctx.student, level.engine_rollout(config.rollout, seed))
+        reference = ctx.reference
+    else:
+        stale = opd.stale_student(
+            ctx.student, ctx.teacher, ctx.train_ids, config.train, config.rollout, level.staleness, seed, ctx.tokens
+        )
+        reference = opd.cast_parameters(stale, config.reference.dtype)
+        engine = _engine(ctx, ctx.student, floor_rollout(config.rollout, config.reference))
+    try:
+        return _measure(ctx, config, engine, reference)
+    finally:
+        engine.close()
+
+
+_NOT_MEASURED = {"mismatch": None, "mismatch_interval": None, "k3": None, "kl_exact": None, "probe_tokens": 0}
+
+
+def run_one(ctx: RunContext, config: CalibrateConfig, level: Level, seed: int) -> dict[str, Any]:
+    """Measure the level's mismatch, then one OPD run under it; a JSON-ready record of both (no timings in keys
+    that the artifact keeps, so a resumed calibration writes the same artifact)."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    with one_thread():
+        torch.manual_seed(seed)
+        # the baseline is paired with itself: its x is never used, so it is not measured (saves a probe pass)
+        x = level_mismatch(ctx, config, level, seed) if level.kind != "baseline" else _NOT_MEASURED
+        student = copy.deepcopy(ctx.student)
+        engine = _engine(ctx, student, level.engine_rollout(config.rollout, seed))
+        sampling = SamplingConfig(temperature=config.train.temperature)
+        evaluator = opd.QualityEvaluator(
+            ctx.teacher, ctx.eval_ids, ctx.eval_answers, config.eval, ctx.tokens, sampling, config.reference
+        )
+        try:
+            result = opd.train(
+                student,
+                ctx.teacher,
+                engine,
+                ctx.train_ids,
+                config.train,
+                evaluator,
+                eval_every=config.eval.every,
+                staleness=level.staleness,
+                seed=seed,
+            )
+        finally:
+            engine.close()
+    steps = result.steps
+    return {
+        "seed": seed,
+        "relative_std": level.relative_std if level.kind == "noise" else None,
+        "staleness": level.staleness or None,
+        **x,
+        "quality": opd.quality_value(config.train, result.final),  # reverse KL, or 1 − task reward (grpo)
+        "quality_start": opd.quality_value(config.train, result.initial),
+        "reverse_kl": result.final.reverse_kl,
+        "accuracy": result.final.accuracy,
+        "accuracy_start": result.initial.accuracy,
+        "steps": len(steps),
+        "evals": [[q.step, q.reverse_kl, q.accuracy] for q in result.evals],
+        "in_run_k3_mean": sum(s.k3 for s in steps) / len(steps),
+        "in_run_k3": [s.k3 for s in steps],  # per step: the run-averaged x is a mean over a window of these
+        "loss_first": steps[0].loss,
+        "loss_last": steps[-1].loss,
+        "seconds": round(time.perf_counter() - t0, 2),
+        "cpu_seconds": round(time.process_time() - c0, 2),
+        "seconds_by_phase": {k: round(v, 2) for k, v in result.seconds().items()},
+    }

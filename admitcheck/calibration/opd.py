@@ -1,0 +1,329 @@
+"""The on-policy distillation (OPD) training loop and its quality evaluation (REFERENCE §1, §3.2).
+
+    engine = HFEngine(student, RolloutConfig(dtype="float32", noise=NoiseConfig(relative_std=0.05, seed=0)), ...)
+    evaluator = QualityEvaluator(teacher, eval_ids, eval_answers, EvalConfig(prompts="eval.jsonl"), tokens)
+    result = train(student, teacher, engine, train_ids, TrainConfig(prompts="train.jsonl"), evaluator, seed=0)
+    result.evals[0].reverse_kl, result.final.reverse_kl      # nats/token, held out, lower is better
+
+One step: a batch of train prompts -> the rollout engine (running the level's perturbation) samples -> the teacher
+scores the sampled tokens -> the student (trainer, float32) re-scores them with gradients -> loss -> AdamW step ->
+the engine is re-synced from the student and its perturbation re-applied (`noise_step` = step: a fresh noise draw
+per sync, the recipe re-quantized). With `staleness=k` the engine holds the weights of k steps earlier.
+
+Losses (`TrainConfig.loss`):
+- "pg": per-token reverse-KL advantage A_t = −(log π_S(y_t) − log π_T(y_t)), where log π_S is the trainer's
+  recompute (`student_logprobs: trainer`, verl) or the engine's log μ (`rollout`, Tinker: the mismatch enters the
+  reward), in the importance-sampling loss −Σ_t w_t·A_t/N with w_t = π_θ/μ (truncated at `tis_cap` when set; the
+  weight's value is detached, its gradient is that of log π_θ, so ∇ = −Σ min(r, C)·A·∇log π_θ / N).
+- "gkd_reverse_kl": the exact full-vocabulary reverse KL Σ_v π_θ(v)(log π_θ(v) − log π_T(v)) per position of the
+  engine-sampled prefixes, back-propagated directly (the mismatch enters only through which prefixes are seen).
+
+The optimizer is AdamW at `lr` (constant, or cosine-decayed to 0 over the run), global grad-norm clip `grad_clip`.
+Quality (`QualityEvaluator`): the student samples `samples` responses per held-out prompt in reference precision
+(no perturbation, the same eval seed every time); quality = the exact reverse KL student→teacher per token on them
+(nats/token), plus exact-match accuracy when the prompts carry an "answer".
+
+Determinism: every random draw is a pure function of (seed, purpose, step) (`derive_seed`): the train batch, the
+engine's sampling uniforms, the noise (via `noise_step`). AdamW has no randomness, so a run is reproducible at a
+fixed torch thread count (the calibration runs every run with 1 thread).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+
+import torch
+
+from admitcheck.calibration.runs import OPDResult, Quality, StepHook, StepLog, derive_seed
+from admitcheck.config import EvalConfig, ReferenceConfig, RolloutConfig, SamplingConfig, TrainConfig
+from admitcheck.measurement.scorer import response_logprobs, score
+
+
+def quality_value(cfg: TrainConfig, q: Quality) -> float:
+    """The quality a calibration fits (lower is better): the reverse KL for OPD losses; for `loss: grpo` the task
+    error 1 − held-out reward, so that cost = quality − baseline quality = baseline reward − run reward."""
+    if cfg.loss == "grpo":  # --- issue 15
+        from admitcheck.calibration.grpo import task_error
+
+        return task_error(q)
+    return q.reverse_kl
+
+
+def quality_definition(cfg: TrainConfig) -> str:
+    """What `quality_value` means, for the artifact's quality.definition."""
+    if cfg.loss == "grpo":  # --- issue 15
+        from admitcheck.calibration.grpo import QUALITY_DEFINITION
+
+        return QUALITY_DEFINITION
+    return (
+        "held-out reverse KL student->teacher per token, exact over the vocab, on the student's own samples in "
+        "reference precision (nats/token, lower is better)"
+    )
+
+
+def exact_match(tokenizer, eos_token_id: int, responses: list[list[int]], answers: list[str]) -> float:
+    """Fraction of responses (cut at the first EOS, special tokens dropped) equal to the answer, whitespace ignored."""
+    hits = 0
+    for ids, answer in zip(responses, answers):
+        ids = ids[: ids.index(eos_token_id)] if eos_token_id in ids else ids
+        text = tokenizer.decode(ids, skip_special_tokens=True)
+        hits += "".join(text.split()) == "".join(str(answer).split())
+    return hits / max(len(responses), 1)
+
+
+class QualityEvaluator:
+    """Quality on fixed held-out prompts: the student samples in reference precision (an unperturbed engine with
+    the same seed every time, so evaluations of different runs share their random numbers), the teacher scores."""
+
+    def __init__(
+        self,
+        teacher: torch.nn.Module,
+        prompt_ids: list[list[int]],
+        answers: list[str] | None,
+        cfg: EvalConfig,
+        tokens,  # measure.PairTokens
+        sampling: SamplingConfig,
+        reference: ReferenceConfig = ReferenceConfig(),
+    ) -> None:
+        self.teacher = teacher
+        self.prompt_ids = [p for p in prompt_ids for _ in range(cfg.samples)]  # each prompt `samples` times
+        self.answers = [a for a in answers for _ in range(cfg.samples)] if answers is not None else None
+        self.cfg, self.tokens, self.sampling = cfg, tokens, sampling
+        dtype = reference.dtype if reference.dtype != "float64" else "float32"
+        self.rollout = RolloutConfig(engine="hf", dtype=dtype, device=reference.device)
+        self._engine = None
+
+    def __call__(self, student: torch.nn.Module, step: int) -> Quality:
+        from admitcheck.rollout.engines.hf import HFEngine
+
+        if self._engine is None:
+            self._engine = HFEngine(
+                student, self.rollout, eos_token_id=self.tokens.eos_token_id, pad_token_id=self.tokens.pad_token_id
+            )
+        else:
+            self._engine.load_weights(student.state_dict())
+        kl_sum, n_tok, responses = 0.0, 0, []
+        for i in range(0, len(self.prompt_ids), self.cfg.batch_size):
+            chunk = self.prompt_ids[i : i + self.cfg.batch_size]
+            seed = derive_seed(self.cfg.seed, "eval", i)
+            ro = self._engine.sample(chunk, self.sampling, seed, self.cfg.max_new_tokens, return_full=True)
+            teacher = score(self.teacher, ro.prompt_ids, ro.token_ids, ro.mask, self.sampling, full=True)
+            kl = _reverse_kl_rows(ro.full_logprobs, teacher.full_logprobs)  # (B, T) nats
+            kl_sum += float(kl[ro.mask].double().sum())
+            n_tok += int(ro.mask.sum())
+            responses += ro.responses()
+        acc = None
+        if self.answers is not None:
+            acc = exact_match(self.tokens.tokenizer, self.tokens.eos_token_id, responses, self.answers)
+        return Quality(step, kl_sum / max(n_tok, 1), acc, n_tok)
+
+
+def _reverse_kl_rows(student_full: torch.Tensor, teacher_full: torch.Tensor) -> torch.Tensor:
+    """(B, T, V) log π_S, log π_T -> (B, T) KL(π_S ‖ π_T); tokens outside the student's kept set contribute 0."""
+    p = student_full.exp()  # (B, T, V)
+    terms = torch.where(p > 0, p * (student_full - teacher_full), torch.zeros_like(p))
+    return terms.sum(-1)
+
+
+def _batch_indices(n: int, batch_size: int, seed: int, step: int) -> list[int]:
+    """The step's train prompts: a seeded draw without replacement (with replacement when the set is smaller)."""
+    gen = torch.Generator().manual_seed(derive_seed(seed, "batch", step))
+    if batch_size <= n:
+        return torch.randperm(n, generator=gen)[:batch_size].tolist()
+    return torch.randint(n, (batch_size,), generator=gen).tolist()
+
+
+def opd_loss(
+    cfg: TrainConfig,
+    student_lp: torch.Tensor,  # (B, T) log π_θ(y_t), with grad
+    rollout_lp: torch.Tensor,  # (B, T) log μ(y_t) from the engine
+    teacher_lp: torch.Tensor,  # (B, T) log π_T(y_t)
+    mask: torch.Tensor,  # (B, T) bool
+    student_full: torch.Tensor | None = None,  # (B, T, V) log π_θ, with grad (gkd only)
+    teacher_full: torch.Tensor | None = None,  # (B, T, V) log π_T (gkd only)
+) -> torch.Tensor:
+    """The scalar loss of one batch, a mean over its response tokens (see the module docstring)."""
+    m = mask.float()
+    n = m.sum().clamp(min=1.0)
+    if cfg.loss == "gkd_reverse_kl":
+        return (_reverse_kl_rows(student_full, teacher_full) * m).sum() / n
+    own = student_lp.detach() if cfg.student_logprobs == "trainer" else rollout_lp
+    advantage = -(own - teacher_lp)  # (B, T) nats
+    ratio = torch.exp(student_lp.detach() - rollout_lp)  # (B, T) π_θ/μ
+    if cfg.tis_cap is not None:
+        ratio = ratio.clamp(max=cfg.tis_cap)
+    surrogate = torch.exp(student_lp - student_lp.detach())  # value 1, gradient ∇log π_θ
+    return -(ratio * surrogate * advantage * m).sum() / n
+
+
+def train(
+    student: torch.nn.Module,
+    teacher: torch.nn.Module,
+    engine,
+    prompt_ids: list[list[int]],
+    cfg: TrainConfig,
+    evaluator: Callable[[torch.nn.Module, int], Quality] | None = None,
+    *,
+    eval_every: int = 0,
+    staleness: int = 0,
+    seed: int = 0,
+    on_step: StepHook | None = None,
+    stop_after: int | None = None,
+) -> OPDResult:
+    """Run `cfg.steps` OPD steps on `student` in place (see the module docstring); quality at 0, every, and the end.
+
+    `engine` must hold the student's starting weights with its perturbation applied at noise_step 0; `on_step(k,
+    student)` is called after step k's optimizer step and engine sync (k = 1 … steps). `stop_after=n` runs only the
+    first n steps of the recipe (the same schedule, so they equal the full run's first n steps).
+    """
+    if cfg.loss == "grpo":  # --- the RL objective lives in admitcheck.calibration.grpo (issue 15)
+        from admitcheck.calibration import grpo
+
+        return grpo.train(student, engine, prompt_ids, cfg, evaluator, eval_every=eval_every, staleness=staleness,
+                          seed=seed, on_step=on_step)  # fmt: skip
+    sampling = SamplingConfig(temperature=cfg.temperature)
+    gkd = cfg.loss == "gkd_reverse_kl"
+    student.eval()  # no dropout: training mode is only about gradients here
+    teacher.requires_grad_(False)
+    params = [p for p in student.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if cfg.lr_schedule == "cosine":  # the final iterate settles: less run-to-run noise in the final quality
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1.0 + math.cos(math.pi * s / cfg.steps)))
+    history: deque[dict[str, torch.Tensor]] = deque(maxlen=staleness + 1)  # the last k+1 clean states
+    if staleness:
+        history.append(_snapshot(student))
+    evals = [evaluator(student, 0)] if evaluator else []
+    logs: list[StepLog] = []
+    for step in range(cfg.steps if stop_after is None else min(stop_after, cfg.steps)):
+        t0 = time.perf_counter()
+        batch = [prompt_ids[i] for i in _batch_indices(len(prompt_ids), cfg.batch_size, seed, step)]
+        ro = engine.sample(batch, sampling, derive_seed(seed, "rollout", step), cfg.max_new_tokens)
+        t1 = time.perf_counter()
+        teacher_scores = score(teacher, ro.prompt_ids, ro.token_ids, ro.mask, sampling, full=gkd)
+        t2 = time.perf_counter()
+        lp, full = response_logprobs(student, ro.prompt_ids, ro.token_ids, ro.mask, sampling, full=gkd)
+        dev = lp.device  # the engine and the scorer hand back CPU tensors; the trainer may be on CUDA
+        teacher_full = teacher_scores.full_logprobs.to(dev) if teacher_scores.full_logprobs is not None else None
+        loss = opd_loss(
+            cfg, lp, ro.logprobs.to(dev), teacher_scores.logprobs.to(dev), ro.mask.to(dev), full, teacher_full
+        )
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        clip = cfg.grad_clip if cfg.grad_clip is not None else float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
+        opt.step()
+        if cfg.lr_schedule == "cosine":
+            sched.step()
+        t3 = time.perf_counter()
+        if staleness:
+            history.append(_snapshot(student))
+            engine.load_weights(history[0], noise_step=step + 1)  # θ_{max(0, step+1−k)}
+        else:
+            engine.load_weights(student.state_dict(), noise_step=step + 1)
+        t4 = time.perf_counter()
+        logs.append(
+            StepLog(
+                step + 1,
+                float(loss.detach()),
+                grad_norm,
+                *_in_run_mismatch(lp.detach().cpu(), ro),
+                t1 - t0,
+                t2 - t1,
+                t3 - t2,
+                t4 - t3,
+            )
+        )
+        if on_step is not None:
+            on_step(step + 1, student)
+        due = (eval_every and (step + 1) % eval_every == 0) or step + 1 == cfg.steps
+        if evaluator and due:
+            evals.append(evaluator(student, step + 1))
+    return OPDResult(logs, evals)
+
+
+def _snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _in_run_mismatch(trainer_lp: torch.Tensor, ro) -> tuple[float, float, float, int]:
+    """(k3, k1, abs_diff, tokens) of the engine's log μ against the trainer's log π_θ on the batch, nats/token.
+
+    The same token-mean formulas as `metrics.mismatch_metrics` (REFERENCE §2) without its intervals, which a
+    per-step log does not need."""
+    m = ro.mask
+    ell = (trainer_lp.double() - ro.logprobs.double())[m]  # (N,) log r
+    n = max(int(m.sum()), 1)
+    k3 = float((torch.expm1(ell) - ell).sum()) / n
+    return k3, float((-ell).sum()) / n, float(ell.abs().sum()) / n, int(m.sum())
+
+
+def cast_parameters(model: torch.nn.Module, dtype: str) -> torch.nn.Module:
+    """Floating parameters to `dtype` in place, buffers (rotary inv_freq) untouched, as `from_pretrained` loads."""
+    for p in model.parameters():
+        if p.is_floating_point():
+            p.data = p.data.to(getattr(torch, dtype))
+    return model
+
+
+def stale_student(
+    student0: torch.nn.Module,
+    teacher: torch.nn.Module,
+    prompt_ids: list[list[int]],
+    cfg: TrainConfig,
+    rollout: RolloutConfig,
+    staleness: int,
+    seed: int,
+    tokens,  # measure.PairTokens
+) -> torch.nn.Module:
+    """A float32 copy of `student0` after `staleness` real OPD steps of recipe `cfg` (seed `seed`) whose rollouts
+    all came from θ0 (an engine k steps behind holds θ0 for the first k steps): the θk of KL(π_θ0 ‖ π_θk)."""
+    from admitcheck.rollout.engines.hf import HFEngine
+
+    student = cast_parameters(copy.deepcopy(student0), "float32")
+    engine = HFEngine(student, rollout, eos_token_id=tokens.eos_token_id, pad_token_id=tokens.pad_token_id)
+    try:
+        train(
+            student,
+            teacher,
+            engine,
+            prompt_ids,
+            cfg.model_copy(update={"steps": staleness}),
+            staleness=staleness,
+            seed=seed,
+        )
+    finally:
+        engine.close()
+    return student
+
+
+def run_mismatch(
+    student0: torch.nn.Module,
+    teacher: torch.nn.Module,
+    prompt_ids: list[list[int]],
+    cfg: TrainConfig,
+    rollout: RolloutConfig,
+    *,
+    steps: int,
+    staleness: int = 0,
+    seed: int,
+    tokens,  # measure.PairTokens
+) -> float:
+    """The run-averaged mismatch x_run of a rollout engine (`rollout`, rollouts `staleness` steps behind): the mean
+    engine-vs-trainer k3 (nats/token) over the first `steps` real OPD steps of recipe `cfg` from `student0`.
+
+    A calibration fitted on x_run (artifact `budget.x: run`) measured it exactly so, on the first
+    `levels.run_window` steps of each run (replicate 0 has the seed `levels.replicate_seed(recipe seed, 0)`);
+    a screen calls this with the same recipe, window and seed to measure the same quantity. `student0` is copied."""
+    from admitcheck.rollout.engines.hf import HFEngine
+
+    student = cast_parameters(copy.deepcopy(student0), "float32")
+    engine = HFEngine(student, rollout, eos_token_id=tokens.eos_token_id, pad_token_id=tokens.pad_token_id)
+    try:
+        result = train(student, teacher, engine, prompt_ids, cfg, staleness=staleness, seed=seed, stop_after=steps)
+    finally:
+        engine.close()
+    return sum(s.k3 for s in result.steps) / max(len(result.steps), 1)

@@ -1,0 +1,285 @@
+"""The transformers/torch rollout engine: its own batched decode loop over a KV cache, on CPU or CUDA.
+
+    engine = HFEngine(student, RolloutConfig(dtype="bfloat16"), eos_token_id=2, pad_token_id=0)
+    rollouts = engine.sample(prompt_ids, SamplingConfig(temperature=0.7), seed=0, max_new_tokens=64)
+    engine.load_weights(trainer_student.state_dict(), noise_step=step)   # re-sync, re-apply the recipe
+    engine.close()
+
+Why not `model.generate()`: it silently adds top_k=50, cannot sample from our transform with coupled uniforms,
+and gives no processed log-probs of the sampled tokens. (Speed is not the reason any more: with transformers 5.19,
+batch 64, it was only 1.1-1.4x slower than this loop; see bench/decode.py.) Here a step is one model forward plus a
+handful of (B, V) ops: `process_logits` (the shared sampling transform, so μ is exactly the distribution sampled
+from), inverse-CDF sampling with the uniforms `draw_uniforms(B, max_new_tokens, seed)` (column t at step t,
+consumed by every row, finished or not, so a row's draws do not depend on when others end), and writes into
+preallocated outputs. The token layout (left-padded prompts, explicit position ids) is the scorer's, so the engine
+in the reference's configuration reproduces the reference's log-probs to float32 rounding (<= 1e-6 nats: the
+1-token decode and the teacher-forced forward run different kernel shapes, so they agree to an ulp, not bitwise).
+
+The engine owns a copy of the student in `rollout.dtype` on `rollout.device` and a float32 CPU copy of the clean
+weights; `load_weights` replaces the clean weights and re-applies the rollout recipe (noise, weight quantization,
+activation hooks: `admitcheck.rollout.precision`). The caller's model is never touched.
+
+FP8 KV cache (vLLM semantics, scale 1.0): K and V are fake-quantized as they enter the cache, except in
+`kv_cache.skip_layers`. The prefill attends over the fresh, unquantized prompt K/V (vLLM's flash attention over the
+new tokens) while the cache keeps the quantized ones; every decode step reads the quantized cache, the current
+token's quantized K/V included.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from pathlib import Path
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+from admitcheck.config import RolloutConfig, SamplingConfig
+from admitcheck.measurement.scorer import left_pad, position_ids
+from admitcheck.rollout.engines.base import Rollouts
+from admitcheck.rollout.sampling import draw_uniforms, process_logits, sample_inverse_cdf
+
+
+class _BufferLayer(DynamicLayer):
+    """A DynamicLayer over buffers preallocated for the whole decode: a step writes (B, H, 1, D), never re-copies.
+
+    DynamicLayer grows by torch.cat, an O(length) copy of the whole cache per step and layer (~20% of a tiny model's
+    decode step on CPU). `keys`/`values` are views of the filled prefix, so masks and lengths work unchanged.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = capacity
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        B, H, _, D = key_states.shape
+        self._k = key_states.new_empty(B, H, self.capacity, D)  # (B, H, capacity, D)
+        self._v = value_states.new_empty(B, H, self.capacity, value_states.shape[-1])
+        self.keys, self.values = self._k[:, :, :0], self._v[:, :, :0]
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        start, end = self.keys.shape[-2], self.keys.shape[-2] + key_states.shape[-2]
+        self._k[:, :, start:end] = key_states
+        self._v[:, :, start:end] = value_states
+        self.keys, self.values = self._k[:, :, :end], self._v[:, :, :end]
+        return self.keys, self.values
+
+
+def cache_kwarg(model: torch.nn.Module) -> str:
+    """The keyword the model's forward takes its KV cache by: `cache` in newer transformers 5.x, where the old
+    `past_key_values` still works but warns (FutureWarning) on every call; `past_key_values` before."""
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+class RolloutCache(DynamicCache):
+    """The engine's KV cache: preallocated full-attention layers, and an update hook that fake-quantizes K/V to FP8
+    as they enter the cache (`kv_dtype` None: no quantization). Sliding-window and other special layers of the
+    model's config are kept as transformers builds them."""
+
+    def __init__(
+        self, config, capacity: int, kv_dtype: str | None = None, skip_layers: list[int] | tuple[int, ...] = ()
+    ) -> None:
+        super().__init__(config=config)
+        self.layers = [_BufferLayer(capacity) if type(layer) is DynamicLayer else layer for layer in self.layers]
+        self.kv_dtype = kv_dtype
+        self.skip_layers = frozenset(skip_layers)
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+        if self.kv_dtype is None or layer_idx in self.skip_layers:
+            return super().update(key_states, value_states, layer_idx, *args, **kwargs)
+        from admitcheck.rollout.precision import quantize_kv
+
+        prefill = layer_idx >= len(self.layers) or self.layers[layer_idx].get_seq_length() == 0
+        keys, values = super().update(
+            quantize_kv(key_states, self.kv_dtype), quantize_kv(value_states, self.kv_dtype), layer_idx, *args, **kwargs
+        )  # (B, H, S, D): the cache now holds quantized K/V
+        # vLLM's prefill attends over the fresh K/V; decode steps read the (quantized) cache, current token included.
+        return (key_states, value_states) if prefill else (keys, values)
+
+
+def _clean_copy(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A float32 CPU copy of a state dict (never aliases the source)."""
+    return {
+        k: v.detach().to("cpu", torch.float32 if v.is_floating_point() else v.dtype, copy=True)
+        for k, v in state.items()
+    }
+
+
+def _cast_parameters(model: torch.nn.Module, dtype: torch.dtype) -> None:
+    """Cast floating parameters only, as `from_pretrained(dtype=...)` does: rotary `inv_freq` stays float32.
+
+    `model.to(bfloat16)` would also round the non-persistent rotary buffers, and then a BF16 engine would not match a
+    BF16 reference loaded with `from_pretrained` (a fake floor). Assigning `.data` keeps tied parameters tied.
+    """
+    for p in model.parameters():
+        if p.is_floating_point() and p.dtype != dtype:
+            p.data = p.data.to(dtype)
+
+
+class HFEngine:
+    """Rollout engine over a private copy of a transformers causal LM (see the module docstring)."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        rollout: RolloutConfig,
+        *,
+        eos_token_id: int,
+        pad_token_id: int,
+        _owned: bool = False,  # from_pretrained hands over a model nobody else holds: no second copy
+    ) -> None:
+        self.rollout = rollout
+        self.eos_token_id = int(eos_token_id)
+        self.pad_token_id = int(pad_token_id)
+        self.device = torch.device(rollout.device)
+        self.dtype = getattr(torch, rollout.dtype)
+        self._clean = _clean_copy(model.state_dict())
+        self.model = model if _owned else copy.deepcopy(model)
+        self.model.requires_grad_(False).eval()
+        _cast_parameters(self.model, self.dtype)  # before the move: a BF16 engine never holds FP32 weights on the GPU
+        self.model.to(self.device)
+        self._cache_kwarg = cache_kwarg(self.model)
+        self._handles: list = []
+        self._apply_recipe(noise_step=0)
+
+    @classmethod
+    def from_pretrained(
+        cls, rollout: RolloutConfig, model_dir: str | Path, *, eos_token_id: int, pad_token_id: int
+    ) -> HFEngine:
+        """Load `rollout.weights_from` (when set) or `model_dir` in float32 on CPU, then build the engine."""
+        from admitcheck.io import load_causal_lm
+
+        source = rollout.weights_from or model_dir
+        field = "rollout.weights_from" if rollout.weights_from else "pair.student"
+        model = load_causal_lm(source, "float32", "cpu", field=field)
+        return cls(model, rollout, eos_token_id=eos_token_id, pad_token_id=pad_token_id, _owned=True)
+
+    def load_weights(self, weights: dict[str, torch.Tensor] | str | Path, noise_step: int = 0) -> None:
+        """New clean weights (a state dict or an HF checkpoint dir); the recipe is re-applied with `noise_step`."""
+        if isinstance(weights, (str, Path)):
+            from admitcheck.io import load_causal_lm
+
+            weights = load_causal_lm(weights, "float32", "cpu", field="weights").state_dict()
+        self._clean = _clean_copy(weights)
+        self._apply_recipe(noise_step)
+
+    def reconfigure(self, rollout: RolloutConfig) -> None:
+        """Put the engine under another precision recipe of the same dtype and device, in place: its clean weights
+        are restored and the new recipe applied (no reload, no copy). The KV dtype is read by every `sample` call."""
+        if rollout.dtype != self.rollout.dtype or rollout.device != self.rollout.device:
+            raise ValueError("reconfigure keeps the engine's dtype and device")
+        self.rollout = rollout
+        self._apply_recipe(noise_step=0)
+
+    def _apply_recipe(self, noise_step: int) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        missing, unexpected = self.model.load_state_dict(self._clean, strict=False)  # copy_ casts dtype and device
+        tied = {name for name in missing if name.endswith("lm_head.weight")}
+        if set(missing) - tied or unexpected:
+            raise ValueError(f"state dict does not fit the model: missing {missing[:3]}, unexpected {unexpected[:3]}")
+        if self.rollout.weights is not None or self.rollout.noise.relative_std > 0:
+            from admitcheck.rollout.precision import apply_rollout_recipe
+
+            self._handles = list(apply_rollout_recipe(self.model, self.rollout, noise_step))
+
+    def close(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        self.model = None  # type: ignore[assignment]
+        self._clean = {}
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def _new_cache(self, capacity: int) -> RolloutCache:
+        kv = self.rollout.kv_cache
+        return RolloutCache(self.model.config, capacity, None if kv.dtype == "auto" else kv.dtype, kv.skip_layers)
+
+    def sample(
+        self,
+        prompts: list[list[int]],
+        sampling: SamplingConfig,
+        seed: int,
+        max_new_tokens: int,
+        *,
+        return_full: bool = False,
+    ) -> Rollouts:
+        """One response per prompt, at most `max_new_tokens` long; same seed and prompts -> same tokens."""
+        with torch.inference_mode():
+            tokens, logprobs, mask, full = self._decode(prompts, sampling, seed, max_new_tokens, return_full)
+        # Clones outside inference mode: inference tensors cannot be saved for backward (the OPD trainer feeds the
+        # token ids to a graph-building forward).
+        stopped = ((tokens == self.eos_token_id) & mask).any(dim=1).tolist()
+        return Rollouts(
+            prompt_ids=[list(p) for p in prompts],
+            token_ids=tokens.clone(),
+            logprobs=logprobs.clone(),
+            mask=mask.clone(),
+            finish_reasons=["stop" if s else "length" for s in stopped],
+            full_logprobs=full.clone() if full is not None else None,
+        )
+
+    def _decode(
+        self, prompts: list[list[int]], sampling: SamplingConfig, seed: int, max_new_tokens: int, return_full: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        dev, T = self.device, int(max_new_tokens)
+        if T <= 0:
+            raise ValueError("max_new_tokens must be > 0")
+        ids, prompt_mask = left_pad(prompts, self.pad_token_id, dev)  # (B, P)
+        B, P = ids.shape
+        attn = torch.ones(B, P + T, dtype=torch.long, device=dev)  # (B, P + T); a growing prefix is passed each step
+        attn[:, :P] = prompt_mask
+        next_pos = prompt_mask.sum(dim=1, keepdim=True)  # (B, 1) position of the first response token
+        uniforms = draw_uniforms(B, T, seed).to(dev)  # (B, T) float64
+        tokens = torch.full((B, T), self.pad_token_id, dtype=torch.long, device=dev)  # (B, T)
+        logprobs = torch.zeros(B, T, dtype=torch.float32, device=dev)  # (B, T)
+        mask = torch.zeros(B, T, dtype=torch.bool, device=dev)  # (B, T)
+        full = None
+        alive = torch.ones(B, dtype=torch.bool, device=dev)  # (B,) not finished before this step
+        cache = self._new_cache(P + T)
+        check_every = 1 if dev.type == "cpu" else 8  # "all finished?" costs a device sync on CUDA
+        temperature, top_p, top_k = sampling.temperature, sampling.top_p, sampling.top_k
+
+        logits = self.model(
+            input_ids=ids,
+            attention_mask=prompt_mask,
+            position_ids=position_ids(prompt_mask),
+            **{self._cache_kwarg: cache},
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits[:, -1]  # (B, V)
+        steps = T
+        for t in range(T):
+            logp = process_logits(logits, temperature, top_p, top_k)  # (B, V) float32
+            if full is None and return_full:
+                full = torch.zeros(B, T, logp.shape[-1], dtype=torch.float32, device=dev)  # (B, T, V)
+            tok = sample_inverse_cdf(logp, uniforms[:, t])  # (B,)
+            tok_lp = logp.gather(1, tok.unsqueeze(1)).squeeze(1)  # (B,)
+            done = ~alive  # (B,) finished before this step: pad, log-prob 0, mask False
+            mask[:, t] = alive
+            tokens[:, t] = tok.masked_fill(done, self.pad_token_id)
+            logprobs[:, t] = tok_lp.masked_fill(done, 0.0)
+            if full is not None:
+                full[:, t] = logp.masked_fill(done.unsqueeze(1), 0.0)
+            alive &= tok != self.eos_token_id
+            if t == T - 1 or ((t + 1) % check_every == 0 and not bool(alive.any())):
+                steps = t + 1
+                break
+            logits = self.model(
+                input_ids=tokens[:, t : t + 1],
+                attention_mask=attn[:, : P + t + 1],
+                position_ids=next_pos + t,
+                **{self._cache_kwarg: cache},
+                use_cache=True,
+            ).logits[:, -1]  # (B, V)
+        n = int(mask[:, :steps].sum(dim=1).max())  # longest response (checks every few steps may overshoot)
+        out = [x[:, :n].cpu() for x in (tokens, logprobs, mask)]
+        return out[0], out[1], out[2], (full[:, :n].cpu() if full is not None else None)
