@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from admitcheck.config import TruthConfig
-from admitcheck.truth import (
+from admitcheck.admission.truth import (
     agreement,
     agrees,
     clopper_pearson,
@@ -22,6 +21,7 @@ from admitcheck.truth import (
     sequential_truth,
     truth_at,
 )
+from admitcheck.config import TruthConfig
 
 
 @pytest.mark.parametrize(
