@@ -39,7 +39,7 @@ from admitcheck.calibration.executors import Task, make_executor
 from admitcheck.calibration.ledger import LEDGER_VERSION, Ledger, ledger_path, run_relevant_config
 from admitcheck.calibration.levels import Level, load_context, replicate_seed, run_one
 from admitcheck.config import BacktestConfig, CalibrateConfig, CandidateConfig, ScreenConfig
-from admitcheck.errors import ConfigError
+from admitcheck.errors import AdmitcheckError, ConfigError
 
 SCHEMA_VERSION = 1
 Progress = Callable[[str, int, int], None]
@@ -218,7 +218,7 @@ def _reusable_runs(calibration: Any, header: dict[str, Any]) -> dict[str, dict[s
         return {}
     try:
         records = io.read_jsonl(path)
-    except Exception:  # a ledger that cannot be read is not reused; the runs are simply made again
+    except AdmitcheckError:  # a ledger that cannot be read is not reused; the runs are simply made again
         return {}
     if not records or any(records[0].get(k) != header[k] for k in ("ledger_version", "pair", "config")):
         return {}
