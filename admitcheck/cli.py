@@ -1,31 +1,27 @@
-# long module: one typer command per CLI command with its renderer, in --help order
-"""The command line: each command parses, calls the library, renders, and picks the exit code.
+# long module: eleven typer commands with their options and help, in --help order (their tables: terminal.py)
+"""The command line: each command parses, calls the library, renders (`terminal.py`), and picks the exit code.
 
     admitcheck demo                         # toy pair end to end
     admitcheck measure examples/toy_measure.yaml --json
 
 Exit codes: 0 success / all admitted, 1 a candidate rejected, 2 bad input, 3 runtime failure.
 Heavy imports (torch, transformers, vllm) happen inside the commands, so `--help` and `validate` are instant.
-Only this module prints to the terminal or chooses exit codes.
+Only this module chooses exit codes; only it and `terminal.py` (tables, panels, progress bars) print to the terminal.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.panel import Panel
-from rich.table import Table
 
+from admitcheck import terminal
 from admitcheck.errors import AdmitcheckError, AdmitcheckWarning
-from admitcheck.formatting import fmt, fmt_interval
+from admitcheck.terminal import err, progress
 
 app = typer.Typer(
     add_completion=False,
@@ -34,12 +30,6 @@ app = typer.Typer(
     help="Mismatch budgets for on-policy distillation: calibrate how much training-inference mismatch a "
     "student/teacher pair tolerates, then admit or reject rollout configs against it.",
 )
-# Not a terminal (a CI log, a pipe): rich would cut tables to 80 columns and every number to "0.…"; render at the
-# tables' natural width instead (NO_WIDTH: wide enough for any table, and tables never stretch to fill it).
-NO_WIDTH = 10_000
-err = Console(stderr=True, width=None if sys.stderr.isatty() else NO_WIDTH)
-out = Console(width=None if sys.stdout.isatty() else NO_WIDTH)
-
 ConfigArg = Annotated[Path, typer.Argument(help="Path to the YAML config file.", show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout instead of tables.")]
 FromLogsOpt = Annotated[
@@ -69,135 +59,20 @@ def _guard(fn: Callable[[], int | None]) -> None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("always", AdmitcheckWarning)
-            warnings.showwarning = _show_warning
+            warnings.showwarning = terminal.show_warning
             code = fn() or 0
     except AdmitcheckError as exc:
-        _stop_bars()  # before the panel, so a live bar does not overwrite it
-        msg = escape(str(exc))  # not markup: "pip install 'admitcheck[ray]'" must print its brackets
-        err.print(Panel(msg, title=f"admitcheck: {type(exc).__name__}", border_style="red", expand=False))
+        terminal.render_error(f"admitcheck: {type(exc).__name__}", str(exc))
         raise typer.Exit(exc.exit_code) from None
     except MemoryError:
-        _stop_bars()
-        err.print(Panel("out of memory", title="admitcheck: runtime failure", border_style="red", expand=False))
+        terminal.render_error("admitcheck: runtime failure", "out of memory")
         raise typer.Exit(3) from None
     finally:
-        _stop_bars()
+        terminal.stop_bars()
     raise typer.Exit(code)
 
 
-def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    if issubclass(category, AdmitcheckWarning):
-        _stop_bars()
-        err.print(f"[yellow]warning:[/yellow] {message}", highlight=False)
-    else:
-        err.print(warnings.formatwarning(message, category, filename, lineno, line).rstrip(), highlight=False)
-
-
-def _stop_bars() -> None:
-    while _active_bars:
-        _active_bars.pop().stop()
-
-
-class _ProgressBars:
-    """A rich progress bar per label (probe batches, calibration runs) on stderr; silent when stderr is no terminal."""
-
-    def __init__(self) -> None:
-        self.bars = None
-        self.tasks: dict[str, Any] = {}
-
-    def __call__(self, label: str, done: int, total: int) -> None:
-        if self.bars is None:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-            self.bars = Progress(*columns, console=err, transient=True)
-            self.bars.start()
-        if label not in self.tasks:
-            self.tasks[label] = self.bars.add_task(label, total=total)
-        self.bars.update(self.tasks[label], completed=done, total=total)
-        if all(t.finished for t in self.bars.tasks):  # done: clear the bars before the command prints its tables
-            self.stop()
-
-    def status(self, label: str, text: str) -> None:
-        """A one-line status beside the bar `label` (the runs in flight, retried, failed)."""
-        if self.bars is not None and label in self.tasks:
-            self.bars.update(self.tasks[label], description=f"{label} · {text}" if text else label)
-
-    def stop(self) -> None:
-        if self.bars is not None:
-            self.bars.stop()
-        self.bars, self.tasks = None, {}
-
-
-_active_bars: list[_ProgressBars] = []
-
-
-def _progress() -> Callable[[str, int, int], None]:
-    bars = _ProgressBars()
-    _active_bars.append(bars)
-    return bars
-
-
 # --------------------------------------------------------------------------------------------------- measure
-
-_MEASURE_ROWS = (
-    "k3",
-    "k1",
-    "k2",
-    "kl_exact",
-    "abs_diff_mean",
-    "abs_diff_p99",
-    "abs_diff_max",
-    "mult_prob_error",
-    "prob_diff_max",
-    "chi2_token",
-    "is_frac_outside",
-    "ess",
-    "seq_log_ratio_mean",
-)
-
-
-def render_measure(report) -> None:
-    table = Table(title="mismatch against the reference (nats/token unless noted)")
-    table.add_column("metric")
-    cols = [("candidate", report.candidate)] + ([("floor", report.floor)] if report.floor else [])
-    for name, _ in cols:
-        table.add_column(name, justify="right")
-        table.add_column(f"{name} 95% CI", justify="right")
-    for key in _MEASURE_ROWS:
-        if key not in report.candidate.metrics.values:
-            continue
-        row = [key]
-        for _, m in cols:
-            row += [fmt(m.metrics.values.get(key)), fmt_interval(m.metrics.intervals.get(key))]
-        table.add_row(*row)
-    out.print(table)
-    buckets = Table(title="candidate k3 by response position")
-    for c in ("positions", "tokens", "k3", "k3 95% CI"):
-        buckets.add_column(c, justify="right")
-    for b in report.candidate.metrics.position_buckets:
-        buckets.add_row(f"{b.start}-{b.end - 1}", str(b.num_tokens), fmt(b.k3), fmt_interval(b.k3_interval))
-    out.print(buckets)
-    if "prefix_shift" in report.diagnostics:
-        render_prefix_shift("candidate", report.diagnostics["prefix_shift"])
-    c = report.candidate
-    out.print(
-        f"{c.num_sequences} sequences, {c.num_tokens} tokens; engine start {c.seconds_engine_start:.1f} s, "
-        f"measurement {c.seconds_measure:.1f} s; total {report.seconds_total:.1f} s"
-    )
-
-
-def render_prefix_shift(name: str, d: dict) -> None:
-    """The prefix-shift diagnostic in a few lines (coupled sampling against the reference engine)."""
-    q = d["divergence_quantiles"]
-    out.print(
-        f"[bold]prefix shift ({name})[/bold]: {100 * d['diverged_share']:.0f}% of responses diverge "
-        f"(first divergence p10/p50/p90 at {fmt(q.get('p10'))}/{fmt(q.get('p50'))}/{fmt(q.get('p90'))}); "
-        f"{100 * d['share_after_divergence']:.0f}% of tokens come after the divergence.\n"
-        f"  teacher log-lik of the prefixes reached, candidate − reference: {fmt(d['prefix_gap'])} nats/token; "
-        f"with TIS weights min(r, {d['tis_cap']:g}): {fmt(d['prefix_gap_tis'])} (TIS cannot move prefixes); "
-        f"per-token gap {fmt(d['token_gap'])} → {fmt(d['token_gap_tis'])} with TIS."
-    )
 
 
 @app.command()
@@ -233,21 +108,21 @@ def measure(
                 doc |= {"metrics": m.to_dict(), "dashboard": dash.to_dict() if dash else None}
                 print(json.dumps(doc, indent=2, default=_json_default))
             else:
-                render_dashboard(dash, metrics=m)
+                terminal.render_dashboard(dash, metrics=m)
             return 0
         if config is None:
             raise ConfigError("give a measure config, or --from-logs FILE", field="CONFIG")
         cfg = io.load_config(config, MeasureConfig)
-        report = run_measure(cfg, config_file=str(config), progress=_progress())
+        report = run_measure(cfg, config_file=str(config), progress=progress())
         c = report.candidate.metrics
         dash = dashboard_from_metrics(dashboard, c.values, c.num_tokens, c.per_sequence) if dashboard else None
         if as_json:
             doc = report.to_dict() | ({"dashboard": dash.to_dict()} if dash else {})
             print(json.dumps(doc, indent=2, default=_json_default))
         else:
-            render_measure(report)
+            terminal.render_measure(report)
             if dash:
-                render_dashboard(dash)
+                terminal.render_dashboard(dash)
         return 0
 
     _guard(body)
@@ -267,40 +142,12 @@ def _pipeline_logs(path: Path, fmt: str):
 
     logs = read_logs(path, format=fmt, field="--from-logs")
     for w in logs.warnings:
-        err.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+        terminal.render_warning(w)
     return logs
 
 
 def _json_default(x: Any) -> Any:
     return x.tolist() if hasattr(x, "tolist") else str(x)
-
-
-def render_dashboard(d, *, metrics=None, budget: float | None = None, title: str = "") -> None:
-    """admitcheck's metrics (when given) and a framework's keys on the same tokens, with the budget in its keys."""
-    if metrics is not None:
-        table = Table(title="mismatch on the logged tokens (nats/token unless noted)")
-        for c in ("metric", "value", "95% CI"):
-            table.add_column(c, justify="right" if c != "metric" else "left")
-        for key in _MEASURE_ROWS:
-            if key in metrics.values:
-                table.add_row(key, fmt(metrics.values[key]), fmt_interval(metrics.intervals.get(key)))
-        out.print(table)
-        out.print(f"{metrics.num_sequences} sequences, {metrics.num_tokens} tokens")
-    if d is None:
-        return
-    table = Table(title=f"{d.framework} dashboard{title} ({d.source}), beside admitcheck")
-    cols = [f"{d.framework} key", "value", "admitcheck", "value ", "relation"] + (["budget"] if budget else [])
-    for c in cols:  # key names fold rather than truncate: they are what users search W&B for
-        right = c.startswith(("value", "budget"))
-        table.add_column(c, justify="right" if right else "left", overflow="fold", no_wrap=right)
-    for r in d.rows:
-        row = [r.key, fmt(r.value), r.admitcheck or "-", fmt(r.admitcheck_value), r.relation]
-        if budget:
-            row.append(fmt(budget) if r.budget == "same" else f"≈{fmt(budget)} (mean)" if r.budget != "none" else "-")
-        table.add_row(*row)
-    out.print(table)
-    for note in d.notes:
-        out.print(f"  {note}")
 
 
 # --------------------------------------------------------------------------------------------------- toy pair
@@ -322,7 +169,7 @@ def toy_pair(
         if as_json:
             print(json.dumps(summary.to_dict(), indent=2))
         else:
-            render_toy(summary)
+            terminal.render_toy(summary)
         return 0
 
     _guard(body)
@@ -351,26 +198,10 @@ def pair(
         if as_json:
             print(json.dumps(summary.to_dict(), indent=2))
         else:
-            render_pair(name, summary)
+            terminal.render_pair(name, summary)
         return 0
 
     _guard(body)
-
-
-def render_pair(name: str, summary) -> None:
-    d = summary.to_dict()
-    table = Table(title=f"{name} pair in {d.get('directory', '')}")
-    table.add_column("field")
-    table.add_column("value", justify="right")
-    for k, v in d.items():
-        if k != "directory":
-            shown = json.dumps(v) if isinstance(v, dict) else ", ".join(map(fmt, v)) if isinstance(v, list) else fmt(v)
-            table.add_row(k, shown)
-    out.print(table)
-
-
-def render_toy(summary) -> None:
-    render_pair("toy", summary)
 
 
 # --------------------------------------------------------------------------------------------------- calibrate
@@ -410,36 +241,14 @@ def calibrate(
 
         cfg = io.load_config(config, CalibrateConfig)
         cal = run_calibrate(cfg, config_file=str(config), jobs=jobs, executor=executor, ray_address=ray_address,
-                            progress=_progress())  # fmt: skip
+                            progress=progress())  # fmt: skip
         if as_json:
             print(json.dumps(cal.to_dict(), indent=2, default=str))
         else:
-            render_calibration(cal)
+            terminal.render_calibration(cal)
         return 0
 
     _guard(body)
-
-
-def render_calibration(cal) -> None:
-    runs = Table(title="calibration runs (mismatch and quality in nats/token)")
-    for c in ("level", "seed", "mismatch", "95% CI", "quality", "quality cost"):
-        runs.add_column(c, justify="right" if c != "level" else "left")
-    for r in cal.run_rows():
-        runs.add_row(
-            str(r["level"]),
-            str(r["seed"]),
-            fmt(r["mismatch"]),
-            fmt_interval(r.get("mismatch_interval")),
-            fmt(r["quality"]),
-            fmt(r["quality_cost"]),
-        )
-    out.print(runs)
-    summary = Table(title=f"mismatch budget: {cal.path}")
-    summary.add_column("field")
-    summary.add_column("value")
-    for k, v in cal.summary_rows():
-        summary.add_row(k, v)
-    out.print(summary)
 
 
 # --------------------------------------------------------------------------------------------------- backtest
@@ -468,59 +277,14 @@ def backtest(
 
         cfg = io.load_config(config, BacktestConfig)
         bt = run_backtest(cfg, config_file=str(config), jobs=jobs, executor=executor, ray_address=ray_address,
-                          progress=_progress())  # fmt: skip
+                          progress=progress())  # fmt: skip
         if as_json:
             print(json.dumps(bt.to_dict(), indent=2, default=str))
         else:
-            render_backtest(bt)
+            terminal.render_backtest(bt)
         return 0
 
     _guard(body)
-
-
-def render_backtest(bt) -> None:
-    data = bt.data
-    rows = Table(title=f"backtest: {bt.path} (cost in nats/token; τ {fmt(data['calibration']['tolerance'])})")
-    for c in ("candidate", "family", "verdict", "screen mismatch [CI]", "x in runs", "predicted cost",
-              "observed cost [CI]", "pairs", "truth", "agrees"):  # fmt: skip
-        rows.add_column(c, justify="left" if c in ("candidate", "family", "verdict", "truth") else "right")
-    for r in bt.rows:
-        v, t = r["verdict"], r["truth"]
-        rows.add_row(
-            r["name"],
-            r["family"],
-            v["decision"] + (" (marginal)" if v["marginal"] else ""),
-            f"{fmt(v['mismatch'])} {fmt_interval(v['mismatch_interval'])}",
-            fmt(r["x"]),
-            fmt(r["predicted_cost"]),
-            f"{fmt(t['cost'])} {fmt_interval(t['interval'])}",
-            str(t["n"]),
-            t["label"],
-            {True: "yes", False: "[red]no[/red]", None: "-"}[r["agrees"]],
-        )
-    out.print(rows)
-    a = data["agreement"]
-    m = a["confusion"]
-    conf = Table(title="verdict × truth")
-    for c in ("verdict", "admit", "reject", "ambiguous"):
-        conf.add_column(c)
-    for v in ("ADMIT", "REJECT"):
-        conf.add_row(v, *(str(m[v][t]) for t in ("admit", "reject", "ambiguous")))
-    out.print(conf)
-    frac = "-" if a["fraction"] is None else f"{a['fraction']:.0%}"
-    out.print(f"agreement on decided truths: {a['agree']}/{a['decided_truths']} = {frac} "
-              f"(95% CI {fmt_interval(tuple(a['interval']))}); {a['ambiguous']} ambiguous")  # fmt: skip
-    fams = Table(title="residual by source family (observed − predicted cost, nats/token)")
-    for c in ("family", "candidates", "mean residual [95% CI]", "agree/disagree/ambiguous"):
-        fams.add_column(c)
-    for name, f in data["families"].items():
-        fams.add_row(name, str(f["candidates"]), f"{fmt(f['mean'])} {fmt_interval(tuple(f['interval']))}",
-                     f"{f['agree']}/{f['disagree']}/{f['ambiguous']}")  # fmt: skip
-    out.print(fams)
-    for r in bt.rows:
-        if r["agrees"] is False:
-            out.print(f"[red]disagreement[/red] {r['name']}: {escape(r['why'])}")
-    out.print(f"report: {bt.path.with_suffix('.md')}, plot: {bt.path.with_suffix('.png')}")
 
 
 # --------------------------------------------------------------------------------------------------- compare
@@ -543,35 +307,7 @@ def compare(first: CalArg, second: CalArg, as_json: JsonOpt = False) -> None:
         if as_json:
             print(json.dumps({**asdict(cmp), "levels": level_rows(cal_a, cal_b)}, indent=2, default=str))
             return 0
-        table = Table(title=f"mismatch budgets ({cal_a.metric}, nats/token)")
-        table.add_column("")
-        for side in (cmp.first, cmp.second):
-            table.add_column(side.label)
-        rows = [("objective (recipe.loss)", lambda s, c: s.objective),
-                ("baseline quality", lambda s, c: f"{fmt(c.data['quality']['baseline_mean'])} ± "
-                                                  f"{fmt(c.data['quality']['baseline_std'])}"),
-                ("tolerance τ", lambda s, c: fmt(s.tolerance)),
-                ("budget", lambda s, c: fmt(s.value) + ("" if s.kind == "point" else f" ({s.kind})")),
-                (f"{100 * cmp.confidence:.0f}% interval", lambda s, c: fmt_interval(s.interval))]  # fmt: skip
-        for name, cell in rows:
-            table.add_row(name, cell(cmp.first, cal_a), cell(cmp.second, cal_b))
-        out.print(table)
-        name = f"budget ratio {cmp.second.objective} / {cmp.first.objective}"
-        if cmp.method == "bound":  # no point estimate: only the bound is claimed
-            out.print(f"{name} within {fmt_interval(cmp.ratio_interval)} (bound)", markup=False)
-        else:
-            out.print(f"{name} = {fmt(cmp.ratio)}  {100 * cmp.confidence:.0f}% interval "
-                      f"{fmt_interval(cmp.ratio_interval)}  ({cmp.method})", markup=False)  # fmt: skip
-        for note in cmp.notes:
-            out.print(f"note: {note}", markup=False)
-        levels = Table(title="per level: mean mismatch and mean quality cost in units of each τ (>1: over τ)")
-        for c in ("level", f"{cal_a.metric} A", "cost/τ A", f"{cal_b.metric} B", "cost/τ B"):
-            levels.add_column(c, justify="right" if c != "level" else "left")
-        for r in level_rows(cal_a, cal_b):
-            a, b = r["a"], r["b"]
-            levels.add_row(r["level"], fmt(a["mismatch"]), f"{a['cost_over_tau']:+.2f}", fmt(b["mismatch"]),
-                           f"{b['cost_over_tau']:+.2f}")  # fmt: skip
-        out.print(levels)
+        terminal.render_compare(cmp, cal_a, cal_b, level_rows(cal_a, cal_b))
         return 0
 
     _guard(body)
@@ -605,7 +341,7 @@ def screen(
         from admitcheck.admission.screen import screen as run_screen
         from admitcheck.config import ScreenConfig
         from admitcheck.errors import EngineError
-        from admitcheck.report import to_json, verdict_table, write_reports
+        from admitcheck.report import to_json, write_reports
 
         cfg = io.load_config(config, ScreenConfig)
         _check_dashboard(dashboard)
@@ -618,7 +354,7 @@ def screen(
                 candidates=candidate or None,
                 from_logs=from_logs,
                 log_format=log_format,
-                progress=_progress(),
+                progress=progress(),
             )
         except EngineError as exc:  # a candidate's engine failed: report the verdicts obtained, then exit 3
             result, failure = getattr(exc, "partial", None), exc
@@ -630,11 +366,7 @@ def screen(
             text = to_json(result)
             print(json.dumps(json.loads(text) | {"dashboard": _dashes_json(dashes)}, indent=2) if dashboard else text)
         else:
-            out.print(verdict_table(result))
-            for name, diag in result.diagnostics.items():
-                render_prefix_shift(name, diag["prefix_shift"])
-            for name, d in dashes.items():
-                render_dashboard(d, budget=result.calibration.get("budget"), title=f" for {name}")
+            terminal.render_screen(result, dashes)
         if failure is not None:
             raise failure
         return result.exit_code
@@ -699,9 +431,7 @@ def validate(
             if as_json:
                 print(json.dumps(info, indent=2, default=str))
             else:
-                out.print(f"[green]ok[/green]: {config} ({name} config, {how})")
-                for k in ("calibration", "budget", "tolerance", "candidates"):
-                    out.print(f"  {k}: {info[k]}")
+                terminal.render_validate(config, info)
             return 0
         if (Path(cfg.pair.student) / "config.json").is_file():  # else the pair check below names it
             from admitcheck.rollout.precision import check_config_rollouts
@@ -728,12 +458,7 @@ def validate(
         if as_json:
             print(json.dumps(info, indent=2, default=str))
         else:
-            out.print(f"[green]ok[/green]: {config} ({name} config, {how})")
-            for k, v in info.items():
-                if k not in ("kind", "kind_from") and (
-                    not isinstance(v, (dict, list)) or k in ("candidates", "prompts")
-                ):
-                    out.print(f"  {k}: {v}")
+            terminal.render_validate(config, info)
         return 0
 
     _guard(body)
@@ -758,7 +483,7 @@ def sensitivity(
         from admitcheck.measurement.sensitivity import sensitivity as run_sensitivity
         from admitcheck.plots import plot_sensitivity
 
-        rep = run_sensitivity(io.load_config(config, SensitivityConfig), config_file=str(config), progress=_progress())
+        rep = run_sensitivity(io.load_config(config, SensitivityConfig), config_file=str(config), progress=progress())
         if plot is not None:
             png = plot_sensitivity(rep)
             if png is None:
@@ -768,16 +493,7 @@ def sensitivity(
         if as_json:
             print(json.dumps(rep.to_dict(), indent=2, default=str))
             return 0
-        table = Table(title="sensitivity: k3 above the floor when only this unit is under the recipe (nats/token)")
-        for c in ("rank", "unit", "excess k3", "95% CI", "k3"):
-            table.add_column(c, justify="right" if c != "unit" else "left")
-        for i, u in enumerate(rep.units, 1):
-            table.add_row(str(i), u.name, fmt(u.excess), fmt_interval(u.excess_interval), fmt(u.k3))
-        out.print(table)
-        out.print(
-            f"floor k3 {fmt(rep.floor_k3)}; whole recipe k3 {fmt(rep.all_k3)}; "
-            f"Σ unit excess / whole excess = {rep.sum_ratio:.2f}; top / median = {rep.top_to_median:.1f}x"
-        )
+        terminal.render_sensitivity(rep)
         return 0
 
     _guard(body)
@@ -798,37 +514,13 @@ def recipe(
         from admitcheck.admission.recipe_search import search_recipe as run_recipe
         from admitcheck.config import RecipeSearchConfig
 
-        res = run_recipe(io.load_config(config, RecipeSearchConfig), config_file=str(config), progress=_progress())
+        res = run_recipe(io.load_config(config, RecipeSearchConfig), config_file=str(config), progress=progress())
         if output is not None and res.chosen is not None:
             io.write_text_atomic(output, res.screen_yaml())
         if as_json:
             print(json.dumps(res.to_dict(), indent=2, default=str))
             return res.exit_code
-        table = Table(title="recipe search (units returned to the engine dtype, most sensitive first)")
-        level = f"{res.confidence_per_recipe:.4g}"
-        for c in ("step", "returned", "decision", "estimator", "mismatch", f"CI ({level}, per look)", "budget",
-                  "KV ratio vs BF16"):  # fmt: skip
-            table.add_column(c, justify="right" if c not in ("returned", "decision", "estimator") else "left")
-        for i, st in enumerate(res.steps):
-            table.add_row(
-                str(i),
-                ", ".join(st.returned) or "-",
-                st.decision + ("" if st.error_control else " (NO ERROR CONTROL)"),
-                st.estimator,
-                fmt(st.mismatch),
-                fmt_interval(st.mismatch_interval),
-                fmt(st.budget),
-                fmt(st.ratio_vs_bf16),
-            )
-        out.print(table)
-        out.print(
-            f"{res.message} (each screen at confidence {level}: Bonferroni over the {res.recipes_tested_at_most} "
-            "recipes the search may screen)"
-        )
-        if res.vllm_args:
-            out.print(f"vLLM arguments: {json.dumps(res.vllm_args)}")
-        if output is not None and res.chosen is not None:
-            out.print(f"screen config written to {output}")
+        terminal.render_recipe(res, written=output if res.chosen is not None else None)
         return res.exit_code
 
     _guard(body)
@@ -855,13 +547,8 @@ def demo(
 
         shipped = ROOT / "toy"
         toy_dir = directory or (shipped if (shipped / "toy_pair.json").is_file() else Path("toy"))
-        result = run_demo(toy_dir, reports, recalibrate=recalibrate, say=err.print, progress=_progress())
-        render_toy(result.toy)
-        render_calibration(result.calibration)
-        from admitcheck.report import verdict_table
-
-        out.print(verdict_table(result.screen))
-        out.print(f"reports: {', '.join(str(p) for p in result.report_paths)}")
+        result = run_demo(toy_dir, reports, recalibrate=recalibrate, say=err.print, progress=progress())
+        terminal.render_demo(result)
         return 0
 
     _guard(body)

@@ -13,11 +13,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from admitcheck import cli
+from admitcheck import terminal
 from admitcheck.cli import app
 
 runner = CliRunner()
-cli.err.width = 400  # one line per message, so file paths are not wrapped inside the panel
+terminal.err.width = 400  # one line per message, so file paths are not wrapped inside the panel
 
 
 def run(*args: str):

@@ -1,0 +1,401 @@
+# long module: one renderer per command, in --help order, beside the consoles, panels and progress bars they share
+"""What admitcheck prints on a terminal: tables, panels, progress bars, on the consoles `out` and `err`.
+
+    from admitcheck.terminal import render_calibration
+    render_calibration(load_calibration("calibrations/toy.yaml"))   # the tables `admitcheck calibrate` prints
+
+One `render_<command>` for each command's tables, in --help order; `cli.py` picks what to render and the exit code.
+Only this module and `cli.py` (its `--json` documents) print to the terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+
+from admitcheck.errors import AdmitcheckWarning
+from admitcheck.formatting import fmt, fmt_interval
+
+# Not a terminal (a CI log, a pipe): rich would cut tables to 80 columns and every number to "0.…"; render at the
+# tables' natural width instead (NO_WIDTH: wide enough for any table, and tables never stretch to fill it).
+NO_WIDTH = 10_000
+err = Console(stderr=True, width=None if sys.stderr.isatty() else NO_WIDTH)
+out = Console(width=None if sys.stdout.isatty() else NO_WIDTH)
+
+
+def render_error(title: str, message: str) -> None:
+    """One red panel on stderr (the message is not markup: "pip install 'admitcheck[ray]'" prints its brackets)."""
+    stop_bars()  # before the panel, so a live bar does not overwrite it
+    err.print(Panel(escape(message), title=title, border_style="red", expand=False))
+
+
+def render_warning(message: object) -> None:
+    err.print(f"[yellow]warning:[/yellow] {message}", highlight=False)
+
+
+def show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """`warnings.showwarning` for the commands: admitcheck's own warnings in yellow, others as Python prints them."""
+    if issubclass(category, AdmitcheckWarning):
+        stop_bars()
+        render_warning(message)
+    else:
+        err.print(warnings.formatwarning(message, category, filename, lineno, line).rstrip(), highlight=False)
+
+
+def stop_bars() -> None:
+    while _active_bars:
+        _active_bars.pop().stop()
+
+
+class ProgressBars:
+    """A rich progress bar per label (probe batches, calibration runs) on stderr; silent when stderr is no terminal."""
+
+    def __init__(self) -> None:
+        self.bars = None
+        self.tasks: dict[str, Any] = {}
+
+    def __call__(self, label: str, done: int, total: int) -> None:
+        if self.bars is None:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+            self.bars = Progress(*columns, console=err, transient=True)
+            self.bars.start()
+        if label not in self.tasks:
+            self.tasks[label] = self.bars.add_task(label, total=total)
+        self.bars.update(self.tasks[label], completed=done, total=total)
+        if all(t.finished for t in self.bars.tasks):  # done: clear the bars before the command prints its tables
+            self.stop()
+
+    def status(self, label: str, text: str) -> None:
+        """A one-line status beside the bar `label` (the runs in flight, retried, failed)."""
+        if self.bars is not None and label in self.tasks:
+            self.bars.update(self.tasks[label], description=f"{label} · {text}" if text else label)
+
+    def stop(self) -> None:
+        if self.bars is not None:
+            self.bars.stop()
+        self.bars, self.tasks = None, {}
+
+
+_active_bars: list[ProgressBars] = []
+
+
+def progress() -> Callable[[str, int, int], None]:
+    """A new set of progress bars for a command's `progress=` callback; `stop_bars` clears every live one."""
+    bars = ProgressBars()
+    _active_bars.append(bars)
+    return bars
+
+
+# --------------------------------------------------------------------------------------------------- measure
+
+_MEASURE_ROWS = (
+    "k3",
+    "k1",
+    "k2",
+    "kl_exact",
+    "abs_diff_mean",
+    "abs_diff_p99",
+    "abs_diff_max",
+    "mult_prob_error",
+    "prob_diff_max",
+    "chi2_token",
+    "is_frac_outside",
+    "ess",
+    "seq_log_ratio_mean",
+)
+
+
+def render_measure(report) -> None:
+    table = Table(title="mismatch against the reference (nats/token unless noted)")
+    table.add_column("metric")
+    cols = [("candidate", report.candidate)] + ([("floor", report.floor)] if report.floor else [])
+    for name, _ in cols:
+        table.add_column(name, justify="right")
+        table.add_column(f"{name} 95% CI", justify="right")
+    for key in _MEASURE_ROWS:
+        if key not in report.candidate.metrics.values:
+            continue
+        row = [key]
+        for _, m in cols:
+            row += [fmt(m.metrics.values.get(key)), fmt_interval(m.metrics.intervals.get(key))]
+        table.add_row(*row)
+    out.print(table)
+    buckets = Table(title="candidate k3 by response position")
+    for c in ("positions", "tokens", "k3", "k3 95% CI"):
+        buckets.add_column(c, justify="right")
+    for b in report.candidate.metrics.position_buckets:
+        buckets.add_row(f"{b.start}-{b.end - 1}", str(b.num_tokens), fmt(b.k3), fmt_interval(b.k3_interval))
+    out.print(buckets)
+    if "prefix_shift" in report.diagnostics:
+        render_prefix_shift("candidate", report.diagnostics["prefix_shift"])
+    c = report.candidate
+    out.print(
+        f"{c.num_sequences} sequences, {c.num_tokens} tokens; engine start {c.seconds_engine_start:.1f} s, "
+        f"measurement {c.seconds_measure:.1f} s; total {report.seconds_total:.1f} s"
+    )
+
+
+def render_prefix_shift(name: str, d: dict) -> None:
+    """The prefix-shift diagnostic in a few lines (coupled sampling against the reference engine)."""
+    q = d["divergence_quantiles"]
+    out.print(
+        f"[bold]prefix shift ({name})[/bold]: {100 * d['diverged_share']:.0f}% of responses diverge "
+        f"(first divergence p10/p50/p90 at {fmt(q.get('p10'))}/{fmt(q.get('p50'))}/{fmt(q.get('p90'))}); "
+        f"{100 * d['share_after_divergence']:.0f}% of tokens come after the divergence.\n"
+        f"  teacher log-lik of the prefixes reached, candidate − reference: {fmt(d['prefix_gap'])} nats/token; "
+        f"with TIS weights min(r, {d['tis_cap']:g}): {fmt(d['prefix_gap_tis'])} (TIS cannot move prefixes); "
+        f"per-token gap {fmt(d['token_gap'])} → {fmt(d['token_gap_tis'])} with TIS."
+    )
+
+
+def render_dashboard(d, *, metrics=None, budget: float | None = None, title: str = "") -> None:
+    """admitcheck's metrics (when given) and a framework's keys on the same tokens, with the budget in its keys."""
+    if metrics is not None:
+        table = Table(title="mismatch on the logged tokens (nats/token unless noted)")
+        for c in ("metric", "value", "95% CI"):
+            table.add_column(c, justify="right" if c != "metric" else "left")
+        for key in _MEASURE_ROWS:
+            if key in metrics.values:
+                table.add_row(key, fmt(metrics.values[key]), fmt_interval(metrics.intervals.get(key)))
+        out.print(table)
+        out.print(f"{metrics.num_sequences} sequences, {metrics.num_tokens} tokens")
+    if d is None:
+        return
+    table = Table(title=f"{d.framework} dashboard{title} ({d.source}), beside admitcheck")
+    cols = [f"{d.framework} key", "value", "admitcheck", "value ", "relation"] + (["budget"] if budget else [])
+    for c in cols:  # key names fold rather than truncate: they are what users search W&B for
+        right = c.startswith(("value", "budget"))
+        table.add_column(c, justify="right" if right else "left", overflow="fold", no_wrap=right)
+    for r in d.rows:
+        row = [r.key, fmt(r.value), r.admitcheck or "-", fmt(r.admitcheck_value), r.relation]
+        if budget:
+            row.append(fmt(budget) if r.budget == "same" else f"≈{fmt(budget)} (mean)" if r.budget != "none" else "-")
+        table.add_row(*row)
+    out.print(table)
+    for note in d.notes:
+        out.print(f"  {note}")
+
+
+# --------------------------------------------------------------------------------------------------- pair
+
+
+def render_pair(name: str, summary) -> None:
+    d = summary.to_dict()
+    table = Table(title=f"{name} pair in {d.get('directory', '')}")
+    table.add_column("field")
+    table.add_column("value", justify="right")
+    for k, v in d.items():
+        if k != "directory":
+            shown = json.dumps(v) if isinstance(v, dict) else ", ".join(map(fmt, v)) if isinstance(v, list) else fmt(v)
+            table.add_row(k, shown)
+    out.print(table)
+
+
+def render_toy(summary) -> None:
+    render_pair("toy", summary)
+
+
+# --------------------------------------------------------------------------------------------------- calibrate
+
+
+def render_calibration(cal) -> None:
+    runs = Table(title="calibration runs (mismatch and quality in nats/token)")
+    for c in ("level", "seed", "mismatch", "95% CI", "quality", "quality cost"):
+        runs.add_column(c, justify="right" if c != "level" else "left")
+    for r in cal.run_rows():
+        runs.add_row(
+            str(r["level"]),
+            str(r["seed"]),
+            fmt(r["mismatch"]),
+            fmt_interval(r.get("mismatch_interval")),
+            fmt(r["quality"]),
+            fmt(r["quality_cost"]),
+        )
+    out.print(runs)
+    summary = Table(title=f"mismatch budget: {cal.path}")
+    summary.add_column("field")
+    summary.add_column("value")
+    for k, v in cal.summary_rows():
+        summary.add_row(k, v)
+    out.print(summary)
+
+
+# --------------------------------------------------------------------------------------------------- backtest
+
+
+def render_backtest(bt) -> None:
+    data = bt.data
+    rows = Table(title=f"backtest: {bt.path} (cost in nats/token; τ {fmt(data['calibration']['tolerance'])})")
+    for c in ("candidate", "family", "verdict", "screen mismatch [CI]", "x in runs", "predicted cost",
+              "observed cost [CI]", "pairs", "truth", "agrees"):  # fmt: skip
+        rows.add_column(c, justify="left" if c in ("candidate", "family", "verdict", "truth") else "right")
+    for r in bt.rows:
+        v, t = r["verdict"], r["truth"]
+        rows.add_row(
+            r["name"],
+            r["family"],
+            v["decision"] + (" (marginal)" if v["marginal"] else ""),
+            f"{fmt(v['mismatch'])} {fmt_interval(v['mismatch_interval'])}",
+            fmt(r["x"]),
+            fmt(r["predicted_cost"]),
+            f"{fmt(t['cost'])} {fmt_interval(t['interval'])}",
+            str(t["n"]),
+            t["label"],
+            {True: "yes", False: "[red]no[/red]", None: "-"}[r["agrees"]],
+        )
+    out.print(rows)
+    a = data["agreement"]
+    m = a["confusion"]
+    conf = Table(title="verdict × truth")
+    for c in ("verdict", "admit", "reject", "ambiguous"):
+        conf.add_column(c)
+    for v in ("ADMIT", "REJECT"):
+        conf.add_row(v, *(str(m[v][t]) for t in ("admit", "reject", "ambiguous")))
+    out.print(conf)
+    frac = "-" if a["fraction"] is None else f"{a['fraction']:.0%}"
+    out.print(f"agreement on decided truths: {a['agree']}/{a['decided_truths']} = {frac} "
+              f"(95% CI {fmt_interval(tuple(a['interval']))}); {a['ambiguous']} ambiguous")  # fmt: skip
+    fams = Table(title="residual by source family (observed − predicted cost, nats/token)")
+    for c in ("family", "candidates", "mean residual [95% CI]", "agree/disagree/ambiguous"):
+        fams.add_column(c)
+    for name, f in data["families"].items():
+        fams.add_row(name, str(f["candidates"]), f"{fmt(f['mean'])} {fmt_interval(tuple(f['interval']))}",
+                     f"{f['agree']}/{f['disagree']}/{f['ambiguous']}")  # fmt: skip
+    out.print(fams)
+    for r in bt.rows:
+        if r["agrees"] is False:
+            out.print(f"[red]disagreement[/red] {r['name']}: {escape(r['why'])}")
+    out.print(f"report: {bt.path.with_suffix('.md')}, plot: {bt.path.with_suffix('.png')}")
+
+
+# --------------------------------------------------------------------------------------------------- compare
+
+
+def render_compare(cmp, cal_a, cal_b, levels: list[dict]) -> None:
+    """Two calibrations' budgets side by side, their ratio, and `levels` (`calibration.compare.level_rows`)."""
+    table = Table(title=f"mismatch budgets ({cal_a.metric}, nats/token)")
+    table.add_column("")
+    for side in (cmp.first, cmp.second):
+        table.add_column(side.label)
+    rows = [("objective (recipe.loss)", lambda s, c: s.objective),
+            ("baseline quality", lambda s, c: f"{fmt(c.data['quality']['baseline_mean'])} ± "
+                                              f"{fmt(c.data['quality']['baseline_std'])}"),
+            ("tolerance τ", lambda s, c: fmt(s.tolerance)),
+            ("budget", lambda s, c: fmt(s.value) + ("" if s.kind == "point" else f" ({s.kind})")),
+            (f"{100 * cmp.confidence:.0f}% interval", lambda s, c: fmt_interval(s.interval))]  # fmt: skip
+    for name, cell in rows:
+        table.add_row(name, cell(cmp.first, cal_a), cell(cmp.second, cal_b))
+    out.print(table)
+    name = f"budget ratio {cmp.second.objective} / {cmp.first.objective}"
+    if cmp.method == "bound":  # no point estimate: only the bound is claimed
+        out.print(f"{name} within {fmt_interval(cmp.ratio_interval)} (bound)", markup=False)
+    else:
+        out.print(f"{name} = {fmt(cmp.ratio)}  {100 * cmp.confidence:.0f}% interval "
+                  f"{fmt_interval(cmp.ratio_interval)}  ({cmp.method})", markup=False)  # fmt: skip
+    for note in cmp.notes:
+        out.print(f"note: {note}", markup=False)
+    table = Table(title="per level: mean mismatch and mean quality cost in units of each τ (>1: over τ)")
+    for c in ("level", f"{cal_a.metric} A", "cost/τ A", f"{cal_b.metric} B", "cost/τ B"):
+        table.add_column(c, justify="right" if c != "level" else "left")
+    for r in levels:
+        a, b = r["a"], r["b"]
+        table.add_row(r["level"], fmt(a["mismatch"]), f"{a['cost_over_tau']:+.2f}", fmt(b["mismatch"]),
+                      f"{b['cost_over_tau']:+.2f}")  # fmt: skip
+    out.print(table)
+
+
+# --------------------------------------------------------------------------------------------------- screen
+
+
+def render_screen(result, dashes: dict) -> None:
+    """The verdict table, each candidate's prefix-shift diagnostic and dashboard (`dashes`: candidate -> Dashboard)."""
+    from admitcheck.report import verdict_table
+
+    out.print(verdict_table(result))
+    for name, diag in result.diagnostics.items():
+        render_prefix_shift(name, diag["prefix_shift"])
+    for name, d in dashes.items():
+        render_dashboard(d, budget=result.calibration.get("budget"), title=f" for {name}")
+
+
+# --------------------------------------------------------------------------------------------------- validate
+
+
+def render_validate(config: Path, info: dict) -> None:
+    """Print ok and what a config names (`info`: what `validate` found, with its `kind` and `kind_from`)."""
+    out.print(f"[green]ok[/green]: {config} ({info['kind']} config, {info['kind_from']})")
+    if info["kind"] == "backtest":
+        keys = ["calibration", "budget", "tolerance", "candidates"]
+    else:
+        keys = [k for k, v in info.items() if k not in ("kind", "kind_from")
+                and (not isinstance(v, (dict, list)) or k in ("candidates", "prompts"))]  # fmt: skip
+    for k in keys:
+        out.print(f"  {k}: {info[k]}")
+
+
+# --------------------------------------------------------------------------------------------------- sensitivity
+
+
+def render_sensitivity(rep) -> None:
+    table = Table(title="sensitivity: k3 above the floor when only this unit is under the recipe (nats/token)")
+    for c in ("rank", "unit", "excess k3", "95% CI", "k3"):
+        table.add_column(c, justify="right" if c != "unit" else "left")
+    for i, u in enumerate(rep.units, 1):
+        table.add_row(str(i), u.name, fmt(u.excess), fmt_interval(u.excess_interval), fmt(u.k3))
+    out.print(table)
+    out.print(
+        f"floor k3 {fmt(rep.floor_k3)}; whole recipe k3 {fmt(rep.all_k3)}; "
+        f"Σ unit excess / whole excess = {rep.sum_ratio:.2f}; top / median = {rep.top_to_median:.1f}x"
+    )
+
+
+def render_recipe(res, written: Path | None = None) -> None:
+    """The recipe search's steps and outcome; `written`: where its screen config was written, if it was."""
+    table = Table(title="recipe search (units returned to the engine dtype, most sensitive first)")
+    level = f"{res.confidence_per_recipe:.4g}"
+    for c in ("step", "returned", "decision", "estimator", "mismatch", f"CI ({level}, per look)", "budget",
+              "KV ratio vs BF16"):  # fmt: skip
+        table.add_column(c, justify="right" if c not in ("returned", "decision", "estimator") else "left")
+    for i, st in enumerate(res.steps):
+        table.add_row(
+            str(i),
+            ", ".join(st.returned) or "-",
+            st.decision + ("" if st.error_control else " (NO ERROR CONTROL)"),
+            st.estimator,
+            fmt(st.mismatch),
+            fmt_interval(st.mismatch_interval),
+            fmt(st.budget),
+            fmt(st.ratio_vs_bf16),
+        )
+    out.print(table)
+    out.print(
+        f"{res.message} (each screen at confidence {level}: Bonferroni over the {res.recipes_tested_at_most} "
+        "recipes the search may screen)"
+    )
+    if res.vllm_args:
+        out.print(f"vLLM arguments: {json.dumps(res.vllm_args)}")
+    if written is not None:
+        out.print(f"screen config written to {written}")
+
+
+# --------------------------------------------------------------------------------------------------- demo
+
+
+def render_demo(result) -> None:
+    from admitcheck.report import verdict_table
+
+    render_toy(result.toy)
+    render_calibration(result.calibration)
+    out.print(verdict_table(result.screen))
+    out.print(f"reports: {', '.join(str(p) for p in result.report_paths)}")
