@@ -39,7 +39,7 @@ def render_error(title: str, message: str) -> None:
 
 
 def render_warning(message: object) -> None:
-    err.print(f"[yellow]warning:[/yellow] {message}", highlight=False)
+    err.print(f"[yellow]warning:[/yellow] {escape(str(message))}", highlight=False)  # text, not markup: keeps "[x]"
 
 
 def show_warning(message, category, filename, lineno, file=None, line=None) -> None:

@@ -160,3 +160,12 @@ def test_measure_json_end_to_end(tmp_path, toy_pair_dir):
     assert doc["candidate"]["num_sequences"] == 8
     table = run("measure", str(p))
     assert table.exit_code == 0 and "k3" in table.output and "floor" in table.output
+
+
+def test_a_warning_is_printed_as_text_not_markup() -> None:
+    """A warning's brackets (intervals, `pip install 'admitcheck[ray]'`) are printed, not read as rich markup."""
+    from admitcheck import terminal
+
+    with terminal.err.capture() as cap:
+        terminal.render_warning("drift [0.001, 0.002] within [bold]x[/bold]")
+    assert "drift [0.001, 0.002] within [bold]x[/bold]" in cap.get()
