@@ -194,6 +194,22 @@ def test_parallel_jobs_give_the_same_report(setup, report, tmp_path) -> None:
     assert par.agreement == report.agreement
 
 
+@pytest.mark.ray
+@pytest.mark.slow
+def test_ray_executor_gives_the_same_report(setup, report, tmp_path) -> None:
+    """`--executor ray` (each truth run a Ray task, as for calibrate) gives the local report."""
+    ray = pytest.importorskip("ray")
+    root, _ = setup
+    cfg_path = write_backtest_config(root / "ray.yaml", tmp_path / "tiny.backtest.yaml")
+    ray.init(num_cpus=2, object_store_memory=200 * 1024**2, include_dashboard=False, log_to_driver=False)
+    try:
+        on_ray = backtest(io.load_config(cfg_path, BacktestConfig), config_file=str(cfg_path), executor="ray")
+    finally:
+        ray.shutdown()
+    assert [r["truth"] for r in on_ray.rows] == [r["truth"] for r in report.rows]
+    assert on_ray.agreement == report.agreement
+
+
 def test_family_of_each_source() -> None:
     def fam(**rollout) -> str:
         return family(CandidateConfig(name="c", rollout={"engine": "hf", **rollout}))
