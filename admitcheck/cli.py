@@ -43,6 +43,24 @@ FormatOpt = Annotated[
         help="The logs' format: auto (detected from the columns), admitcheck, prime-rl, verl, trl or nemo-rl.",
     ),
 ]
+JobsOpt = Annotated[int, typer.Option("--jobs", help="With --executor local: run in this many parallel processes.")]
+ExecutorOpt = Annotated[
+    Literal["local", "ray"],
+    typer.Option(
+        "--executor",
+        help="Where the runs execute: local (this machine, --jobs processes) or ray (one Ray task per run, "
+        "asking the config's resources; needs the ray extra of admitcheck).",
+    ),
+]
+RayAddressOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--ray-address",
+        envvar="RAY_ADDRESS",
+        help="With --executor ray: the cluster to connect to (head:6379, or ray://head:10001); without it, "
+        "a local Ray instance is started.",
+    ),
+]
 DashboardOpt = Annotated[
     str | None,
     typer.Option(
@@ -210,26 +228,9 @@ def pair(
 @app.command()
 def calibrate(
     config: ConfigArg,
-    jobs: Annotated[
-        int, typer.Option("--jobs", help="With --executor local: run levels in this many parallel processes.")
-    ] = 1,
-    executor: Annotated[
-        Literal["local", "ray"],
-        typer.Option(
-            "--executor",
-            help="Where the runs execute: local (this machine, --jobs processes) or ray (one Ray task per run, "
-            "asking the config's resources; needs the ray extra of admitcheck).",
-        ),
-    ] = "local",
-    ray_address: Annotated[
-        str | None,
-        typer.Option(
-            "--ray-address",
-            envvar="RAY_ADDRESS",
-            help="With --executor ray: the cluster to connect to (head:6379, or ray://head:10001); without it, "
-            "a local Ray instance is started.",
-        ),
-    ] = None,
+    jobs: JobsOpt = 1,
+    executor: ExecutorOpt = "local",
+    ray_address: RayAddressOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run short OPD trainings at controlled mismatch levels and write the pair's mismatch budget (resumable)."""
@@ -257,14 +258,9 @@ def calibrate(
 @app.command()
 def backtest(
     config: ConfigArg,
-    jobs: Annotated[int, typer.Option("--jobs", help="With --executor local: this many parallel processes.")] = 1,
-    executor: Annotated[
-        Literal["local", "ray"],
-        typer.Option("--executor", help="Where the truth runs execute: local or ray (as for calibrate)."),
-    ] = "local",
-    ray_address: Annotated[
-        str | None, typer.Option("--ray-address", envvar="RAY_ADDRESS", help="With --executor ray: the cluster.")
-    ] = None,
+    jobs: JobsOpt = 1,
+    executor: ExecutorOpt = "local",
+    ray_address: RayAddressOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Check a calibration's verdicts against full OPD runs with each held-out candidate (resumable); writes the

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 from admitcheck.errors import ConfigError
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 # Keys that hold paths anywhere in a config; resolved against the config file's directory.
 _PATH_KEYS = {
@@ -286,9 +288,10 @@ def pair_dir_paths(d: Path) -> dict[str, str]:
     }  # fmt: skip
 
 
-def read_pair_cache(d: Path, meta_name: str, key: str) -> dict[str, Any] | None:
-    """The cached build summary of a built-in pair in `d` (with the paths of `d`, so a moved dir still hits), or None
-    when `meta_name` is missing or unreadable, was made for another recipe hash `key`, or a needed file is gone."""
+def read_pair_cache(d: Path, meta_name: str, key: str, summary: Callable[..., T]) -> T | None:
+    """The cached build summary of a built-in pair in `d` as `summary(**fields)` (with the paths of `d`, so a moved
+    dir still hits), or None when `meta_name` is missing or unreadable, was made for another recipe hash `key`, a
+    needed file is gone, or its fields are another version's (`summary` refuses them with a TypeError)."""
     try:
         meta = json.loads((d / meta_name).read_text())
     except (OSError, ValueError):
@@ -299,7 +302,10 @@ def read_pair_cache(d: Path, meta_name: str, key: str) -> dict[str, Any] | None:
         needed += [Path(paths[m]) / f for f in ("config.json", "model.safetensors", "tokenizer.json")]
     if meta.get("recipe_hash") != key or not all(p.is_file() for p in needed):
         return None
-    return {**meta.get("summary", {}), **paths}
+    try:
+        return summary(**{**meta.get("summary", {}), **paths})
+    except TypeError:  # a summary written by another version of the builder
+        return None
 
 
 # ----------------------------------------------------------------------------------------------- fingerprints

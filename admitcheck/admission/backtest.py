@@ -32,12 +32,12 @@ import numpy as np
 
 from admitcheck import fingerprint, io
 from admitcheck.admission import truth
-from admitcheck.calibration.artifact import fingerprint_pair, plain, prompt_hashes, recipe_of
+from admitcheck.calibration.artifact import plain, recipe_of
 from admitcheck.calibration.calibrate import run_key
 from admitcheck.calibration.compatibility import calibration_matches
 from admitcheck.calibration.executors import Task, make_executor
-from admitcheck.calibration.ledger import LEDGER_VERSION, Ledger, ledger_path, run_relevant_config
-from admitcheck.calibration.levels import Level, load_context, replicate_seed, run_one
+from admitcheck.calibration.ledger import Ledger, ledger_header, ledger_path
+from admitcheck.calibration.levels import Level, load_context, replicate_seed, run_task
 from admitcheck.config import BacktestConfig, CalibrateConfig, CandidateConfig, ScreenConfig
 from admitcheck.errors import AdmitcheckError, ConfigError
 
@@ -186,12 +186,7 @@ def backtest(
     out = output_path(config, calibration)
     verdicts = screen(inputs.screen, config_file=inputs.screen_file, progress=progress).verdicts
     load_context(cal_cfg, inputs.calibrate_file)  # checks the pair, prompts and engine before anything runs
-    header = {
-        "kind": "header",
-        "ledger_version": LEDGER_VERSION,
-        "pair": fingerprint_pair(cal_cfg.pair) | {"prompts": prompt_hashes(cal_cfg)},
-        "config": run_relevant_config(cal_cfg),
-    }
+    header = ledger_header(cal_cfg)
     ledger = Ledger.open(ledger_path(out), header)
     reusable = _reusable_runs(calibration, header)
     try:
@@ -244,7 +239,7 @@ def _rounds(inputs: Inputs, ledger: Ledger, reusable: dict, runner, config: Back
         done = len(keys) - len(todo)
         if progress:
             progress(label, done, len(keys))
-        tasks = [Task(run_key(lv, s), f"{lv.name}/seed {s}", _truth_run, (inputs.calibrate, inputs.calibrate_file,
+        tasks = [Task(run_key(lv, s), f"{lv.name}/seed {s}", run_task, (inputs.calibrate, inputs.calibrate_file,
                       lv, s)) for lv, s in todo]  # fmt: skip
         for task, record in runner.run(tasks):
             ledger.append(record | {"kind": "run", "key": task.key})
@@ -259,10 +254,6 @@ def _rounds(inputs: Inputs, ledger: Ledger, reusable: dict, runner, config: Back
         if not grown:
             return counts
         rounds += 1
-
-
-def _truth_run(config: CalibrateConfig, config_file: str, level: Level, seed: int) -> dict[str, Any]:
-    return run_one(load_context(config, config_file), config, level, seed)
 
 
 def _run(inputs: Inputs, ledger: Ledger, level: Level, r: int) -> dict[str, Any]:

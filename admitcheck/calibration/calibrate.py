@@ -40,15 +40,14 @@ from admitcheck.calibration.artifact import (  # re-exported: the public calibra
     Calibration,
     fingerprint_pair,
     load_calibration,
-    prompt_hashes,
     protocol_of_screen,
     recipe_of,
     write_calibration,
 )
 from admitcheck.calibration.curve import Estimate, LevelData, Tolerance, estimate, fit_levels, wanted_replicates
 from admitcheck.calibration.executors import Executor, Task, make_executor
-from admitcheck.calibration.ledger import LEDGER_VERSION, Ledger, ledger_path, run_relevant_config
-from admitcheck.calibration.levels import GRID_STDS, Level, load_context, measure_grid, resolve_levels, run_one
+from admitcheck.calibration.ledger import Ledger, ledger_header, ledger_path
+from admitcheck.calibration.levels import GRID_STDS, Level, load_context, measure_grid, resolve_levels, run_task
 from admitcheck.calibration.opd import quality_definition
 from admitcheck.config import CalibrateConfig
 from admitcheck.errors import CalibrationError, ConfigError
@@ -102,12 +101,11 @@ def calibrate(
     runner.start()  # connects before anything is loaded or written: a cluster that does not answer leaves no trace
     out = output_path(config, config_file)
     ctx = load_context(config, config_file)  # checks the pair, prompts and engine before anything runs
-    pair_fp = fingerprint_pair(config.pair) | {"prompts": prompt_hashes(config)}
-    header = {"kind": "header", "ledger_version": LEDGER_VERSION, "pair": pair_fp}
+    header = ledger_header(config)
+    pair_fp = header["pair"]
     rows = io.read_prompts(config.probe.prompts, limit=config.probe.num_prompts, field="probe.prompts")
     seqs = fingerprint.behaviour_sequences(ctx.tokens.tokenizer, rows)
     behaviour = fingerprint.behaviour_fingerprint(ctx.student, ctx.teacher, seqs)
-    header["config"] = run_relevant_config(config)
     ledger = Ledger.open(ledger_path(out), header)
     if config.levels.auto_noise is not None and ledger.grid is None:
         stds = list(GRID_STDS)
@@ -174,14 +172,10 @@ def _fit_counts(levels: list[Level], counts: dict[str, int]) -> dict[str, int]:
 def _execute(config: CalibrateConfig, config_file: str | None, todo: list, runner: Executor, progress=None):
     """Finished run records of one batch, as they finish, from the executor (this process, local workers or Ray
     tasks); the caller closes the executor after its last batch."""
-    tasks = [Task(run_key(lv, s), f"{lv.name}/seed {s}", _worker, (config, config_file, lv, s)) for lv, s in todo]
+    tasks = [Task(run_key(lv, s), f"{lv.name}/seed {s}", run_task, (config, config_file, lv, s)) for lv, s in todo]
     status = getattr(progress, "status", None)  # the CLI's bar shows the runs in flight, retried and failed
     for task, record in runner.run(tasks, on_status=(lambda text: status("runs", text)) if status else None):
         yield record | {"kind": "run", "key": task.key}
-
-
-def _worker(config: CalibrateConfig, config_file: str | None, level: Level, seed: int) -> dict[str, Any]:
-    return run_one(load_context(config, config_file), config, level, seed)
 
 
 # --------------------------------------------------------------------------------------------------- fit + artifact

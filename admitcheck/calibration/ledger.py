@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from admitcheck import fingerprint, io
-from admitcheck.calibration.artifact import prompt_hashes
+from admitcheck.calibration.artifact import fingerprint_pair, prompt_hashes
 from admitcheck.config import CalibrateConfig
 from admitcheck.errors import AdmitcheckError, CalibrationError
 
@@ -24,6 +24,13 @@ _NOT_IN_HEADER = {"pair", "levels", "tolerance", "bootstrap", "confidence", "out
 
 def ledger_path(output: Path) -> Path:
     return output.with_name(f"{output.stem}.ledger.jsonl")
+
+
+def ledger_header(config: CalibrateConfig) -> dict[str, Any]:
+    """The header a ledger of `config`'s runs starts with (a calibration's, and a backtest's of that calibration):
+    the pair's fingerprints with its prompt sets, and every config field that changes a run."""
+    pair = fingerprint_pair(config.pair) | {"prompts": prompt_hashes(config)}
+    return {"kind": "header", "ledger_version": LEDGER_VERSION, "pair": pair, "config": run_relevant_config(config)}
 
 
 def run_relevant_config(config: CalibrateConfig) -> dict[str, Any]:

@@ -251,6 +251,11 @@ def level_mismatch(ctx: RunContext, config: CalibrateConfig, level: Level, seed:
         engine.close()
 
 
+def run_task(config: CalibrateConfig, config_file: str | None, level: Level, seed: int) -> dict[str, Any]:
+    """`run_one` as an executor task (in this process, a worker process or a Ray task): loads its context."""
+    return run_one(load_context(config, config_file), config, level, seed)
+
+
 _NOT_MEASURED = {"mismatch": None, "mismatch_interval": None, "k3": None, "kl_exact": None, "probe_tokens": 0}
 
 

@@ -431,14 +431,6 @@ def recipe_hash(recipe: SmolRecipe, seed: int) -> str:
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _cached(d: Path, key: str) -> SmolPairSummary | None:
-    fields = io.read_pair_cache(d, "smollm2_pair.json", key)
-    try:
-        return None if fields is None else SmolPairSummary(**fields)
-    except TypeError:  # a summary written by another version of this module
-        return None
-
-
 def build_smollm2_pair(
     dir: str | Path,
     seed: int = 0,
@@ -452,7 +444,7 @@ def build_smollm2_pair(
     """Build (or reuse) the pair in `dir` (see the module docstring); `say(str)` reports progress."""
     recipe = recipe or SmolRecipe()
     d, key = Path(dir), recipe_hash(recipe, seed)
-    if not force and (hit := _cached(d, key)) is not None:
+    if not force and (hit := io.read_pair_cache(d, "smollm2_pair.json", key, SmolPairSummary)) is not None:
         return hit
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"device {device!r} asked for, but no CUDA GPU is available here", field="--device")

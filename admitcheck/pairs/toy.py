@@ -286,21 +286,13 @@ def recipe_hash(recipe: ToyRecipe, seed: int) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _cached(d: Path, key: str) -> ToyPairSummary | None:
-    fields = io.read_pair_cache(d, "toy_pair.json", key)
-    try:
-        return None if fields is None else ToyPairSummary(**fields)
-    except TypeError:  # a summary written by another version of this module
-        return None
-
-
 def build_toy_pair(
     dir: str | Path, seed: int = 0, force: bool = False, recipe: ToyRecipe | None = None
 ) -> ToyPairSummary:
     """Build (or reuse) the toy pair in `dir`; rebuilds when `force` or when the cached recipe hash differs."""
     recipe = recipe or ToyRecipe()
     d, key = Path(dir), recipe_hash(recipe, seed)
-    if not force and (hit := _cached(d, key)) is not None:
+    if not force and (hit := io.read_pair_cache(d, "toy_pair.json", key, ToyPairSummary)) is not None:
         return hit
     # One torch thread: the weights then do not depend on the machine's core count, and these tiny ops run
     # ~10x faster than with 2 threads when other jobs share the cores (OpenMP oversubscription).
