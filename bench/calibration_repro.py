@@ -10,9 +10,11 @@ reported per seed: wall seconds, the load average before and after, the sum of p
 is shared: wall time alone overstates the cost), runs, τ, B and its 95% interval. Must hold: every B within ±30%
 of the three's median, and each interval covering the other two estimates. Writes reports/repro/summary.json.
 
-synthetic: `curve.simulate_protocol` (the adaptive protocol without OPD runs) on a known power-law cost curve
-with noise growing with x, 200 calibrations: the fraction whose 95% interval covers the true budget (must be
-≥ 90%), with the runs used and the median interval factor.
+synthetic: `curve.simulate_protocol` (the adaptive protocol and its design, without OPD runs) under the shipped
+protocol (examples/toy_calibrate.yaml) and the noise of the shipped calibrations/toy.yaml runs, for five true cost
+shapes (linear, power 2, flat-then-rising, sigmoid, step) with B anywhere inside the grid: per truth, the fraction
+of 95% intervals covering the true budget (must be ≥ 93%), how often the lower bound sits above it or at 0, the
+median interval factor and the runs used. `--jobs N` runs the truths in parallel; bench/results/ holds the output.
 """
 
 from __future__ import annotations
@@ -86,27 +88,95 @@ def summarize(out_dir: Path = ROOT / "reports" / "repro") -> dict:
     return summary
 
 
-def synthetic(sims: int = 200, seed: int = 0) -> dict:
+TRUTHS = ("linear", "power2", "flat_then_rising", "sigmoid", "step")  # true cost shapes, each reaching τ at B
+
+
+def true_cost(shape: str, tau: float, b: float):
+    """cost(x) of a truth that reaches τ exactly at B (nats/token)."""
+    from scipy.special import expit
+
+    return {
+        "linear": lambda x: tau * x / b,
+        "power2": lambda x: tau * (x / b) ** 2,
+        "flat_then_rising": lambda x: tau * max(0.0, x - b / 3) / (b - b / 3),  # zero up to B/3, then a line
+        "sigmoid": lambda x: 2 * tau * float(expit(3 * (math.log(x) - math.log(b)))),
+        "step": lambda x: 0.0 if x < b else 3 * tau,
+    }[shape]
+
+
+def shipped_protocol() -> dict:
+    """The protocol and the noise every figure is about: examples/toy_calibrate.yaml's grid, replicates, factor, run
+    cap, tolerance and bootstrap; the paired-cost sd per level (interpolated in log x) and the sd of log x between
+    replicates, from the shipped calibrations/toy.yaml's runs."""
+    cfg = yaml.safe_load((ROOT / "examples" / "toy_calibrate.yaml").read_text())
+    cal = yaml.safe_load((ROOT / "calibrations" / "toy.yaml").read_text())
+    by: dict[str, list[tuple[float, float]]] = {}
+    for r in cal["runs"]:
+        if r["level"].startswith("noise") and r.get("in_fit", True):
+            by.setdefault(r["level"], []).append((float(r["mismatch"]), float(r["quality_cost"])))
+    pts = sorted((float(np.mean([x for x, _ in v])), float(np.std([c for _, c in v], ddof=1)),
+                  float(np.std(np.log([x for x, _ in v]), ddof=1))) for v in by.values() if len(v) > 1)  # fmt: skip
+    auto, lv = cfg["levels"]["auto_noise"], cfg["levels"]
+    base = [float(r["quality"]) for r in cal["runs"] if r["level"] == "baseline"]
+    return {
+        "grid": [float(v) for v in np.geomspace(auto["min_mismatch"], auto["max_mismatch"], auto["count"])],
+        "replicates": int(lv["replicates"]), "factor": float(lv["interval_factor"]), "max_runs": int(lv["max_runs"]),
+        "relative": float(cfg["tolerance"]["relative"]), "n_boot": int(cfg["bootstrap"]),
+        "confidence": float(cfg["confidence"]),
+        "noise_x": [p[0] for p in pts], "noise_sd": [p[1] for p in pts], "x_cv": float(np.median([p[2] for p in pts])),
+        "baseline_mean": float(np.mean(base)), "baseline_sd": float(np.std(base, ddof=1)),
+    }  # fmt: skip
+
+
+def _one_truth(args: tuple) -> dict:
     from admitcheck.calibration.curve import Tolerance, simulate_protocol
 
-    # A toy-like truth: cost = 0.5·(x/0.1)^1 nats/token, paired noise 0.004·(1 + √(x/0.01)), baseline 0.43 ± 0.013,
-    # levels every half decade over 1e-3 … 0.3, τ = 5% of the baseline mean → true B = 0.1·τ/0.5.
-    rng = np.random.default_rng(seed)
-    xs = np.geomspace(1e-3, 0.3, 6)
-    tol = Tolerance(relative=0.05)
-    true_b = 0.1 * tol.of(0.43) / 0.5
-    cover, runs, widths = 0, [], []
+    shape, sims, seed, proto, n_boot = args
+    rng = np.random.default_rng([seed, TRUTHS.index(shape)])
+    tol = Tolerance(relative=proto["relative"])
+    tau = tol.of(proto["baseline_mean"])
+    lx, lsd = np.log(proto["noise_x"]), proto["noise_sd"]
+    sd = lambda x: float(np.interp(math.log(x), lx, lsd))  # noqa: E731  flat beyond the measured levels
+    g = proto["grid"]
+    cover = low = zero = 0
+    widths, runs = [], []
     for _ in range(sims):
-        est, n = simulate_protocol(
-            lambda x: 0.5 * (x / 0.1), lambda x: 0.004 * (1 + math.sqrt(x / 0.01)), xs, 0.43, 0.013, tol, rng
-        )
+        b = math.exp(rng.uniform(math.log(g[0] * 1.5), math.log(g[-1] / 1.5)))  # B anywhere inside the grid
+        est, n = simulate_protocol(true_cost(shape, tau, b), sd, g, proto["baseline_mean"], proto["baseline_sd"],
+                                   tol, rng, replicates=proto["replicates"], factor=proto["factor"],
+                                   max_runs=proto["max_runs"], x_cv=proto["x_cv"], n_boot=n_boot,
+                                   confidence=proto["confidence"])  # fmt: skip
         lo, hi = est.budget.interval
-        cover += lo <= true_b <= hi
-        runs.append(n)
+        cover += lo <= b <= hi
+        low += lo > b
+        zero += lo <= 0
         widths.append(est.width_factor)
-    out = {"sims": sims, "true_budget": true_b, "coverage": cover / sims, "mean_runs": float(np.mean(runs)),
-           "median_interval_factor": float(np.median(widths))}  # fmt: skip
-    print(json.dumps(out))
+        runs.append(n)
+    return {"truth": shape, "sims": sims, "coverage": cover / sims, "lower_above_truth": low / sims,
+            "lower_bound_zero": zero / sims, "median_interval_factor": float(np.median(widths)),
+            "mean_runs": float(np.mean(runs))}  # fmt: skip
+
+
+def synthetic(
+    sims: int = 200, seed: int = 0, jobs: int = 1, n_boot: int | None = None, max_runs: int | None = None
+) -> dict:
+    """Coverage of the budget interval under the shipped protocol and noise, for every true shape (`TRUTHS`), B
+    log-uniform inside the grid. Must hold: coverage ≥ 93% for every truth."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    proto = shipped_protocol()
+    if max_runs is not None:
+        proto["max_runs"] = max_runs
+    nb = n_boot or proto["n_boot"]
+    t0 = time.perf_counter()
+    work = [(shape, sims, seed, proto, nb) for shape in TRUTHS]
+    if jobs > 1:
+        with ProcessPoolExecutor(jobs) as pool:
+            rows = list(pool.map(_one_truth, work))
+    else:
+        rows = [_one_truth(w) for w in work]
+    out = {"protocol": proto, "n_boot": nb, "rows": rows, "ok": all(r["coverage"] >= 0.93 for r in rows),
+           "seconds": round(time.perf_counter() - t0, 1)}  # fmt: skip
     return out
 
 
@@ -115,9 +185,16 @@ if __name__ == "__main__":
     ap.add_argument("what", choices=["toy", "synthetic", "summary"])
     ap.add_argument("--sims", type=int, default=200)
     ap.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--max-runs", type=int, default=None, help="synthetic: another run cap than the shipped one")
+    ap.add_argument("--out", type=Path, default=None, help="synthetic: also write the JSON here")
     args = ap.parse_args()
     if args.what == "summary":
         result = summarize()
+    elif args.what == "toy":
+        result = toy(tuple(args.seeds))
     else:
-        result = toy(tuple(args.seeds)) if args.what == "toy" else synthetic(args.sims)
+        result = synthetic(args.sims, jobs=args.jobs, max_runs=args.max_runs)
+        if args.out:
+            args.out.write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))

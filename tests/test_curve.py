@@ -34,16 +34,29 @@ def test_isotonic_pools_adjacent_violators() -> None:
     assert np.all(np.diff(isotonic(y, np.ones(50))) >= 0)
 
 
-def test_curve_is_monotone_exact_for_power_laws_and_inverts() -> None:
-    fit = fit_levels(XS, 0.5 * (XS / 0.1), [2] * 5)  # cost ∝ x: exact between the points
+def test_curve_is_monotone_linear_in_log_x_and_inverts() -> None:
+    fit = fit_levels(XS, 0.01 * np.log(XS / 1e-4), [2] * 5)  # cost linear in log x: exact between the points
     grid = np.geomspace(1e-5, 1, 300)
     pred = fit.predict(grid)
     assert np.all(np.diff(pred) >= 0) and fit.predict(0.0) == 0.0
     inside = grid[(grid >= XS[0]) & (grid <= XS[-1])]
-    np.testing.assert_allclose(fit.predict(inside), 0.5 * inside / 0.1, rtol=1e-12)
-    for c in (0.001, 0.02, 0.3):
+    np.testing.assert_allclose(fit.predict(inside), 0.01 * np.log(inside / 1e-4), rtol=1e-12)
+    for c in (0.001, 0.03, 0.06):
         assert fit.predict(fit.inverse(c)) == pytest.approx(c, rel=1e-12)
     assert math.isinf(fit.inverse(1.0))  # flat above the largest level: never reaches it
+
+
+def test_budget_moves_continuously_when_a_fitted_cost_crosses_zero() -> None:
+    """The review's case (issue #21, point 1): with a power law between positive points and a line otherwise,
+    B was 0.0110 at a = 0 and 0.0276 at a = 1e-9. One rule for every sign: B is continuous in a."""
+    xs = (0.001, 0.005, 0.03, 0.21)
+    tau = 0.0211
+    budgets = [budget_of(MonotoneFit(xs, (-0.003, a, 0.048, 0.158)), tau)[0] for a in (-1e-9, 0.0, 1e-9, 1e-6)]
+    assert max(budgets) / min(budgets) < 1.0001
+    b = np.array(
+        [budget_of(MonotoneFit(xs, (-0.003, a, 0.048, 0.158)), tau)[0] for a in np.linspace(-0.003, 0.02, 200)]
+    )
+    assert np.all(np.abs(np.diff(np.log(b))) < 0.05)  # no jumps along a
 
 
 def test_budget_kinds() -> None:

@@ -8,6 +8,7 @@ sharpened lm_head and a 2-layer, 32-wide student over the toy pair's 16-token vo
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 
@@ -221,6 +222,46 @@ def test_stale_student_is_the_first_k_steps_of_a_stale_run(tiny) -> None:
                               RolloutConfig(dtype="float32"), k, 5, tiny["tokens"])  # fmt: skip
     for key, value in stale.state_dict().items():
         torch.testing.assert_close(value, run[k][key], rtol=0, atol=0)
+
+
+def test_stale_student_trains_with_the_runs_own_schedule(tiny) -> None:
+    """Issue #21 point 5: under a cosine schedule over the run's 50 steps, θ2 is the first 2 steps of that run (lr
+    multipliers ≈ [1, 1]), not 2 steps of a cosine of length 2 (multipliers [1, 0.5])."""
+    import copy
+
+    cfg = _cfg(steps=50, lr_schedule="cosine", lr=3e-3)
+    student = copy.deepcopy(tiny["student"])
+    opd.train(student, tiny["teacher"], _engine(tiny, student), tiny["train_ids"], cfg, staleness=2, seed=5,
+              stop_after=2)  # fmt: skip
+    stale = opd.stale_student(tiny["student"], tiny["teacher"], tiny["train_ids"], cfg, RolloutConfig(dtype="float32"),
+                              2, 5, tiny["tokens"])  # fmt: skip
+    for key, value in stale.state_dict().items():
+        torch.testing.assert_close(value, student.state_dict()[key], rtol=0, atol=0)
+    short = copy.deepcopy(tiny["student"])  # the old, truncated schedule moves the weights less
+    opd.train(short, tiny["teacher"], _engine(tiny, short), tiny["train_ids"], cfg.model_copy(update={"steps": 2}),
+              staleness=2, seed=5)  # fmt: skip
+    moved = sum(float((stale.state_dict()[k] - v).abs().sum()) for k, v in tiny["student"].state_dict().items())
+    moved_short = sum(float((short.state_dict()[k] - v).abs().sum()) for k, v in tiny["student"].state_dict().items())
+    assert moved > 1.1 * moved_short  # Adam moves ≈ lr per step: ≈ (1 + 1) / (1 + 0.5) at most
+
+
+def test_gkd_reverse_kl_has_finite_gradients_on_truncated_rows() -> None:
+    """Rows with −inf entries (tokens outside a top-k/top-p kept set): the loss and its gradient stay finite
+    (`torch.where(p > 0, p·(s − t), 0)` gave nan gradients: 0·(−inf) in the discarded branch)."""
+    logits, teacher_full, tokens, mask, mu = _random_batch(2)
+    logits = logits.clone().requires_grad_(True)
+    cut = torch.zeros_like(logits, dtype=torch.bool)
+    cut[..., -2:] = True  # the last two tokens are outside the kept set everywhere
+    masked = logits.masked_fill(cut, -math.inf)
+    full = torch.log_softmax(masked, -1)
+    lp = full.gather(-1, tokens.clamp(max=logits.shape[-1] - 3)[..., None])[..., 0]
+    loss = opd.opd_loss(_cfg(loss="gkd_reverse_kl"), lp, mu, lp, mask, full, teacher_full)
+    (grad,) = torch.autograd.grad(loss, logits)
+    assert torch.isfinite(loss) and torch.isfinite(grad).all()
+    p = full.exp()
+    kept = ~cut
+    want = (torch.where(kept, p * (full - teacher_full), 0.0).sum(-1)[mask]).mean()
+    torch.testing.assert_close(loss, want.detach())
 
 
 def test_same_seed_same_run_and_another_seed_differs(tiny) -> None:

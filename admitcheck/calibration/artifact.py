@@ -131,7 +131,8 @@ class Calibration:
         c = self.data["curve"]
         if c["form"] == "log_logistic":
             return CurveFit(c["form"], {k: float(v) for k, v in c["params"].items()})
-        return MonotoneFit(tuple(float(v) for v in c["x"]), tuple(float(v) for v in c["cost"]), c["form"])
+        xs, cost = tuple(float(v) for v in c["x"]), tuple(float(v) for v in c["cost"])
+        return MonotoneFit(xs, cost, c["form"], float(c.get("offset", 0.0)))  # no offset: written before it
 
     @property
     def x_measure(self) -> str:

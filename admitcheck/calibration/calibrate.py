@@ -44,10 +44,26 @@ from admitcheck.calibration.artifact import (  # re-exported: the public calibra
     recipe_of,
     write_calibration,
 )
-from admitcheck.calibration.curve import Estimate, LevelData, Tolerance, estimate, fit_levels, wanted_replicates
+from admitcheck.calibration.curve import (
+    OFFSET_SHARE,
+    Estimate,
+    LevelData,
+    Tolerance,
+    estimate,
+    fit_levels,
+    plan_round,
+)
 from admitcheck.calibration.executors import Executor, Task, make_executor
 from admitcheck.calibration.ledger import Ledger, ledger_header, ledger_path
-from admitcheck.calibration.levels import GRID_STDS, Level, load_context, measure_grid, resolve_levels, run_task
+from admitcheck.calibration.levels import (
+    GRID_STDS,
+    Level,
+    load_context,
+    measure_grid,
+    noise_for_mismatch,
+    resolve_levels,
+    run_task,
+)
 from admitcheck.calibration.opd import quality_definition
 from admitcheck.config import CalibrateConfig
 from admitcheck.errors import CalibrationError, ConfigError
@@ -119,17 +135,27 @@ def calibrate(
     data = build_artifact(
         config, config_file, out, levels, runs, ledger.grid, pair_fp | {"behaviour": behaviour}, fitted
     )
-    data["budget"]["protocol"] = {"replicates": config.levels.replicates, "rounds": rounds, "stopped": stop,
-                                  "interval_factor": config.levels.interval_factor,
-                                  "max_runs": config.levels.max_runs, "runs": len(runs)}  # fmt: skip
+    data["budget"]["protocol"] = {
+        "replicates": config.levels.replicates,
+        "rounds": rounds,
+        "stopped": stop,
+        "interval_factor": config.levels.interval_factor,
+        "max_runs": config.levels.max_runs,
+        "runs": len(runs),
+        "added_levels": [lv.name for lv in levels if lv.name.startswith("noise-added-")],
+    }
+    data["budget"]["warnings"] = budget_warnings(fitted["estimate"], config.levels.interval_factor, len(runs), stop)
     data["provenance"]["seconds"] = round(time.perf_counter() - t0, 1)
     data["provenance"]["run_cpu_seconds"] = round(sum(r.get("cpu_seconds", 0.0) for r in runs), 1)
     return write_calibration(data, out)
 
 
 def _rounds(config, config_file, levels: list[Level], ledger: Ledger, runner: Executor, progress):
-    """Round 0 runs every level's first replicates; each later round one more pair at the levels bracketing τ,
-    until the budget's interval is narrow enough or the run cap (decided from the ledger alone: resumable)."""
+    """Round 0 runs every level's first replicates; each later round follows `curve.plan_round`: one more pair at the
+    levels bracketing τ, or a new noise level below the grid (when the budget's interval reaches 0) or between the
+    bracketing levels, until the interval is narrower than `levels.interval_factor` or the next round would pass
+    `levels.max_runs` (decided from the ledger alone: resumable, the added levels included). `levels` grows in
+    place with the added levels."""
     counts = {lv.name: config.levels.replicates for lv in levels}
     rounds = 0
     while True:
@@ -146,14 +172,47 @@ def _rounds(config, config_file, levels: list[Level], ledger: Ledger, runner: Ex
         runs = [ledger.runs[run_key(lv, s)] | {"level": lv.name, "kind": lv.kind, "in_fit": lv.fit,
                 "replicate": r} for lv, s, r in _with_replicates(config, levels, counts)]  # fmt: skip
         fitted = fit_runs(config, levels, runs)
-        want = wanted_replicates(fitted["estimate"], _fit_counts(levels, counts), config.levels.interval_factor, 2)
-        grown = dict(counts)
-        for name in want:
+        fit_x = {lv.name: float(np.mean([r["fit_x"] for r in runs if r["level"] == lv.name])) for lv in levels
+                 if lv.kind != "baseline" and lv.fit}  # fmt: skip
+        plan = plan_round(fitted["estimate"], _fit_counts(levels, counts), config.levels.interval_factor, 2, fit_x)
+        added = _added_levels(config, levels, ledger.grid, plan.new_levels)
+        grown = dict(counts) | {lv.name: config.levels.replicates for lv in added}
+        for name in plan.replicates:
             grown[name] += 1
         grown["baseline"] = max(grown.values())
-        if not want or len(planned_tasks(config, levels, grown)) > config.levels.max_runs:
-            return runs, fitted, rounds, "interval narrower than the factor" if not want else "run cap"
+        if plan.done:
+            return runs, fitted, rounds, "interval narrower than the factor"
+        if len(planned_tasks(config, levels + added, grown)) > config.levels.max_runs:
+            return runs, fitted, rounds, "run cap"
+        levels.extend(added)
         counts, rounds = grown, rounds + 1
+
+
+def budget_warnings(est: Estimate, factor: float, runs: int, stop: str) -> list[str]:
+    """What a user must know before gating on this budget: a lower bound of 0 (nothing can be admitted against it)
+    and a precision not reached at the run cap."""
+    out = []
+    lo, hi = est.budget.interval
+    if lo <= 0.0:
+        out.append(f"the budget's lower bound is 0 after {runs} runs: no candidate can be admitted against it (add "
+                   "levels below the grid, raise levels.max_runs, or gate with reject-only)")  # fmt: skip
+    if stop == "run cap":
+        f = est.width_factor
+        out.append(f"precision not reached: factor {f:.3g} after {runs} runs (levels.interval_factor {factor:g}; "
+                   "raise levels.max_runs)" if math.isfinite(f) else
+                   f"precision not reached: the interval [{lo:.3g}, {hi:.3g}] is open after {runs} runs")  # fmt: skip
+    return out
+
+
+def _added_levels(config: CalibrateConfig, levels: list[Level], grid, targets) -> list[Level]:
+    """Noise levels at the design's target mismatches (σ from the grid measurement, as the auto grid places its
+    own); none without an auto grid, where σ for a target k3 is unknown (then the plan's replicates still run)."""
+    if grid is None or not targets:
+        return []
+    k = sum(lv.name.startswith("noise-added-") for lv in levels)
+    stds = noise_for_mismatch(grid, list(targets))
+    return [Level(f"noise-added-{k + j + 1}", "noise", relative_std=std, target=float(t))
+            for j, (t, std) in enumerate(zip(targets, stds))]  # fmt: skip
 
 
 def _with_replicates(config: CalibrateConfig, levels: list[Level], counts: dict[str, int]):
@@ -204,7 +263,9 @@ def _one_scale_score(config, levels, runs, which: str, tol: Tolerance) -> dict[s
     others = _level_data(config, levels, runs, which, lambda lv: lv.kind != "noise")
     if len(noise) < 2 or not others:
         return None
-    fit = fit_levels([np.mean(d.x) for d in noise], [np.mean(d.cost) for d in noise], [len(d.x) for d in noise])
+    tau = tol.of(float(np.mean([r["quality"] for r in runs if r["level"] == "baseline"])))
+    fit = fit_levels([np.mean(d.x) for d in noise], [np.mean(d.cost) for d in noise], [len(d.x) for d in noise],
+                     OFFSET_SHARE * tau if tau > 0 else 0.0)  # fmt: skip
     z = {}
     for d in others:
         c = np.asarray(d.cost)
@@ -288,8 +349,9 @@ def build_artifact(config, config_file, out: Path, levels, runs, grid, pair_fp, 
         "value": b.value, "kind": b.kind, "interval": [b.interval[0], b.interval[1]],
         "confidence": config.confidence, "n_boot": b.n_boot, "x": f["x"], "x_reason": f["x_reason"],
         "rule": (f"monotone (isotonic) fit of mean paired cost on log x ({f['x']}); B where it reaches τ "
-                 "(power-law interpolation between the bracketing levels); percentile bootstrap over replicate "
-                 "pairs and baseline replicates, τ re-estimated in each resample, spreads t-scaled"),
+                 f"(linear in log x on log(cost + {OFFSET_SHARE:g} τ) between the bracketing levels); percentile "
+                 "bootstrap over replicate pairs and baseline replicates, τ re-estimated in each resample, cost "
+                 "spreads t-scaled, x resampled with its own spread"),
         "decided_by": list(est.decided_by), "width_factor": est.width_factor if math.isfinite(est.width_factor)
         else None, "by_x": f["by_x"],
         "bootstrap": {"quantiles": {str(q): _order_quantile(draws, q) for q in qs} if draws.size else {},

@@ -10,9 +10,11 @@ Data: a level's replicate r is a pair of runs sharing every random number (data 
 seeds) — the level's run and the baseline's run r — and its cost is their quality difference; x is the level's
 mismatch in that replicate. The fit is isotonic regression (pool-adjacent-violators, weighted by replicates) of the
 levels' mean paired cost on their order in x, so one noisy level is pooled with its neighbours instead of bending
-the curve; between levels the curve is a power law through the two fitted points when both are > 0 (exact for
-cost ∝ x^p) and linear in log x otherwise; below the smallest level it falls linearly to 0 at x = 0, above the
-largest it stays flat. The budget B is where the curve reaches τ:
+the curve; between two levels it is linear in log x on the scale log(max(cost, 0) + δ), δ = OFFSET_SHARE · τ: a power
+law through the two fitted points where both are ≫ δ (cost ∝ x^p is then nearly exact), linear in log x where they
+are ≪ δ, and one rule whatever their sign, so B moves continuously with every fitted cost (a power law between
+positive points and a line elsewhere made B jump ×2.5 when one fitted cost crossed 0). Below the smallest level the
+curve falls linearly to 0 at x = 0, above the largest it stays flat. The budget B is where the curve reaches τ:
 
 - "point": the fitted cost crosses τ between two levels (the levels that decided B are recorded);
 - "upper_bound" (below the smallest level): the fitted cost exceeds τ already at the smallest level, so B < x₁;
@@ -80,6 +82,20 @@ class MonotoneFit:
     x: tuple[float, ...]  # level mismatch, nats/token, strictly increasing
     cost: tuple[float, ...]  # fitted (isotonic) cost at each x, non-decreasing, nats/token
     form: str = "isotonic"
+    offset: float = 0.0  # δ of the interpolation, nats/token (0: linear in log x; artifacts before it)
+
+    def _h(self, c: float) -> float:
+        """log(max(c, 0) + δ): the scale on which a segment is linear in log x."""
+        return math.log(max(c, 0.0) + self.offset)
+
+    def _shape(self, a: float, b: float, t: float) -> float:
+        """Share of the rise from a to b reached at t ∈ [0, 1] along log x: t itself when δ = 0 (linear in log x),
+        else linear in log x on log(max(c, 0) + δ) — a power law where both costs are ≫ δ, a line where they are ≪ δ,
+        and continuous in a and b however they compare with 0."""
+        if not (self.offset > 0 and b > 0) or b <= a:
+            return t
+        ha, hb = self._h(a), self._h(b)
+        return (math.exp(ha + t * (hb - ha)) - math.exp(ha)) / (math.exp(hb) - math.exp(ha))
 
     def predict(self, x: Any) -> Any:
         """Fitted cost at mismatch x (scalar or array, nats/token); 0 at x = 0."""
@@ -98,9 +114,7 @@ class MonotoneFit:
         i = int(np.searchsorted(xs, x))  # xs[i-1] < x <= xs[i]
         t = (math.log(x) - math.log(xs[i - 1])) / (math.log(xs[i]) - math.log(xs[i - 1]))
         a, b = cs[i - 1], cs[i]
-        if a > 0 and b > 0:
-            return math.exp(math.log(a) + t * (math.log(b) - math.log(a)))
-        return a + t * (b - a)
+        return a + (b - a) * self._shape(a, b, t)
 
     def inverse(self, cost: float) -> float:
         """Smallest mismatch where the curve reaches `cost`: inf if it never does (flat above the largest level)."""
@@ -114,14 +128,16 @@ class MonotoneFit:
             return math.inf
         a, b = cs[i - 1], cs[i]
         la, lb = math.log(xs[i - 1]), math.log(xs[i])
-        if a > 0:
-            t = (math.log(cost) - math.log(a)) / (math.log(b) - math.log(a))
+        u = (cost - a) / (b - a)  # the share of the segment's rise
+        if self.offset > 0 and b > 0:
+            ea, eb = math.exp(self._h(a)), math.exp(self._h(b))
+            t = (math.log(ea + u * (eb - ea)) - self._h(a)) / (self._h(b) - self._h(a))
         else:
-            t = (cost - a) / (b - a)
+            t = u
         return math.exp(la + t * (lb - la))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"form": self.form, "x": list(self.x), "cost": list(self.cost)}
+        return {"form": self.form, "x": list(self.x), "cost": list(self.cost), "offset": self.offset}
 
 
 @dataclass(frozen=True)
@@ -191,14 +207,18 @@ def isotonic(y: Any, w: Any) -> np.ndarray:
     return np.concatenate([np.full(int(n), v) for v, _, n in blocks])
 
 
-def fit_levels(x: Any, mean_cost: Any, n: Any) -> MonotoneFit:
-    """The monotone fit of level means (x ascending after sorting; equal x merged by weight)."""
+OFFSET_SHARE = 0.1  # δ = this × τ: the interpolation is a power law well above δ, linear in log x well below it
+
+
+def fit_levels(x: Any, mean_cost: Any, n: Any, offset: float = 0.0) -> MonotoneFit:
+    """The monotone fit of level means (x ascending after sorting; equal x merged by weight); `offset`: δ."""
     xa, ya, na = (np.asarray(v, dtype=np.float64) for v in (x, mean_cost, n))
     if not (np.all(xa > 0) and np.all(np.isfinite(xa)) and np.all(np.isfinite(ya))):
         raise ValueError("level mismatch must be finite and > 0, costs finite")
     ux, inv = np.unique(xa, return_inverse=True)
     wy = np.bincount(inv, weights=ya * na) / np.bincount(inv, weights=na)
-    return MonotoneFit(tuple(float(v) for v in ux), tuple(float(v) for v in isotonic(wy, np.bincount(inv, na))))
+    cost = tuple(float(v) for v in isotonic(wy, np.bincount(inv, na)))
+    return MonotoneFit(tuple(float(v) for v in ux), cost, offset=float(offset))
 
 
 def budget_of(fit: MonotoneFit, tau: float) -> tuple[float, BudgetKind, tuple[int, ...]]:
@@ -263,7 +283,9 @@ def estimate(
 
     def one(xl: list[np.ndarray], yl: list[np.ndarray], b: np.ndarray) -> tuple[MonotoneFit, float, float]:
         bm = float(b.mean()) if b.size else math.nan
-        return fit_levels([x.mean() for x in xl], [y.mean() for y in yl], ns), tolerance.of(bm), bm
+        tau_b = tolerance.of(bm)
+        offset = OFFSET_SHARE * tau_b if tau_b > 0 else 0.0
+        return fit_levels([x.mean() for x in xl], [y.mean() for y in yl], ns, offset), tau_b, bm
 
     fit, tau, base_mean = one(xs, ys, base)
     value, kind, idx = budget_of(fit, tau)
@@ -283,7 +305,9 @@ def estimate(
         xl, yl = [], []
         for x, y, k in zip(xs, ys, spreads):
             j = rng.integers(0, y.size, size=y.size)
-            xl.append(np.exp(_resample(np.log(x), j, k)))  # x > 0: resampled on the log scale
+            # x is a measured covariate: resampled on the log scale with its own spread (unbiased variance, no t
+            # factor: a t-inflated x spread, ×9 at n = 2, could reorder the levels)
+            xl.append(np.exp(_resample(np.log(x), j, _spread(x.size, 10**6, confidence))))
             yl.append(_resample(y, j, k))
         b = _resample(base, rng.integers(0, base.size, size=base.size), base_spread) if base.size else base
         fb, tb, _ = one(xl, yl, b)
@@ -327,10 +351,53 @@ def wanted_replicates(est: Estimate, replicates: dict[str, int], factor: float, 
     return list(est.names[:2] if b.kind == "upper_bound" else est.names[-2:])
 
 
+@dataclass(frozen=True)
+class RoundPlan:
+    """What the next calibration round runs: one more replicate pair at `replicates`, and new levels at the target
+    mismatches `new_levels` (nats/token; each gets the protocol's first replicates). Empty: precision reached."""
+
+    replicates: tuple[str, ...] = ()
+    new_levels: tuple[float, ...] = ()
+    why: str = ""
+
+    @property
+    def done(self) -> bool:
+        return not self.replicates and not self.new_levels
+
+
+MIN_LEVEL_X = 1e-6  # nats/token: no level is added below this (below a BF16 engine's floor, nothing to learn there)
+SPLIT_AFTER = 4  # replicates at both bracketing levels before a level between them is tried instead of more pairs
+
+
+def plan_round(
+    est: Estimate, replicates: dict[str, int], factor: float, min_decisive: int, level_x: dict[str, float]
+) -> RoundPlan:
+    """The design that looks for B (docs/calibration.md): a budget whose interval reaches 0 gets a level below the
+    smallest (2/3 decade down, or the grid's own step), since no replicate at the grid can tell B from 0; a point
+    budget whose bracketing levels already have SPLIT_AFTER replicates each and are more than `factor` apart gets a
+    level at their geometric mean; otherwise `wanted_replicates`. `level_x`: each level's mean x (nats/token)."""
+    want = wanted_replicates(est, replicates, factor, min_decisive)
+    if not want:
+        return RoundPlan()
+    b = est.budget
+    xs = sorted(level_x[n] for n in est.names)
+    if b.interval[0] <= 0.0 and xs[0] > MIN_LEVEL_X:
+        step = xs[1] / xs[0] if len(xs) > 1 and xs[1] > xs[0] else 10 ** (2 / 3)
+        target = max(xs[0] / min(max(step, 2.0), 10.0), MIN_LEVEL_X)
+        return RoundPlan(new_levels=(target,), why=f"the budget's interval reaches 0: a level below {xs[0]:.3g}")
+    if b.kind == "point" and len(est.decided_by) == 2:
+        lo_name, hi_name = sorted(est.decided_by, key=lambda n: level_x[n])
+        x_lo, x_hi = level_x[lo_name], level_x[hi_name]
+        if min(replicates[lo_name], replicates[hi_name]) >= SPLIT_AFTER and x_hi / x_lo > factor:
+            target = math.sqrt(x_lo * x_hi)
+            return RoundPlan(new_levels=(target,), why=f"a level between {lo_name} and {hi_name}")
+    return RoundPlan(replicates=tuple(want), why="replicates at the levels that decide B")
+
+
 def simulate_protocol(
     true_cost: Any,  # callable x -> cost (nats/token)
     noise_sd: Any,  # callable x -> sd of one paired cost (nats/token)
-    xs: Any,  # level mismatches (nats/token)
+    xs: Any,  # level mismatches of the initial grid (nats/token)
     baseline_quality: float,
     baseline_sd: float,
     tolerance: Tolerance,
@@ -338,38 +405,49 @@ def simulate_protocol(
     *,
     replicates: int = 2,
     factor: float = 2.0,
-    min_decisive: int = 3,
+    min_decisive: int = 2,
     max_runs: int = 40,
     x_cv: float = 0.05,
     n_boot: int = 300,
     confidence: float = 0.95,
 ) -> tuple[Estimate, int]:
-    """One synthetic calibration under the adaptive protocol (`calibrate`'s rounds, without the OPD runs):
-    (the estimate, runs used). Paired costs ~ true_cost(x) + N(0, noise_sd(x)); x per replicate ~ x·(1 + x_cv·N);
-    the baseline replicate r's quality ~ N(baseline_quality, baseline_sd)."""
-    names = [f"level-{i}" for i in range(len(xs))]
-    data: dict[str, tuple[list[float], list[float]]] = {n: ([], []) for n in names}
+    """One synthetic calibration under the adaptive protocol (`calibrate`'s rounds and `plan_round`'s design,
+    without the OPD runs): (the estimate, runs used). Paired costs ~ true_cost(x) + N(0, noise_sd(x)); a replicate's
+    measured x ~ x·exp(x_cv·N) (x_cv: the sd of log x between replicates); the baseline replicate r's quality ~
+    N(baseline_quality, baseline_sd). Stops as `calibrate` does: precision reached, or the next round would pass
+    `max_runs`."""
+    targets: dict[str, float] = {f"level-{i}": float(x) for i, x in enumerate(xs)}
+    data: dict[str, tuple[list[float], list[float]]] = {n: ([], []) for n in targets}
     base: list[float] = []
 
-    def add(name: str, x: float) -> None:
-        data[name][0].append(x * (1 + x_cv * rng.standard_normal()))
+    def add(name: str) -> None:
+        x = targets[name]
+        data[name][0].append(x * math.exp(x_cv * rng.standard_normal()))
         data[name][1].append(true_cost(x) + noise_sd(x) * rng.standard_normal())
 
     for _ in range(replicates):
         base.append(baseline_quality + baseline_sd * rng.standard_normal())
-        for n, x in zip(names, xs):
-            add(n, x)
-    runs = replicates * (len(xs) + 1)
+        for n in targets:
+            add(n)
+    runs = replicates * (len(targets) + 1)
     seed = int(rng.integers(2**31))
     while True:
-        levels = [LevelData(n, tuple(data[n][0]), tuple(data[n][1])) for n in names]
+        levels = [LevelData(n, tuple(data[n][0]), tuple(data[n][1])) for n in targets]
         est = estimate(levels, base, tolerance, n_boot=n_boot, seed=seed, confidence=confidence)
-        want = wanted_replicates(est, {n: len(data[n][1]) for n in names}, factor, min_decisive)
-        new_base = max(len(data[n][1]) for n in want) + 1 > len(base) if want else False
-        if not want or runs + len(want) + new_base > max_runs:
+        counts = {n: len(data[n][1]) for n in targets}
+        plan = plan_round(est, counts, factor, min_decisive, {n: float(np.mean(data[n][0])) for n in targets})
+        new = [f"level-{len(targets) + j}" for j in range(len(plan.new_levels))]
+        grown = {n: counts[n] + (n in plan.replicates) for n in targets} | {n: replicates for n in new}
+        new_base = max(max(grown.values()) - len(base), 0)
+        cost = sum(grown.values()) - sum(counts.values()) + new_base
+        if plan.done or runs + cost > max_runs:
             return est, runs
-        for n in want:
-            add(n, xs[names.index(n)])
-        if new_base:
+        for n, t in zip(new, plan.new_levels):
+            targets[n], data[n] = t, ([], [])
+            for _ in range(replicates):
+                add(n)
+        for n in plan.replicates:
+            add(n)
+        for _ in range(new_base):
             base.append(baseline_quality + baseline_sd * rng.standard_normal())
-        runs += len(want) + new_base
+        runs += cost

@@ -123,9 +123,14 @@ class QualityEvaluator:
 
 
 def _reverse_kl_rows(student_full: torch.Tensor, teacher_full: torch.Tensor) -> torch.Tensor:
-    """(B, T, V) log π_S, log π_T -> (B, T) KL(π_S ‖ π_T); tokens outside the student's kept set contribute 0."""
-    p = student_full.exp()  # (B, T, V)
-    terms = torch.where(p > 0, p * (student_full - teacher_full), torch.zeros_like(p))
+    """(B, T, V) log π_S, log π_T -> (B, T) KL(π_S ‖ π_T); tokens outside the student's kept set contribute 0.
+
+    The masked entries (log π_S = −inf) are replaced before the product, not after: `torch.where(p > 0, p·(s − t), 0)`
+    computes 0·(−inf) = nan in the branch it discards, and its gradient is nan all the same."""
+    kept = student_full > -math.inf  # (B, T, V)
+    safe_s = torch.where(kept, student_full, torch.zeros_like(student_full))
+    safe_t = torch.where(kept, teacher_full, torch.zeros_like(teacher_full))
+    terms = torch.where(kept, safe_s.exp() * (safe_s - safe_t), torch.zeros_like(student_full))
     return terms.sum(-1)
 
 
@@ -280,7 +285,11 @@ def stale_student(
     tokens,  # measure.PairTokens
 ) -> torch.nn.Module:
     """A float32 copy of `student0` after `staleness` real OPD steps of recipe `cfg` (seed `seed`) whose rollouts
-    all came from θ0 (an engine k steps behind holds θ0 for the first k steps): the θk of KL(π_θ0 ‖ π_θk)."""
+    all came from θ0 (an engine k steps behind holds θ0 for the first k steps): the θk of KL(π_θ0 ‖ π_θk).
+
+    The first k steps of the run itself: its learning-rate schedule over its full `cfg.steps` (stopped after k), not
+    a schedule of length k — a cosine of length 2 gives multipliers [1, 0.5] instead of ≈ [1, 1] and understated
+    every staleness mismatch with k ≥ 2."""
     from admitcheck.rollout.engines.hf import HFEngine
 
     student = cast_parameters(copy.deepcopy(student0), "float32")
@@ -291,9 +300,10 @@ def stale_student(
             teacher,
             engine,
             prompt_ids,
-            cfg.model_copy(update={"steps": staleness}),
+            cfg,
             staleness=staleness,
             seed=seed,
+            stop_after=staleness,
         )
     finally:
         engine.close()
