@@ -399,3 +399,17 @@ def render_demo(result) -> None:
     render_calibration(result.calibration)
     out.print(verdict_table(result.screen))
     out.print(f"reports: {', '.join(str(p) for p in result.report_paths)}")
+
+
+def render_logged(q: dict) -> None:
+    """What logged log-probs measure (`cli._logged_quantity`), beside the budget's protocol."""
+    steps = ", ".join(map(str, q["steps"])) or "not logged"
+    b = q["budget_protocol"]
+    s = b["sampling"]
+    out.print(
+        f"logged quantity: {q['sequences']} sequences of the pipeline's own prompts, step {steps}, "
+        f"{q['tokens_per_sequence_mean']:.1f} counted tokens per sequence (max {q['tokens_per_sequence_max']}); "
+        f"the budget's protocol: {b['prompts']} at the {b['x']} weights, max_new_tokens {b['max_new_tokens']}, "
+        f"temperature {s.get('temperature')}, top_p {s.get('top_p')}, top_k {s.get('top_k')}",
+        markup=False,
+    )

@@ -281,15 +281,14 @@ def test_incompatible_pair_names_the_field(tmp_path, toy_pair_dir):
     cfg = json.loads((student / "config.json").read_text())
     (student / "config.json").write_text(json.dumps({**cfg, "rms_norm_eps": 1e-5}))
     p = write_config(tmp_path / "s.yaml", toy_pair_dir, cal, [BF16], **{"pair.student": str(student)})
-    # validate loads no model: a changed architecture field is a warning naming it (the screen's behaviour check
-    # settles it); this hand-made artifact stores no behaviour, so the screen itself refuses the pair
-    from admitcheck.admission.checks import PairRewrittenWarning, load_checked_calibration
+    # a changed (non-structural) architecture field is for the behaviour check to settle; this hand-made artifact
+    # stores no behaviour, so the screen refuses the pair, and validate (no model loaded) refuses it the same way
+    from admitcheck.admission.checks import load_checked_calibration
 
-    with pytest.warns(PairRewrittenWarning, match="pair.student.architecture.rms_norm_eps"):
-        validate(io.load_config(p, ScreenConfig))
-    with pytest.raises(CalibrationError) as exc:
-        load_checked_calibration(io.load_config(p, ScreenConfig))
-    assert exc.value.field == "pair" and "rms_norm_eps" in exc.value.message
+    for check in (validate, load_checked_calibration):
+        with pytest.raises(CalibrationError) as exc:
+            check(io.load_config(p, ScreenConfig))
+        assert exc.value.field == "pair" and "rms_norm_eps" in exc.value.message
     prompts = tmp_path / "probe.jsonl"
     prompts.write_text("".join((toy_pair_dir / "prompts" / "probe.jsonl").read_text().splitlines(True)[1:]))
     p = write_config(tmp_path / "s.yaml", toy_pair_dir, cal, [BF16], **{"probe.prompts": str(prompts)})
