@@ -253,13 +253,14 @@ def toy_pair(
     """Build the built-in toy student/teacher pair as standard HF model dirs plus prompt sets."""
 
     def body() -> int:
+        from admitcheck.demo import built_or_reused
         from admitcheck.pairs.toy import build_toy_pair
 
-        summary = build_toy_pair(directory, seed=seed, force=force)
+        summary, reused = built_or_reused(directory, lambda: build_toy_pair(directory, seed=seed, force=force))
         if as_json:
-            print(json.dumps(summary.to_dict(), indent=2))
+            print(json.dumps(summary.to_dict() | {"reused": reused}, indent=2))
         else:
-            terminal.render_toy(summary)
+            terminal.render_toy(summary, reused=reused)
         return 0
 
     _guard(body)
@@ -282,15 +283,16 @@ def pair(
     """Build a built-in student/teacher pair as standard HF model dirs plus prompt sets (cached)."""
 
     def body() -> int:
+        from admitcheck.demo import built_or_reused
         from admitcheck.pairs import build_pair
 
-        summary = build_pair(
+        summary, reused = built_or_reused(directory, lambda: build_pair(
             name, directory, seed=seed, force=force, source=source, device=device, say=lambda m: err.print(m)
-        )
+        ))  # fmt: skip
         if as_json:
-            print(json.dumps(summary.to_dict(), indent=2))
+            print(json.dumps(summary.to_dict() | {"reused": reused}, indent=2))
         else:
-            terminal.render_pair(name, summary)
+            terminal.render_pair(name, summary, reused=reused)
         return 0
 
     _guard(body)
@@ -466,6 +468,7 @@ def _logged_quantity(cfg: Any, *, strict: bool, file: str) -> dict[str, Any]:
         "max_new_tokens": probe.get("max_new_tokens"), "sampling": sampling,
     }  # fmt: skip
     quantity["differences"] = diffs
+    quantity["step"] = cfg.logs.step
     if diffs and strict:
         raise ConfigError(
             "the logs measure another quantity than the budget's protocol (--strict): " + "; ".join(diffs),
