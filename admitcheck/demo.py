@@ -118,3 +118,20 @@ def run_demo(
     paths = [reports_dir / "demo_screen.json", reports_dir / "demo_screen.md"]
     write_reports(result, json_path=paths[0], markdown_path=paths[1], step_summary=False)
     return DemoResult(toy, calibration, result, reuse, paths, reused_pair)
+
+
+README_TABLE = ("<!-- demo table: start -->", "<!-- demo table: end -->")  # README's screening table, between these
+
+
+def readme_table(result: DemoResult) -> str:
+    """The verdict table the demo writes (its Markdown report's), without the seconds column (wall-clock time is
+    the one thing two runs do not share): what README shows between `README_TABLE`'s markers (a test compares)."""
+    from admitcheck.report import to_markdown
+
+    rows = [line for line in to_markdown(result.screen).splitlines() if line.startswith("|") and "---" not in line]
+    cells = [[c.strip() for c in line.strip().strip("|").split(" | ")] for line in rows]
+    if cells and cells[0][-1] == "s":
+        cells = [c[:-1] for c in cells]
+    lines = ["| " + " | ".join(row) + " |" for row in cells]
+    return "\n".join([lines[0], "|" + "---|" * len(cells[0]), *lines[1:]])
+

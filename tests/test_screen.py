@@ -145,7 +145,7 @@ def test_examples_parse(name):
         ]
         assert cfg.candidates[-1].staleness == 2 and cfg.candidates[4].rollout.kv_cache.skip_layers == [0]
     if name == "toy_screen_logs.yaml":
-        assert cfg.source == "logs" and cfg.logs.path.endswith("rollouts.jsonl")
+        assert cfg.source == "logs" and cfg.logs.path.endswith("toy_bf16.jsonl")
 
 
 # --------------------------------------------------------------------------------------------- library, toy pair
