@@ -134,4 +134,3 @@ def readme_table(result: DemoResult) -> str:
         cells = [c[:-1] for c in cells]
     lines = ["| " + " | ".join(row) + " |" for row in cells]
     return "\n".join([lines[0], "|" + "---|" * len(cells[0]), *lines[1:]])
-
