@@ -564,10 +564,13 @@ def validate(
                 prompt_sets += [("train.prompts", cfg.train.prompts), ("eval.prompts", cfg.eval.prompts)]
             counts = {f: len(io.read_prompts(p, field=f)) for f, p in prompt_sets}
             info = {"pair": cfg.pair.name or Path(cfg.pair.student).name, "prompts": counts}
-            if name == "recipe":
+            if name == "recipe":  # the search screens with these fields (one ScreenSession): the same refusals
                 from admitcheck.calibration.artifact import load_calibration
+                from admitcheck.calibration.compatibility import check_compatibility
 
-                info["calibration"] = str(load_calibration(cfg.calibration).path)
+                calibration = load_calibration(cfg.calibration)
+                check_compatibility(cfg, calibration, config_file=str(config))
+                info["calibration"] = str(calibration.path)
         info = {"kind": name, "kind_from": how, **info}
         if as_json:
             print(json.dumps(info, indent=2, default=str))

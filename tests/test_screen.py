@@ -206,6 +206,9 @@ def test_marginal_follows_policy(setup, tmp_path, toy_pair_dir):
         assert v.error_control == (policy == "reject")  # the point estimate deciding has no error control
     lower = write_artifact(tmp_path / "lower.yaml", toy_pair_dir, budget=k3 * 1.01, kind="upper_bound")
     p = write_config(tmp_path / "s.yaml", toy_pair_dir, lower, [BF16], probe=probe)
+    with pytest.raises(CalibrationError, match="lower confidence bound 0"):  # (0, b): nothing can be admitted
+        screen(io.load_config(p, ScreenConfig))
+    p = write_config(tmp_path / "s.yaml", toy_pair_dir, lower, [BF16], probe=probe, policy={"reject_only": True})
     v = screen(io.load_config(p, ScreenConfig)).verdicts[0]
     assert v.budget_kind == "upper_bound" and v.marginal
 
