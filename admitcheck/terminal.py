@@ -190,20 +190,21 @@ def render_dashboard(d, *, metrics=None, budget: float | None = None, title: str
 # --------------------------------------------------------------------------------------------------- pair
 
 
-def render_pair(name: str, summary) -> None:
+def render_pair(name: str, summary, *, reused: bool = False) -> None:
+    """A built-in pair's build summary; a reused (cached) pair shows no build_seconds: they were another run's."""
     d = summary.to_dict()
-    table = Table(title=f"{name} pair in {d.get('directory', '')}")
+    table = Table(title=f"{name} pair in {d.get('directory', '')}" + (" (reused: cached build)" if reused else ""))
     table.add_column("field")
     table.add_column("value", justify="right")
     for k, v in d.items():
-        if k != "directory":
+        if k != "directory" and not (reused and k == "build_seconds"):
             shown = json.dumps(v) if isinstance(v, dict) else ", ".join(map(fmt, v)) if isinstance(v, list) else fmt(v)
             table.add_row(k, shown)
     out.print(table)
 
 
-def render_toy(summary) -> None:
-    render_pair("toy", summary)
+def render_toy(summary, *, reused: bool = False) -> None:
+    render_pair("toy", summary, reused=reused)
 
 
 # --------------------------------------------------------------------------------------------------- calibrate
@@ -393,9 +394,27 @@ def render_recipe(res, written: Path | None = None) -> None:
 
 
 def render_demo(result) -> None:
+    from admitcheck.demo import EXIT_RULE
     from admitcheck.report import verdict_table
 
-    render_toy(result.toy)
+    render_toy(result.toy, reused=result.reused_pair)
     render_calibration(result.calibration)
     out.print(verdict_table(result.screen))
     out.print(f"reports: {', '.join(str(p) for p in result.report_paths)}")
+    out.print(f"exit status: {EXIT_RULE}", markup=False)
+
+
+def render_logged(q: dict) -> None:
+    """What logged log-probs measure (`cli._logged_quantity`), beside the budget's protocol."""
+    steps = ", ".join(map(str, q["steps"])) or (
+        f"{q['step']} (logs.step)" if q.get("step") is not None else "not logged"
+    )
+    b = q["budget_protocol"]
+    s = b["sampling"]
+    out.print(
+        f"logged quantity: {q['sequences']} sequences of the pipeline's own prompts, step {steps}, "
+        f"{q['tokens_per_sequence_mean']:.1f} counted tokens per sequence (max {q['tokens_per_sequence_max']}); "
+        f"the budget's protocol: {b['prompts']} at the {b['x']} weights, max_new_tokens {b['max_new_tokens']}, "
+        f"temperature {s.get('temperature')}, top_p {s.get('top_p')}, top_k {s.get('top_k')}",
+        markup=False,
+    )

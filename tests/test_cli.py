@@ -169,3 +169,155 @@ def test_a_warning_is_printed_as_text_not_markup() -> None:
     with terminal.err.capture() as cap:
         terminal.render_warning("drift [0.001, 0.002] within [bold]x[/bold]")
     assert "drift [0.001, 0.002] within [bold]x[/bold]" in cap.get()
+
+
+# ------------------------------------------------------------------------------ validate refuses what screen refuses
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def screen_config(tmp_path: Path, toy: Path, name: str = "s.yaml", **overrides) -> Path:
+    """examples/toy_screen.yaml with absolute paths (pair `toy`), one cheap candidate, and top-level overrides."""
+    data = yaml.safe_load((ROOT / "examples" / "toy_screen.yaml").read_text())
+    data["pair"] = {"name": "toy", "student": str(toy / "student"), "teacher": str(toy / "teacher")}
+    data["calibration"] = str(ROOT / "calibrations" / "toy.yaml")
+    data["probe"]["prompts"] = str(toy / "prompts" / "probe.jsonl")
+    data["candidates"] = data["candidates"][:1]
+    for dotted, value in overrides.items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def assert_both_refuse(path: Path, field: str, *words: str) -> None:
+    """validate and screen exit 2 with the same field (screen before loading any model)."""
+    for command in ("validate", "screen"):
+        assert_user_error(run(command, str(path)), str(path), f"{field}:", *words)
+
+
+def test_swapped_pair_fails_validate_like_screen(tmp_path, toy_pair_dir):
+    p = screen_config(tmp_path, toy_pair_dir, **{"pair.student": str(toy_pair_dir / "teacher"),
+                                                   "pair.teacher": str(toy_pair_dir / "student")})  # fmt: skip
+    assert_both_refuse(p, "pair.student", "hidden_size", "another architecture")
+
+
+def test_a_budget_of_another_objective_is_refused(tmp_path, toy_pair_dir):
+    rl = str(ROOT / "calibrations" / "toy_rl.yaml")
+    assert_both_refuse(screen_config(tmp_path, toy_pair_dir, calibration=rl), "objective", "RL", "grpo")
+    opd = screen_config(tmp_path, toy_pair_dir, "opd.yaml", objective="rl")  # an RL gate against the OPD budget
+    assert_both_refuse(opd, "objective", "OPD")
+
+
+def test_a_budget_with_lower_bound_zero_admits_nothing_unless_reject_only(tmp_path, toy_pair_dir):
+    rl = str(ROOT / "calibrations" / "toy_rl.yaml")  # GRPO budget, interval [0, 0.0041]
+    p = screen_config(tmp_path, toy_pair_dir, calibration=rl, objective="rl")
+    assert_both_refuse(p, "calibration", "lower confidence bound 0", "no candidate can be admitted",
+                       "levels below", "policy.reject_only")  # fmt: skip
+    ok = screen_config(tmp_path, toy_pair_dir, "ok.yaml", calibration=rl, objective="rl",
+                       **{"policy.reject_only": True})  # fmt: skip
+    r = run("validate", str(ok), "--json")
+    assert r.exit_code == 0, r.output
+    assert "reject-only" in json.loads(r.stdout)["gate"]
+
+
+def test_lengths_past_max_position_embeddings(tmp_path, toy_pair_dir):
+    """The issue's `max_new_tokens: 1000000000`: exit 2 from validate and from measure (was an OOM traceback)."""
+    p = measure_config(tmp_path, toy_pair_dir, **{"probe.max_new_tokens": 1_000_000_000})
+    for command in ("validate", "measure"):
+        assert_user_error(run(command, str(p)), "probe.max_new_tokens:", "max_position_embeddings is 256")
+    edge = measure_config(tmp_path, toy_pair_dir, **{"probe.max_new_tokens": 250})  # 250 + the longest prompt > 256
+    assert_user_error(run("validate", str(edge)), "probe.max_new_tokens:", "at most")
+    s = screen_config(tmp_path, toy_pair_dir, **{"probe.max_new_tokens": 1_000_000_000})
+    r = run("validate", str(s))  # a screen config: its protocol differs from the budget's first, named as such
+    assert_user_error(r, "max_new_tokens")
+
+
+def test_probe_batch_beyond_memory(tmp_path, toy_pair_dir):
+    p = measure_config(tmp_path, toy_pair_dir, **{"probe.batch_size": 10**12})
+    assert_user_error(run("validate", str(p)), "probe.batch_size:", "GiB")
+
+
+def test_vllm_truncated_sampling_on_a_large_vocabulary_is_refused(tmp_path, toy_pair_dir):
+    big = tmp_path / "big"
+    shutil.copytree(toy_pair_dir / "student", big)
+    cfg = json.loads((big / "config.json").read_text())
+    (big / "config.json").write_text(json.dumps({**cfg, "vocab_size": 50_000}))
+    p = measure_config(tmp_path, toy_pair_dir, **{"pair.student": str(big), "rollout.engine": "vllm",
+                                                  "sampling.top_p": 0.9})  # fmt: skip
+    assert_user_error(run("validate", str(p)), "rollout.engine:", "kept set", "top_p")
+    from admitcheck.config import SamplingConfig
+    from admitcheck.rollout.engines.vllm import FULL_VOCAB_LIMIT, kept_set_problem
+
+    assert kept_set_problem(SamplingConfig(top_k=20), FULL_VOCAB_LIMIT + 1)
+    assert kept_set_problem(SamplingConfig(top_k=20), FULL_VOCAB_LIMIT) is None  # full rows: the kept set is known
+    assert kept_set_problem(SamplingConfig(), 10**6) is None
+
+
+def test_runtime_failure_is_exit_3_without_traceback(tmp_path, toy_pair_dir, monkeypatch):
+    import admitcheck.measurement.measure as measure_module
+
+    def oom(*_, **__):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:118] DefaultCPUAllocator: can't allocate memory: you "
+                           "tried to allocate 32000000352 bytes.\nsecond line")  # fmt: skip
+
+    monkeypatch.setattr(measure_module, "measure", oom)
+    p = measure_config(tmp_path, toy_pair_dir)
+    assert_user_error(run("measure", str(p)), "out of memory", "probe.batch_size", code=3)
+
+    def crash(*_, **__):
+        raise RuntimeError("CUDA error: device-side assert triggered")
+
+    monkeypatch.setattr(measure_module, "measure", crash)
+    assert_user_error(run("measure", str(p)), "runtime failure", "device-side assert", code=3)
+
+
+def test_version_and_flags_shown_as_flags():
+    from admitcheck import __version__
+
+    r = run("--version")
+    assert r.exit_code == 0 and r.stdout.strip() == f"admitcheck {__version__}"
+    text = run("screen", "--help").output
+    line = next(row for row in text.splitlines() if "--json" in row)
+    assert "<bool>" not in line and "--strict" in text
+
+
+def test_from_logs_states_the_logged_quantity_and_strict_refuses(tmp_path, toy_pair_dir):
+    logs = ROOT / "examples" / "logs" / "toy_bf16.jsonl"
+    p = screen_config(tmp_path, toy_pair_dir)
+    r = run("screen", str(p), "--from-logs", str(logs), "--json")
+    assert r.exit_code == 0, r.output
+    logged = json.loads(r.stdout)["logged"]
+    assert logged["sequences"] == 64 and logged["differences"] == []
+    assert logged["budget_protocol"]["max_new_tokens"] == 64 and logged["budget_protocol"]["x"] == "start"
+    later = screen_config(tmp_path, toy_pair_dir, "later.yaml", **{"logs.path": str(logs), "logs.step": 40})
+    r = run("screen", str(later), "--from-logs", str(logs))
+    assert r.exit_code == 0 and "training step 40" in " ".join(r.output.split()), r.output  # a warning
+    assert_user_error(run("screen", str(later), "--from-logs", str(logs), "--strict"), "logs.path:", "step 40")
+    teacher = str(toy_pair_dir / "teacher")  # another architecture than the student's
+    wrong = screen_config(tmp_path, toy_pair_dir, "wrong.yaml", **{"logs.path": str(logs), "logs.checkpoint": teacher})
+    r = run("screen", str(wrong), "--from-logs", str(logs))
+    assert_user_error(r, "logs.checkpoint:", "not a checkpoint of this pair's student")
+
+
+def test_a_reused_pair_shows_no_build_seconds(toy_pair_dir):
+    r = run("toy-pair", str(toy_pair_dir), "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["reused"] is True
+    assert "build_seconds" not in run("toy-pair", str(toy_pair_dir)).stdout
+
+
+@pytest.mark.slow
+def test_readme_table_is_what_the_demo_prints(tmp_path, toy_pair_dir):
+    from admitcheck.demo import EXIT_RULE, README_TABLE, readme_table, run_demo
+
+    readme = (ROOT / "README.md").read_text()
+    start, end = (readme.index(m) for m in README_TABLE)
+    shipped = readme[start + len(README_TABLE[0]) : end].strip()
+    result = run_demo(toy_pair_dir, tmp_path / "reports")
+    assert readme_table(result) == shipped
+    assert result.screen.exit_code == 1 and "exits 0" in EXIT_RULE  # the rule README states beside the table
+    assert "exits 0" in readme[end : end + 600]

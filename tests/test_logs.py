@@ -187,6 +187,58 @@ def test_prime_rl_token_export(tmp_path):
     assert mismatch_metrics(logs.rollout_logprobs, logs.trainer_logprobs, logs.mask).nonfinite == 1
 
 
+def test_prime_rl_loss_channels_count_only_rl_tokens(tmp_path):
+    """The current TokenExporter (no rl_weights stream): loss_mask is the union of every loss channel and `losses`
+    holds {channel: {"advantage", "mask"}} per token; SFT/CE tokens (and prompt tokens) must not count."""
+    mu, pi = _ragged(3)
+    rows, masks = [], []
+    for b, (m, p) in enumerate(zip(mu, pi, strict=True)):
+        prompt, n = 3, len(m)
+        ce = n // 2 if b % 2 else 0  # odd rows: the first half of the response is an SFT (CE) target, not RL
+        rl_mask = [False] * prompt + [False] * ce + [True] * (n - ce)
+        ce_mask = [False] * prompt + [True] * ce + [False] * (n - ce)
+        losses = [
+            {**({"rl": {"advantage": 0.5, "mask": r}} if not c else {}), **({"ce": {"advantage": 1.0, "mask": c}}
+                                                                               if c else {})}
+            for r, c in zip(rl_mask, ce_mask, strict=True)
+        ]  # fmt: skip
+        loss = [a or c for a, c in zip(rl_mask, ce_mask, strict=True)]
+        rows.append({
+            "schema_version": 1, "step": 7, "export_step": 7, "rank": 0, "micro_step": 0, "micro_sequence_idx": b,
+            "token_ids": list(range(prompt + n)), "position_ids": list(range(prompt + n)), "loss_mask": loss,
+            "advantages": [0.5] * (prompt + n), "losses": losses, "rewards": [None] * (prompt + n),
+            "inference_logprobs": [0.0] * prompt + m, "trainer_logprobs": [-1.0] * prompt + p,
+            "entropy": [1.0] * (prompt + n), "mismatch_kl": [None] * (prompt + n),
+        })  # fmt: skip
+        masks.append(rl_mask)
+    logs = read_logs(_write(tmp_path / "rank_0.jsonl", rows))
+    assert logs.format == "prime-rl" and logs.steps == (7,)
+    _expect(logs, [r["inference_logprobs"] for r in rows], [r["trainer_logprobs"] for r in rows], masks)
+    assert logs.num_tokens == sum(map(sum, masks)) < sum(sum(r["loss_mask"]) for r in rows)  # the CE tokens are out
+    rows[0]["losses"] = rows[0]["losses"][:-1]
+    with pytest.raises(ConfigError, match="losses has"):
+        read_logs(_write(tmp_path / "bad.jsonl", rows))
+
+
+def test_logged_quantity_against_the_budget_protocol(tmp_path):
+    from admitcheck.measurement.logs import logged_quantity, protocol_differences
+
+    mu, pi = _ragged(4, T=30)
+    rows = [{"rollout_logprobs": m, "trainer_logprobs": p, "top_p": 0.9} for m, p in zip(mu, pi, strict=True)]
+    q = logged_quantity(read_logs(_write(tmp_path / "a.jsonl", rows)))
+    assert q["sequences"] == 10 and q["tokens"] == sum(map(len, mu)) and q["steps"] == []
+    assert q["tokens_per_sequence_max"] == max(map(len, mu)) and q["sampling"] == {"top_p": 0.9}
+    protocol = {"x": "start", "probe": {"max_new_tokens": 64}, "sampling": {"top_p": 1.0, "top_k": 0}}
+    diffs = protocol_differences(q, protocol)
+    assert len(diffs) == 1 and "top_p 0.9" in diffs[0]
+    short = {**protocol, "probe": {"max_new_tokens": 4}, "sampling": {"top_p": 0.9, "top_k": 0}}
+    assert [d for d in protocol_differences(q, short) if "max_new_tokens 4" in d]
+    assert [d for d in protocol_differences(q, protocol | {"sampling": {"top_p": 0.9}}, step=12) if "step 12" in d]
+    q["steps"] = [3]
+    with pytest.raises(ConfigError, match=r"logs\.step is 12 but the rows are from step"):
+        protocol_differences(q, protocol, step=12)
+
+
 def test_verl_dump_and_parquet(tmp_path):
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")

@@ -145,7 +145,7 @@ def test_examples_parse(name):
         ]
         assert cfg.candidates[-1].staleness == 2 and cfg.candidates[4].rollout.kv_cache.skip_layers == [0]
     if name == "toy_screen_logs.yaml":
-        assert cfg.source == "logs" and cfg.logs.path.endswith("rollouts.jsonl")
+        assert cfg.source == "logs" and cfg.logs.path.endswith("toy_bf16.jsonl")
 
 
 # --------------------------------------------------------------------------------------------- library, toy pair
@@ -206,6 +206,9 @@ def test_marginal_follows_policy(setup, tmp_path, toy_pair_dir):
         assert v.error_control == (policy == "reject")  # the point estimate deciding has no error control
     lower = write_artifact(tmp_path / "lower.yaml", toy_pair_dir, budget=k3 * 1.01, kind="upper_bound")
     p = write_config(tmp_path / "s.yaml", toy_pair_dir, lower, [BF16], probe=probe)
+    with pytest.raises(CalibrationError, match="lower confidence bound 0"):  # (0, b): nothing can be admitted
+        screen(io.load_config(p, ScreenConfig))
+    p = write_config(tmp_path / "s.yaml", toy_pair_dir, lower, [BF16], probe=probe, policy={"reject_only": True})
     v = screen(io.load_config(p, ScreenConfig)).verdicts[0]
     assert v.budget_kind == "upper_bound" and v.marginal
 
@@ -281,15 +284,14 @@ def test_incompatible_pair_names_the_field(tmp_path, toy_pair_dir):
     cfg = json.loads((student / "config.json").read_text())
     (student / "config.json").write_text(json.dumps({**cfg, "rms_norm_eps": 1e-5}))
     p = write_config(tmp_path / "s.yaml", toy_pair_dir, cal, [BF16], **{"pair.student": str(student)})
-    # validate loads no model: a changed architecture field is a warning naming it (the screen's behaviour check
-    # settles it); this hand-made artifact stores no behaviour, so the screen itself refuses the pair
-    from admitcheck.admission.checks import PairRewrittenWarning, load_checked_calibration
+    # a changed (non-structural) architecture field is for the behaviour check to settle; this hand-made artifact
+    # stores no behaviour, so the screen refuses the pair, and validate (no model loaded) refuses it the same way
+    from admitcheck.admission.checks import load_checked_calibration
 
-    with pytest.warns(PairRewrittenWarning, match="pair.student.architecture.rms_norm_eps"):
-        validate(io.load_config(p, ScreenConfig))
-    with pytest.raises(CalibrationError) as exc:
-        load_checked_calibration(io.load_config(p, ScreenConfig))
-    assert exc.value.field == "pair" and "rms_norm_eps" in exc.value.message
+    for check in (validate, load_checked_calibration):
+        with pytest.raises(CalibrationError) as exc:
+            check(io.load_config(p, ScreenConfig))
+        assert exc.value.field == "pair" and "rms_norm_eps" in exc.value.message
     prompts = tmp_path / "probe.jsonl"
     prompts.write_text("".join((toy_pair_dir / "prompts" / "probe.jsonl").read_text().splitlines(True)[1:]))
     p = write_config(tmp_path / "s.yaml", toy_pair_dir, cal, [BF16], **{"probe.prompts": str(prompts)})

@@ -1,18 +1,25 @@
-"""The one place that decides whether a calibration applies: to a screen (`check_compatibility`: the same pair
-and measurement protocol, else a CalibrationError naming the field) and to a calibrate config that could reuse it
-(`calibration_matches`: the same pair, protocol, metric and training recipe). Both compare flattened fingerprints
-field by field (`fingerprint.strict_differences`).
+"""The one place that decides whether a calibration applies: to a screen (`check_compatibility`: the same pair,
+measurement protocol and objective, a budget that can admit, else a CalibrationError naming the field) and to a
+calibrate config that could reuse it (`calibration_matches`: the same pair, protocol, metric and training recipe).
+Both compare flattened fingerprints field by field (`fingerprint.strict_differences`). `check_limits` is what a
+config asks of the model that no engine could give (lengths past `max_position_embeddings`, a probe batch larger
+than the memory, kept sets vLLM cannot return): `validate` and every command run it before loading weights.
 
     warnings = check_compatibility(screen_config, load_calibration("calibrations/toy.yaml"))
     ok, why = calibration_matches(calibrate_config, "calibrations/toy.yaml")
+    check_limits(measure_config, file="measure.yaml")      # ConfigError naming probe.max_new_tokens, ...
+
+Everything here reads config.json, tokenizer.json, prompt files and the artifact, never weights, so `validate`
+refuses exactly what `screen` would refuse before it loads a model.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
-from admitcheck import fingerprint
+from admitcheck import fingerprint, io
 from admitcheck.calibration.artifact import (
     Calibration,
     fingerprint_pair,
@@ -24,22 +31,42 @@ from admitcheck.calibration.artifact import (
     recipe_of,
 )
 from admitcheck.config import CalibrateConfig, ScreenConfig
-from admitcheck.errors import CalibrationError
+from admitcheck.errors import CalibrationError, ConfigError
+
+# config.json keys that fix the tensors' shapes or the network's wiring: a pair that differs in one of them is another
+# model (the behaviour check could only fail), so it is refused without loading weights. Other architecture keys
+# (rms_norm_eps, rope settings) are left to the behaviour check: a rebuilt pair may differ there and behave the same.
+STRUCTURAL_KEYS = ("architectures", "model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
+                   "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size", "tie_word_embeddings",
+                   "hidden_act")  # fmt: skip
+# Bytes per (sequence, position, vocabulary entry) a probe batch holds in float32 full rows: the engine's processed
+# log-probs, the reference's, and the logits each is computed from.
+FULL_ROW_BYTES = 4 * 4
+MEMORY_SHARE = 0.9  # a probe batch estimated above this share of the machine's memory cannot run
+
+
+def objective_of(recipe: dict[str, Any]) -> str:
+    """The objective a calibration's budget belongs to: "rl" for train.loss grpo, else "opd" (pg, gkd_reverse_kl)."""
+    return "rl" if recipe.get("loss") == "grpo" else "opd"
 
 
 def check_compatibility(config: ScreenConfig, calibration: Any, *, config_file: str | None = None) -> list[str]:
-    """Whether the screen's pair and protocol are the calibration's. Returns warnings (strict fingerprint
-    differences the behaviour check must settle); raises a CalibrationError naming the first field that makes the
-    calibration unusable: the tokenizer, the probe prompt set or the protocol (sampling temperature, top_p, top_k,
-    probe.max_new_tokens, reference.dtype). From logs, only the pair's models and tokenizer are compared (the logs
-    come from the pipeline's own prompts and sampling).
+    """Whether the screen's pair, protocol and objective are the calibration's and its budget can admit. Returns
+    warnings (strict fingerprint differences the behaviour check must settle); raises a CalibrationError naming the
+    first field that makes the calibration unusable: the tokenizer, the probe prompt set or the protocol (sampling
+    temperature, top_p, top_k, probe.max_new_tokens, reference.dtype); the `objective` (an RL budget for an OPD
+    gate, or the reverse); an architecture that differs in shape (`STRUCTURAL_KEYS`, parameter count); strict
+    differences that an artifact without a behavioural fingerprint cannot settle; a budget whose lower bound is 0
+    (nothing can be admitted by the bound) unless `policy.reject_only`. From logs, only the pair's models and
+    tokenizer are compared (the logs come from the pipeline's own prompts and sampling), and `logs.checkpoint`,
+    when given, must be a checkpoint of this student. A ConfigError for the limits of `check_limits`.
 
-    Architecture and weight hashes that differ are not refused here: a re-saved or rebuilt pair can be the same
-    pair. `load_checked_calibration` then compares the models' behaviour (`fingerprint.check_behaviour`). The metric
+    Weight hashes that differ are not refused here: a re-saved or rebuilt pair can be the same pair.
+    `load_checked_calibration` then compares the models' behaviour (`fingerprint.check_behaviour`). The metric
     is the calibration's, whatever it is: the screen measures on its scale (`admission.decision_estimator`).
     """
 
-    logs = config.source == "logs"
+    logs = getattr(config, "source", "engine") == "logs"
     present = fingerprint_pair(config.pair, None if logs else config.probe)
     diffs = fingerprint.strict_differences(calibration.pair_fingerprint, present)
     mine: dict[str, Any] = {}
@@ -61,7 +88,198 @@ def check_compatibility(config: ScreenConfig, calibration: Any, *, config_file: 
             file=config_file,
             field=name,
         )
-    return [str(d) for d in diffs if d.field not in ("pair.tokenizer", "pair.probe_prompts")]
+    _check_objective(config, calibration, config_file)
+    structural = [d for d in diffs if _structural(d.field)]
+    if structural:
+        d = structural[0]
+        side = d.field.split(".")[1]
+        raise CalibrationError(
+            f"this pair is not the calibration's: {d} (another architecture: the budget of {calibration.path} says "
+            "nothing about it); use this pair's own calibration, or the pair the calibration was made with",
+            file=config_file,
+            field=f"pair.{side}",
+        )
+    notes = [str(d) for d in diffs if d.field not in ("pair.tokenizer", "pair.probe_prompts")]
+    if notes and calibration.behaviour is None:
+        raise CalibrationError(
+            f"{notes[0]}; the calibration stores no behavioural fingerprint to settle it: re-run calibrate",
+            file=config_file,
+            field="pair",
+        )
+    _check_budget_can_admit(config, calibration, config_file)
+    if logs and config.logs is not None and config.logs.checkpoint:
+        check_logs_checkpoint(config, calibration, config_file)
+    if not logs:
+        check_limits(config, file=config_file)
+    return notes
+
+
+def _structural(field: str) -> bool:
+    """A `pair.<side>.architecture.<key>` or `pair.<side>.parameters` difference that no rebuild explains."""
+    parts = field.split(".")
+    if len(parts) == 3 and parts[2] == "parameters":
+        return True
+    return len(parts) >= 4 and parts[2] == "architecture" and parts[3] in STRUCTURAL_KEYS
+
+
+def _check_objective(config: Any, calibration: Any, file: str | None) -> None:
+    want, have = getattr(config, "objective", "opd"), objective_of(calibration.recipe)
+    if want != have:
+        raise CalibrationError(
+            f"this screen gates {want.upper()} training (objective: {want}), but {calibration.path} is a budget for "
+            f"{have.upper()} (recipe.loss {calibration.recipe.get('loss')!r}); the two objectives tolerate different "
+            f"mismatch (docs/rl.md): use a calibration of {want.upper()}, or set objective: {have} if that is the "
+            "training you gate",
+            file=file,
+            field="objective",
+        )
+
+
+def _check_budget_can_admit(config: Any, calibration: Any, file: str | None) -> None:
+    """ADMIT needs the mismatch's upper bound below the budget's lower bound: with a lower bound of 0 (a budget
+    below the smallest level, or too few runs to bound it away from 0) no candidate can be admitted by the bound."""
+    b = calibration.budget
+    if b.interval[0] > 0 or getattr(config.policy, "reject_only", False):
+        return
+    raise CalibrationError(
+        f"the budget of {calibration.path} ({b.value:.3g} nats/token, {b.kind}) has lower confidence bound 0 "
+        f"(interval [0, {b.interval[1]:.3g}]): no candidate can be admitted against it, since ADMIT needs the "
+        "mismatch's upper bound below that lower bound. Re-calibrate with levels below the smallest one "
+        "(levels.auto_noise.min_mismatch, or a small levels.extra relative_std) and more replicates "
+        "(levels.replicates, levels.max_runs); or set policy.reject_only: true to gate on REJECT only",
+        file=file,
+        field="calibration",
+    )
+
+
+def check_logs_checkpoint(config: ScreenConfig, calibration: Any, file: str | None) -> None:
+    """`logs.checkpoint`: the trainer checkpoint that scored the logs must be this pair's student after training
+    (the calibration's student architecture and tokenizer; its weights have moved, so they are not compared)."""
+    ckpt = Path(config.logs.checkpoint)
+    if not (ckpt / "config.json").is_file():
+        raise ConfigError(f"not a model dir (no config.json): {ckpt}", file=file, field="logs.checkpoint")
+    stored = calibration.pair_fingerprint["student"]["architecture"]
+    present = io.read_json(ckpt / "config.json")
+    for key in STRUCTURAL_KEYS:  # the weights moved in training and are not hashed (a checkpoint can be large)
+        if stored.get(key) != present.get(key):
+            raise CalibrationError(
+                f"the trainer checkpoint is not a checkpoint of this pair's student: {key} is "
+                f"{present.get(key)!r} there, {stored.get(key)!r} in the calibration",
+                file=file,
+                field="logs.checkpoint",
+            )
+    has_tokenizer = (ckpt / "tokenizer.json").is_file() or (ckpt / "tokenizer_config.json").is_file()
+    if has_tokenizer and fingerprint.tokenizer_fingerprint(ckpt) != calibration.pair_fingerprint["tokenizer"]:
+        raise CalibrationError(
+            "the trainer checkpoint's tokenizer is not the calibration's", file=file, field="logs.checkpoint"
+        )
+
+
+# ------------------------------------------------------------------------------------------------ limits
+
+
+def check_limits(config: Any, *, file: str | None = None) -> None:
+    """What no engine could do with this config, from config.json, tokenizer.json and the prompt files (no
+    weights): a ConfigError naming the field when the longest probe prompt plus `max_new_tokens` exceeds the
+    student's `max_position_embeddings` (also `train.`/`eval.max_new_tokens` of a calibrate config), when one probe
+    batch's full rows would not fit in this machine's memory, or when a vLLM rollout with top-p/top-k could not
+    return the kept set (`engines.vllm.kept_set_problem`). Dirs that are not there are left to the input checks."""
+    student = Path(config.pair.student)
+    cfg_path = student / "config.json"
+    if not cfg_path.is_file():
+        return
+    try:
+        model = io.read_json_as_is(cfg_path)
+    except (OSError, ValueError):
+        return  # unreadable: the pair check names it
+    text = model.get("text_config") if isinstance(model.get("text_config"), dict) else model
+    max_pos = text.get("max_position_embeddings") or model.get("max_position_embeddings")
+    vocab = int(text.get("vocab_size") or model.get("vocab_size") or 0)
+    lengths = [("probe", config.probe.prompts, config.probe.max_new_tokens, config.probe.num_prompts)]
+    if getattr(config, "train", None) is not None:
+        lengths.append(("train", config.train.prompts, config.train.max_new_tokens, None))
+    if getattr(config, "eval", None) is not None:
+        lengths.append(("eval", config.eval.prompts, config.eval.max_new_tokens, config.eval.num_prompts))
+    tokenizer = Path(config.pair.tokenizer or student)
+    longest_probe = 1
+    for section, prompts, new_tokens, limit in lengths:
+        longest = _longest_prompt(tokenizer, prompts, limit)
+        if section == "probe":
+            longest_probe = longest
+        if isinstance(max_pos, int) and longest + new_tokens > max_pos:
+            how = "tokens" if (tokenizer / "tokenizer.json").is_file() else "tokens at least"
+            raise ConfigError(
+                f"the longest {section} prompt ({longest} {how}) + max_new_tokens {new_tokens} = "
+                f"{longest + new_tokens} positions, but the model's max_position_embeddings is {max_pos} "
+                f"({cfg_path}); set {section}.max_new_tokens to at most {max(max_pos - longest, 0)}",
+                file=file,
+                field=f"{section}.max_new_tokens",
+            )
+    _check_batch_memory(config, vocab, longest_probe, file)
+    _check_vllm_kept_set(config, vocab, file)
+
+
+def _longest_prompt(tokenizer_dir: Path, prompts: str, limit: int | None) -> int:
+    """Tokens of the longest prompt (tokenizer.json, as the engines tokenize: special tokens included); 1 when the
+    tokenizer or the prompts cannot be read here (a lower bound: the input checks name what is missing)."""
+    try:
+        rows = io.read_prompts(prompts, limit=limit)
+    except ConfigError:
+        return 1
+    path = tokenizer_dir / "tokenizer.json"
+    if not path.is_file():
+        return 1
+    try:
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(str(path))
+        return max(len(e.ids) for e in tok.encode_batch([r["prompt"] for r in rows]))
+    except Exception:  # no `tokenizers`, or a tokenizer.json it cannot read: transformers names it when loading
+        return 1
+
+
+def physical_memory_bytes() -> int | None:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _check_batch_memory(config: Any, vocab: int, longest_prompt: int, file: str | None) -> None:
+    """A probe batch with full rows holds batch × (prompt + new tokens) × vocabulary float32 rows several times
+    over (`FULL_ROW_BYTES`); on a CPU reference, more than `MEMORY_SHARE` of the RAM cannot run."""
+    if not getattr(config, "full_logprobs", False) or not vocab or config.reference.device != "cpu":
+        return
+    total = physical_memory_bytes()
+    if total is None:
+        return
+    positions = longest_prompt + config.probe.max_new_tokens
+    need = config.probe.batch_size * positions * vocab * FULL_ROW_BYTES
+    if need > MEMORY_SHARE * total:
+        fit = max(int(MEMORY_SHARE * total // (positions * vocab * FULL_ROW_BYTES)), 0)
+        raise ConfigError(
+            f"one probe batch with full rows needs about {need / 2**30:.1f} GiB ({config.probe.batch_size} × "
+            f"{positions} positions × {vocab} tokens × {FULL_ROW_BYTES} bytes), more than this machine's "
+            f"{total / 2**30:.1f} GiB; set probe.batch_size to at most {fit}, or full_logprobs: false",
+            file=file,
+            field="probe.batch_size",
+        )
+
+
+def _check_vllm_kept_set(config: Any, vocab: int, file: str | None) -> None:
+    sampling = getattr(config, "sampling", None)
+    if sampling is None or not (sampling.top_p < 1 or sampling.top_k > 0):
+        return
+    rollouts = [("rollout", getattr(config, "rollout", None))]
+    rollouts += [(f"candidates.{c.name}.rollout", c.rollout) for c in getattr(config, "candidates", None) or []]
+    for fld, rollout in rollouts:
+        if rollout is None or rollout.engine != "vllm":
+            continue
+        from admitcheck.rollout.engines.vllm import kept_set_problem
+
+        problem = kept_set_problem(sampling, vocab)
+        if problem:
+            raise ConfigError(problem, file=file, field=f"{fld}.engine")
 
 
 def calibration_matches(config: CalibrateConfig, artifact: Calibration | str | Path) -> tuple[bool, str]:

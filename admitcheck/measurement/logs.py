@@ -15,7 +15,10 @@ each pipeline writes them). Columns: rollout log μ, trainer log π, mask.
 - `admitcheck`: `rollout_logprobs`, `trainer_logprobs`, optional `mask` (default: every position counts).
 - `prime-rl` (`trainer.enable_token_export`, token_exports/step_N/rank_R.jsonl): `inference_logprobs`,
   `trainer_logprobs`, `loss_mask`; tokens count where loss_mask and (rl_weights ≠ 0 or ref_kl_weights ≠ 0) when
-  those streams are present, as prime-rl's `mismatch_kl` does. `null` is how it writes a non-finite value.
+  those streams are present, as prime-rl's `mismatch_kl` does. Newer exports have no weight streams: `loss_mask`
+  is the union of every loss channel (RL, SFT/CE, ...) and `losses` holds, per token, `{channel: {"advantage",
+  "mask"}}`; only tokens of the `rl` channel count (the others were not sampled by the rollout engine, or not
+  trained on its log-probs). `null` is how it writes a non-finite value. Rows carry their training `step`.
 - `verl` (the documented dump hook): `rollout_log_probs`, `old_log_probs`, `response_mask`.
 - `trl` (the documented dump hook): `sampling_per_token_logps`, `old_per_token_logps`, `completion_mask`, optional
   `tool_mask` (0 on tool-result tokens, which TRL gives rollout log-prob 0.0) and `process_index`.
@@ -94,6 +97,8 @@ class LoggedLogprobs:
     format: str = "admitcheck"
     warnings: tuple[str, ...] = ()
     groups: np.ndarray | None = None  # (B,) int: process / rank of each sequence, when the logs say
+    steps: tuple[int, ...] = ()  # the training steps the rows say they are from (prime-rl `step`), sorted
+    sampling: dict[str, float] | None = None  # top_p / top_k the rows say they were sampled with, when they do
 
     @property
     def num_sequences(self) -> int:
@@ -148,7 +153,52 @@ def read_logs(path: str | Path, *, format: str = "auto", field: str = "logs.path
         groups = np.array([r.group for _, r in rows], dtype=np.int64)  # (B,)
     sampling = {k: v for _, r in rows for k, v in r.sampling.items()}
     warnings = _warnings(mu, pi, mask, fmt, rows, sampling)
-    return LoggedLogprobs(str(path), mu, pi, mask, fmt, tuple(warnings), groups)
+    steps = tuple(sorted({r.step for _, r in rows if r.step is not None}))
+    return LoggedLogprobs(str(path), mu, pi, mask, fmt, tuple(warnings), groups, steps, sampling or None)
+
+
+def logged_quantity(logs: LoggedLogprobs) -> dict[str, Any]:
+    """What the logged mismatch is a mismatch of: the pipeline's own prompts (sequences), the training step(s) the
+    rows say, the counted response tokens per sequence (mean, max) and the sampling the rows say."""
+    per_seq = logs.mask.sum(axis=1)  # (B,)
+    return {
+        "sequences": logs.num_sequences,
+        "tokens": logs.num_tokens,
+        "steps": list(logs.steps),
+        "tokens_per_sequence_mean": float(per_seq.mean()),
+        "tokens_per_sequence_max": int(per_seq.max()),
+        "sampling": dict(logs.sampling or {}),
+    }
+
+
+def protocol_differences(quantity: dict[str, Any], protocol: dict[str, Any], *, step: int | None = None) -> list[str]:
+    """How the logged quantity differs from a budget's measurement protocol (the artifact's `protocol`: start-
+    weights probe, `probe.max_new_tokens`, sampling): each a sentence; empty when none is known to differ.
+    `step` (the config's `logs.step`) must agree with the steps the rows say: a ConfigError otherwise."""
+    steps = quantity["steps"]
+    if step is not None and steps and steps != [step]:
+        raise ConfigError(
+            f"logs.step is {step} but the rows are from step(s) {', '.join(map(str, steps))}", field="logs.step"
+        )
+    out = []
+    at = step if step is not None else (max(steps) if steps else None)
+    if protocol.get("x", "start") == "start" and at:
+        out.append(
+            f"the logs are from training step {at}: their mismatch is the engine's against the trainer at θ_{at}, "
+            "while the budget was fitted on the mismatch at the start weights (budget.x: start)"
+        )
+    cap = (protocol.get("probe") or {}).get("max_new_tokens")
+    if cap and quantity["tokens_per_sequence_max"] > cap:
+        out.append(
+            f"responses of up to {quantity['tokens_per_sequence_max']} counted tokens (mean "
+            f"{quantity['tokens_per_sequence_mean']:.0f}), while the budget's probes stop at max_new_tokens {cap}: "
+            "later positions can carry a different mismatch"
+        )
+    want = protocol.get("sampling") or {}
+    for key, default in (("top_p", 1.0), ("top_k", 0)):
+        if key in quantity["sampling"] and quantity["sampling"][key] != want.get(key, default):
+            out.append(f"sampled with {key} {quantity['sampling'][key]}, the budget's protocol with {want.get(key)}")
+    return out
 
 
 def detected_format(path: str | Path, *, field: str = "logs.path") -> str:
@@ -308,6 +358,7 @@ class _Row:
     group: int | None
     has_tool_mask: bool
     sampling: dict
+    step: int | None = None
 
 
 def _jsonl_objects(path: Path, field: str, limit: int | None = None) -> list[tuple[str, Any]]:
@@ -339,7 +390,7 @@ def _parquet_objects(path: Path, field: str) -> list[tuple[str, Any]]:
             "reading Parquet needs pyarrow: pip install 'admitcheck[parquet]'", file=str(path), field=field
         ) from None
     keep = {c for s in FORMATS.values() for c in (s.rollout, s.trainer, *s.masks, s.group) if c}
-    keep |= OPTIONAL_MASKS | {"top_p", "top_k"}
+    keep |= OPTIONAL_MASKS | {"top_p", "top_k", "losses", "step"}
     try:
         schema = pq.read_schema(path)
         table = pq.read_table(path, columns=[c for c in schema.names if c in keep])
@@ -404,6 +455,8 @@ def _check_sequence(obj: Any, spec: FormatSpec, where: str, path: Path, field: s
             if ref is not None:
                 sampled = [a or bool(x) for a, x in zip(sampled, ref, strict=False)]
             mask = [a and b for a, b in zip(mask, sampled, strict=False)]
+        elif isinstance(obj.get("losses"), list):  # newer exports: loss_mask is every channel's; keep the rl one
+            mask = [a and b for a, b in zip(mask, _rl_channel(obj["losses"], n, fail), strict=True)]
     if spec.drop_first and n:
         rollout, trainer, mask = rollout[1:], trainer[1:], mask[1:]
     group = obj.get(spec.group) if spec.group else None
@@ -413,7 +466,23 @@ def _check_sequence(obj: Any, spec: FormatSpec, where: str, path: Path, field: s
         v = obj.get(key)
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             sampling[key] = v
-    return _Row(rollout, trainer, mask, group, "tool_mask" in present, sampling)
+    step = obj.get("step")
+    step = int(step) if isinstance(step, int) and not isinstance(step, bool) else None
+    return _Row(rollout, trainer, mask, group, "tool_mask" in present, sampling, step)
+
+
+def _rl_channel(losses: list, n: int, fail) -> list[bool]:
+    """prime-rl's per-token `losses` records ({channel: {"advantage": a, "mask": m}}, {} where no channel trains):
+    True where the `rl` channel masks the token in (the policy-gradient tokens the rollout engine sampled)."""
+    if len(losses) != n:
+        raise fail(f"losses has {len(losses)} records for {n} tokens")
+    out = []
+    for j, rec in enumerate(losses):
+        if not isinstance(rec, dict):
+            raise fail(f"losses[{j}] must be an object of loss channels, not {type(rec).__name__}")
+        rl = rec.get("rl")
+        out.append(bool(rl.get("mask")) if isinstance(rl, dict) else False)
+    return out
 
 
 def _mask_values(value: Any, key: str, n: int, fail) -> list[bool]:

@@ -101,6 +101,22 @@ def check_rollout(rollout: RolloutConfig) -> None:
     weights_mode(rollout, bool(current_platform.is_cpu()))
 
 
+def kept_set_problem(sampling: SamplingConfig, vocab_size: int) -> str | None:
+    """Why vLLM cannot be screened with this sampling on this vocabulary, or None. With top-p/top-k the engine's
+    log-probs are renormalised over its kept set; the reference must score over the same set, which only the
+    engine's full rows tell (logprobs=-1, at most FULL_VOCAB_LIMIT tokens). Without them the reference applies its
+    own top-p/top-k, and a token at the kept set's boundary that the engine kept and the reference did not gets
+    reference log-prob −inf: k3 = inf, a REJECT that measures nothing."""
+    if not (sampling.top_p < 1 or sampling.top_k > 0) or vocab_size <= FULL_VOCAB_LIMIT:
+        return None
+    return (
+        f"engine: vllm with truncated sampling (top_p {sampling.top_p:g}, top_k {sampling.top_k}) on a "
+        f"{vocab_size}-token vocabulary: vLLM returns full log-prob rows only up to {FULL_VOCAB_LIMIT} tokens, so "
+        "its kept set is unknown and a boundary token would give k3 = inf; screen with top_p: 1 and top_k: 0 "
+        "(the budget's protocol then has to match), or use engine: hf"
+    )
+
+
 def _text_config(model_dir: Path) -> dict:
     cfg = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
     return cfg.get("text_config", cfg)
@@ -312,6 +328,9 @@ class VLLMEngine:
 
         if max_new_tokens <= 0:
             raise ValueError("max_new_tokens must be > 0")
+        problem = kept_set_problem(sampling, self.llm.llm_engine.model_config.get_vocab_size())
+        if problem and not self.full_ok:
+            raise ConfigError(problem, field="sampling")
         full = return_full and self.full_ok
         common = dict(
             temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,  # top_k 0 = off in 0.32
