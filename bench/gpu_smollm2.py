@@ -157,6 +157,9 @@ def _time_engine(engine: HFEngine, ids: list[list[int]], new_tokens: int, repeat
     out.update({"s_per_call": statistics.median(times), "ms_per_step": statistics.median(per_step),
                 "ms_per_step_min": min(per_step), "tokens_per_s": sum(toks) / sum(times),
                 "steps": steps, "tokens": toks})  # fmt: skip
+    again = engine.sample(ids, sampling, 0, new_tokens)  # the first call's seed again: is the path deterministic?
+    n = min(first.token_ids.shape[1], again.token_ids.shape[1])
+    out["same_tokens_on_repeat"] = (first.token_ids[:, :n] == again.token_ids[:, :n]).float().mean().item()
     return out | {"_first": first}
 
 
@@ -200,6 +203,9 @@ def bench_random(batch: int, new_tokens: int, repeats: int, only: str) -> dict:
     kw = {"eos_token_id": 2, "pad_token_id": 0}
     out: dict = {"model": "SmolLM2-135M shape, random weights, BF16", "batch": batch, "max_new_tokens": new_tokens,
                  "prompt_tokens": [min(lengths), max(lengths)], "repeats": repeats,
+                 "tokens_note": "random weights give near-flat next-token distributions over 49152 tokens: inverse-CDF "
+                   "sampling then flips a token on any ulp-level logit difference, so same_tokens_* here measure "
+                   "kernel determinism, not sampling fidelity (see tests/test_engine_cuda.py for that)",
                  "timing": "ms_per_step = median over calls of wall time / steps (prefill and host "
                            "copies included); ms_per_step_min the fastest call"}  # fmt: skip
     variants = {"engine_eager": {"cuda_graphs": False}, "engine_graphs_eager_kernels": {"compile_forward": False},

@@ -37,6 +37,7 @@ from admitcheck.rollout.precision import quantize_kv
 from admitcheck.rollout.sampling import process_logits, sample_inverse_cdf
 
 CHECK_EVERY = 8  # decode steps between host checks of "all rows finished?" (each one is a device sync)
+COMPILE_OPTIONS: dict = {}  # inductor options of the compiled forward (torch.compile(options=...))
 WARMUP_CALLS = 3  # un-captured calls on a side stream before capture (compile, cuBLAS workspaces, lazy init)
 
 
@@ -113,7 +114,7 @@ class CapturedDecoder:
         forward=None,  # the decode forward: the model (eager kernels) or torch.compile(model)
         pool=None,  # a CUDA graph memory pool shared with the engine's other decoders
     ) -> None:
-        self.model, self.forward = model, forward or model
+        self.model, self.forward = model, (forward if forward is not None else model)
         self.cache_kwarg, self.shape, self.sampling = cache_kwarg, shape, sampling
         self.eos, self.pad = int(eos_token_id), int(pad_token_id)
         dev = next(model.parameters()).device
