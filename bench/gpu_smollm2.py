@@ -2,6 +2,14 @@
 time by phase (rollout, teacher scoring, trainer forward+backward, engine sync), on CUDA.
 
     python bench/gpu_smollm2.py --pair smollm2 --out bench_smollm2.json    # after `admitcheck pair smollm2 smollm2`
+    python bench/gpu_smollm2.py --random-weights --out bench/results/h200_smollm2.json   # no weights needed
+
+`--random-weights`: the SmolLM2-135M shape (30 layers, hidden 576, 9/3 heads, vocab 49152, tied) with random weights
+built in-process, random prompts of 32-64 tokens; decode only (speed does not depend on the weights' values). It
+times, in one process: the engine's eager loop (`cuda_graphs=False`), the captured engine with eager kernels and with
+the compiled forward (first call = capture + compile), `generate()` with the dynamic and the static cache (128
+tokens forced by `min_new_tokens`), the in-place weight sync, and how often the captured engine draws the eager
+engine's tokens under the same seed.
 
 Decode: the teacher (30 layers) in BF16, batch 64 chat prompts, 128 new tokens at temperature 1; each side is
 warmed up once, then timed over `--repeats` calls (torch.cuda.synchronize around each). ms per step = wall time /
@@ -13,6 +21,7 @@ the median of steps 2..N (step 1 carries warm-up).
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import time
@@ -116,6 +125,160 @@ def bench_opd(pair: Path, steps: int, batch: int, new_tokens: int, device: str) 
     }  # fmt: skip
 
 
+def smollm2_shape_model(seed: int = 0) -> torch.nn.Module:
+    """Random float32 weights in the SmolLM2-135M shape (REFERENCE §7)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                      num_attention_heads=9, num_key_value_heads=3, head_dim=64, tie_word_embeddings=True,
+                      rope_theta=1e5, max_position_embeddings=8192, bos_token_id=1, eos_token_id=2,
+                      pad_token_id=0)  # fmt: skip
+    return LlamaForCausalLM(cfg).eval()
+
+
+def _time_engine(engine: HFEngine, ids: list[list[int]], new_tokens: int, repeats: int) -> dict:
+    sampling = SamplingConfig(temperature=1.0)
+    _sync()
+    t0 = time.perf_counter()
+    first = engine.sample(ids, sampling, 0, new_tokens)
+    _sync()
+    out = {"first_call_s": time.perf_counter() - t0}
+    times, steps, toks = [], [], []
+    for r in range(repeats):
+        _sync()
+        t0 = time.perf_counter()
+        ro = engine.sample(ids, sampling, r + 1, new_tokens)
+        _sync()
+        times.append(time.perf_counter() - t0)
+        steps.append(ro.token_ids.shape[1])
+        toks.append(ro.num_tokens)
+    per_step = [1e3 * t / n for t, n in zip(times, steps)]
+    out.update({"s_per_call": statistics.median(times), "ms_per_step": statistics.median(per_step),
+                "ms_per_step_min": min(per_step), "tokens_per_s": sum(toks) / sum(times),
+                "steps": steps, "tokens": toks})  # fmt: skip
+    again = engine.sample(ids, sampling, 0, new_tokens)  # the first call's seed again: is the path deterministic?
+    n = min(first.token_ids.shape[1], again.token_ids.shape[1])
+    out["same_tokens_on_repeat"] = (first.token_ids[:, :n] == again.token_ids[:, :n]).float().mean().item()
+    return out | {"_first": first}
+
+
+def _time_generate(model, ids: list[list[int]], new_tokens: int, repeats: int, static: bool) -> dict:
+    from admitcheck.measurement.scorer import left_pad
+
+    input_ids, mask = left_pad(ids, 0, "cuda")
+    kw = {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_new_tokens": new_tokens,
+          "min_new_tokens": new_tokens, "pad_token_id": 0, "eos_token_id": 2}  # fmt: skip
+    if static:
+        kw["cache_implementation"] = "static"
+    out: dict = {}
+    with torch.inference_mode():
+        _sync()
+        t0 = time.perf_counter()
+        model.generate(input_ids=input_ids, attention_mask=mask, **kw)
+        _sync()
+        out["first_call_s"] = time.perf_counter() - t0
+        times, steps = [], []
+        for r in range(repeats):
+            torch.manual_seed(r)
+            _sync()
+            t0 = time.perf_counter()
+            g = model.generate(input_ids=input_ids, attention_mask=mask, **kw)
+            _sync()
+            times.append(time.perf_counter() - t0)
+            steps.append(g.shape[1] - input_ids.shape[1])
+    per_step = [1e3 * t / n for t, n in zip(times, steps)]
+    return out | {"s_per_call": statistics.median(times), "ms_per_step": statistics.median(per_step),
+                  "ms_per_step_min": min(per_step), "tokens_per_s": len(ids) * sum(steps) / sum(times),
+                  "steps": steps}  # fmt: skip
+
+
+def bench_random(batch: int, new_tokens: int, repeats: int, only: str) -> dict:
+    """Decode speed on the SmolLM2 shape with random weights (see the module docstring)."""
+    model = smollm2_shape_model()
+    gen = torch.Generator().manual_seed(1)
+    lengths = torch.randint(32, 65, (batch,), generator=gen).tolist()
+    ids = [torch.randint(3, 49152, (n,), generator=gen).tolist() for n in lengths]
+    rollout = RolloutConfig(engine="hf", dtype="bfloat16", device="cuda")
+    kw = {"eos_token_id": 2, "pad_token_id": 0}
+    out: dict = {"model": "SmolLM2-135M shape, random weights, BF16", "batch": batch, "max_new_tokens": new_tokens,
+                 "prompt_tokens": [min(lengths), max(lengths)], "repeats": repeats,
+                 "tokens_note": "random weights give near-flat next-token distributions over 49152 tokens: inverse-CDF "
+                   "sampling then flips a token on any ulp-level logit difference, so same_tokens_* here measure "
+                   "kernel determinism, not sampling fidelity (see tests/test_engine_cuda.py for that)",
+                 "timing": "ms_per_step = median over calls of wall time / steps (prefill and host "
+                           "copies included); ms_per_step_min the fastest call"}  # fmt: skip
+    variants = {"engine_eager": {"cuda_graphs": False}, "engine_graphs_eager_kernels": {"compile_forward": False},
+                "engine_graphs_compiled": {}}  # fmt: skip
+    firsts = {}
+    for name, opts in variants.items():
+        if only and name not in only.split(","):
+            continue
+        engine = HFEngine(model, rollout, **kw, **opts)
+        res = _time_engine(engine, ids, new_tokens, repeats if name != "engine_eager" else 2)
+        firsts[name] = res.pop("_first")
+        out[name] = res
+        print(name, json.dumps(res), flush=True)
+        if name == "engine_graphs_compiled":
+            out["weight_sync"] = bench_sync(engine, model, ids, new_tokens)
+            print("weight_sync", json.dumps(out["weight_sync"]), flush=True)
+        engine.close()
+    if "engine_eager" in firsts:
+        for name in ("engine_graphs_eager_kernels", "engine_graphs_compiled"):
+            if name in firsts:
+                a, b = firsts["engine_eager"], firsts[name]
+                n = min(a.token_ids.shape[1], b.token_ids.shape[1])
+                same = (a.token_ids[:, :n] == b.token_ids[:, :n]).float().mean().item()
+                first_diff = (a.token_ids[:, :n] != b.token_ids[:, :n]).float().argmax(1)
+                out[name]["same_tokens_as_eager"] = same
+                out[name]["first_differing_step_median"] = float(first_diff.float().median())
+    gm = copy.deepcopy(model).to(device="cuda", dtype=torch.bfloat16)
+    for name, static in (("generate_dynamic", False), ("generate_static", True)):
+        if only and name not in only.split(","):
+            continue
+        out[name] = _time_generate(gm, ids, new_tokens, 2 if not static else repeats, static)
+        print(name, json.dumps(out[name]), flush=True)
+    if "generate_static" in out and "engine_graphs_compiled" in out:
+        out["speedup_vs_generate_static"] = out["generate_static"]["ms_per_step"] / out["engine_graphs_compiled"][
+            "ms_per_step"]  # fmt: skip
+    return out
+
+
+def bench_sync(engine: HFEngine, model, ids: list[list[int]], new_tokens: int) -> dict:
+    """In-place weight sync from a float32 trainer copy on the GPU: plain, with noise, with FP8 W8A8; and whether
+    the captured graphs still sample the same tokens after syncing the same weights back."""
+    sampling = SamplingConfig(temperature=1.0)
+    state = {k: v.to("cuda", torch.float32) for k, v in model.state_dict().items()}
+    before = engine.sample(ids, sampling, 5, new_tokens)
+    ptrs = [p.data_ptr() for p in engine.model.parameters()]
+    out = {}
+    for _ in range(2):  # the first one warms the allocator
+        _sync()
+        t0 = time.perf_counter()
+        engine.load_weights(state, noise_step=1)
+        _sync()
+        out["plain_ms"] = 1e3 * (time.perf_counter() - t0)
+    after = engine.sample(ids, sampling, 5, new_tokens)
+    out["same_tokens_after_resync"] = (before.token_ids == after.token_ids).float().mean().item()
+    out["parameters_reallocated"] = ptrs != [p.data_ptr() for p in engine.model.parameters()]
+    out["graphs_recaptured"] = len(engine._decoders) != 1
+    from admitcheck.config import NoiseConfig, WeightsRecipe
+
+    w8a8 = WeightsRecipe(format="fp8_e4m3", activations="fp8_per_token")
+    for name, ro in (("noise_ms", {"noise": NoiseConfig(relative_std=0.01, seed=0)}),
+                     ("fp8_w8a8_channel_ms", {"weights": w8a8})):  # fmt: skip
+        engine.reconfigure(engine.rollout.model_copy(update=ro))
+        times = []
+        for step in range(3):
+            _sync()
+            t0 = time.perf_counter()
+            engine.load_weights(state, noise_step=step + 1)
+            _sync()
+            times.append(1e3 * (time.perf_counter() - t0))
+        out[name] = min(times)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pair", type=Path, default=Path("smollm2"))
@@ -125,11 +288,18 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--opd-steps", type=int, default=5)
+    ap.add_argument("--random-weights", action="store_true", help="The SmolLM2 shape with random weights, decode only.")
+    ap.add_argument("--only", default="", help="Comma-separated variants to run (random-weights mode).")
     args = ap.parse_args()
     res = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", "torch": torch.__version__}
     import transformers
 
     res["transformers"] = transformers.__version__
+    if args.random_weights:
+        res["decode"] = bench_random(args.batch, args.new_tokens, max(args.repeats, 5), args.only)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(res, indent=2) + "\n")
+        return
     res["decode"] = bench_decode(args.pair, args.batch, args.new_tokens, args.repeats, args.device)
     print(json.dumps(res["decode"], indent=2), flush=True)
     res["opd"] = bench_opd(args.pair, args.opd_steps, args.batch, 64, args.device)
