@@ -1,11 +1,12 @@
 """The screen's error rates by simulation: a fast version of bench/coverage.py (same code, fewer screens).
 
-The must-hold of issue #11: wrong ADMITs at a true mismatch of 1.5 × B and bound-decided REJECTs at 0.67 × B stay
-within nominal (2.5%, one side of 0.95) + 1 point, on light and heavy tails. With S simulated screens the observed
-rate of a rule whose true rate is p̄ = 3.5% exceeds p̄ + 3.09·√(p̄(1 − p̄)/S) with probability ≤ 0.1% (normal
+The must-hold of issue #21: wrong ADMITs at a true mismatch of 1.05, 1.2, 1.5 and 2 × B stay within nominal (2.5%,
+one side of 0.95) + 0.5 point on lognormal per-sequence sums (σ 1, 1.5, 2). With S simulated screens the observed
+rate of a rule whose true rate is p̄ = 3.0% exceeds p̄ + 3.09·√(p̄(1 − p̄)/S) with probability ≤ 0.1% (normal
 approximation to the binomial), so that is the tolerance: a rule meeting the must-hold fails this test about once in
-a thousand runs, and the old rule (delta-method interval on the log scale, 15–30% wrong ADMITs) fails it always —
-checked on the same simulated data, so the test can fail.
+a thousand runs. The bootstrap-t bound alone (the rule before the lognormal bound) gives 6.5–9% at 1.05 × B on
+σ 1.5–2 (bench/results/screen_coverage.json's predecessor, the issue's figures) — checked on the same simulated
+data, so the test can fail.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ import importlib.util
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-SIMS = 300
+SIMS = 400
 NOMINAL = 0.025  # one side of the two-sided 0.95 of examples/toy_screen.yaml's policy
-BAR = NOMINAL + 0.01
-TOLERANCE = BAR + 3.09 * math.sqrt(BAR * (1 - BAR) / SIMS)  # ≈ 6.8% at 300 screens
+BAR = NOMINAL + 0.005
+TOLERANCE = BAR + 3.09 * math.sqrt(BAR * (1 - BAR) / SIMS)  # ≈ 5.6% at 400 screens
+SETTINGS = ("lognormal_1.5", "lognormal_2", "light")
 
 
 def _bench():
@@ -31,25 +34,43 @@ def _bench():
 
 
 @pytest.fixture(scope="module")
-def rows():
-    return {r["setting"]: r for r in _bench().run(SIMS, seed=1, settings=("light", "heavy", "heavier"))}
+def bench():
+    return _bench()
 
 
-@pytest.mark.parametrize("setting", ["light", "heavy", "heavier"])
-def test_error_rates_within_nominal_plus_one_point(rows, setting):
+@pytest.fixture(scope="module")
+def rows(bench):
+    return {r["setting"]: r for r in bench.run(SIMS, seed=1, settings=SETTINGS)}
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_wrong_admits_near_the_budget_within_nominal(rows, bench, setting):
     r = rows[setting]
-    assert r["over_admit"] <= TOLERANCE, r  # wrong ADMIT at 1.5 × B
-    assert r["under_reject"] <= TOLERANCE, r  # REJECT decided by the bound at 0.67 × B
-    assert r["over_admit"] + r["over_reject"] + r["over_undecided"] == pytest.approx(1.0)
+    for t in bench.RATIOS:
+        assert r[f"admit@{t:.3g}B"] <= TOLERANCE, (t, r)
+        assert r[f"admit@{t:.3g}B"] + r[f"reject@{t:.3g}B"] + r[f"undecided@{t:.3g}B"] == pytest.approx(1.0)
 
 
-def test_the_settings_are_what_they_claim(rows):
-    """Light decides at the first look; heavy has the issue's top share (~37% at 32 probes), heavier more."""
-    assert rows["light"]["over_median_probes"] == 32 and rows["light"]["over_reject"] > 0.9
-    assert 0.30 <= rows["heavy"]["top_share_32"] <= 0.45, rows["heavy"]
-    assert rows["heavier"]["top_share_32"] > rows["heavy"]["top_share_32"]
+def test_the_rule_still_decides_far_from_the_budget(rows):
+    """Power is reported, not bargained away: light tails decide at the first look; σ 1.5 mostly within 256."""
+    assert rows["light"]["admit@0.333B"] > 0.95 and rows["light"]["median_probes_decided@0.333B"] == 32
+    assert rows["lognormal_1.5"]["admit@0.333B"] > 0.5 and rows["lognormal_1.5"]["reject@3B"] > 0.5
 
 
-def test_the_old_rule_fails_on_the_same_data(rows):
-    """The test has teeth: the log-scale delta interval without the heavy-tail rule breaks the tolerance."""
-    assert rows["heavy"]["over_old_admit"] > TOLERANCE and rows["heavier"]["over_old_admit"] > TOLERANCE
+def test_the_bootstrap_t_bound_alone_fails_on_the_same_data(bench):
+    """The test has teeth: without the lognormal bound, the full sequential rule on σ 2 sums at 1.05 × B admits
+    wrongly far above the tolerance."""
+    from admitcheck.admission.sequential import look_states
+    from admitcheck.measurement.metrics import bootstrap_t_bounds, pareto_k, resample_counts, sequential_confidence
+
+    rng = np.random.default_rng([1, list(bench.SETTINGS).index("lognormal_2")])
+    s, n = bench.sequences("lognormal_2", SIMS, 256, rng)
+    a = (1.0 - sequential_confidence(0.95, 8)) / 2.0
+    budget, admitted, open_ = 1 / 1.05, np.zeros(SIMS, bool), np.ones(SIMS, bool)
+    for m in range(32, 257, 32):
+        _, lo, hi = bootstrap_t_bounds(s[:, :m], n[:, :m], a, a, resample_counts(m))
+        share = s[:, :m].max(1) / s[:, :m].sum(1)
+        state = look_states(lo, hi, share, np.array([pareto_k(r) for r in s[:, :m]]), (budget, budget))
+        admitted |= open_ & (state == "admit")
+        open_ &= ~np.isin(state, ["admit", "reject"])
+    assert admitted.mean() > TOLERANCE

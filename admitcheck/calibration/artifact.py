@@ -203,8 +203,13 @@ class Calibration:
                 if lv.get("paired_cost_interval") else "(held out)")
              + f", fit {lv['fitted_cost']:+.3g}" + (" *" if lv.get("decided_budget") else ""))
             for lv in self.data.get("level_report", []) if lv["kind"] != "baseline"
-        ] + [
-        ]  # fmt: skip
+        ] + [("WARNING", w) for w in self.warnings]  # fmt: skip
+
+    @property
+    def warnings(self) -> list[str]:
+        """What a user must know before gating on this budget (`calibrate.budget_warnings`): a lower bound of 0, a
+        precision not reached at the run cap. Empty for artifacts written before these were recorded."""
+        return [str(w) for w in self.data.get("budget", {}).get("warnings", [])]
 
     def run_rows(self) -> list[dict[str, Any]]:
         """One row per run: level, seed, mismatch (with interval), quality, quality cost."""

@@ -175,7 +175,7 @@ def _rounds(config, config_file, levels: list[Level], ledger: Ledger, runner: Ex
         fit_x = {lv.name: float(np.mean([r["fit_x"] for r in runs if r["level"] == lv.name])) for lv in levels
                  if lv.kind != "baseline" and lv.fit}  # fmt: skip
         plan = plan_round(fitted["estimate"], _fit_counts(levels, counts), config.levels.interval_factor, 2, fit_x)
-        added = _added_levels(config, levels, ledger.grid, plan.new_levels)
+        added = _added_levels(levels, _measured_grid(levels, runs) or ledger.grid, plan.new_levels)
         grown = dict(counts) | {lv.name: config.levels.replicates for lv in added}
         for name in plan.replicates:
             grown[name] += 1
@@ -204,9 +204,20 @@ def budget_warnings(est: Estimate, factor: float, runs: int, stop: str) -> list[
     return out
 
 
-def _added_levels(config: CalibrateConfig, levels: list[Level], grid, targets) -> list[Level]:
-    """Noise levels at the design's target mismatches (σ from the grid measurement, as the auto grid places its
-    own); none without an auto grid, where σ for a target k3 is unknown (then the plan's replicates still run)."""
+def _measured_grid(levels: list[Level], runs: list[dict[str, Any]]) -> dict[str, list[float]] | None:
+    """(σ, mean start-weights x) of the noise levels run so far, as a grid for `noise_for_mismatch`: the levels'
+    own measurements (several replicates each) place a new level better than the one-seed grid measured before
+    training. None with fewer than two noise levels."""
+    pts = sorted({(lv.relative_std, float(np.mean([r["x_start"] for r in runs if r["level"] == lv.name])))
+                  for lv in levels if lv.kind == "noise" and any(r["level"] == lv.name for r in runs)})  # fmt: skip
+    if len(pts) < 2:
+        return None
+    return {"relative_std": [p[0] for p in pts], "mismatch": [p[1] for p in pts]}
+
+
+def _added_levels(levels: list[Level], grid, targets) -> list[Level]:
+    """Noise levels at the design's target mismatches (σ interpolated on `grid`: the measured levels, else the auto
+    grid's measurement); none without either, where σ for a target is unknown (the plan's replicates still run)."""
     if grid is None or not targets:
         return []
     k = sum(lv.name.startswith("noise-added-") for lv in levels)

@@ -194,7 +194,7 @@ def apply_weight_recipe(model: nn.Module, recipe: WeightsRecipe) -> list[Removab
     return [modules[n].register_forward_pre_hook(hook) for n in names]
 
 
-def _noise_seed(seed: int, step: int, name: str) -> int:
+def noise_seed(seed: int, step: int, name: str) -> int:
     """A 63-bit generator seed from (seed, step, parameter name): stable across processes, devices and orders."""
     digest = hashlib.sha256(f"{seed}/{step}/{name}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
@@ -202,7 +202,7 @@ def _noise_seed(seed: int, step: int, name: str) -> int:
 
 def _noised(w: torch.Tensor, noise: NoiseConfig, step: int, name: str) -> torch.Tensor:
     """w + relative_std · rms(w) · N(0, 1), the normal drawn on CPU in float32 so every device sees the same draw."""
-    gen = torch.Generator(device="cpu").manual_seed(_noise_seed(noise.seed, step, name))
+    gen = torch.Generator(device="cpu").manual_seed(noise_seed(noise.seed, step, name))
     z = torch.randn(w.shape, generator=gen, dtype=torch.float32)
     w32 = w.to(torch.float32)
     rms = w32.pow(2).mean().sqrt()

@@ -27,13 +27,12 @@ captured with it.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 import torch
 
 from admitcheck.measurement.scorer import position_ids
-from admitcheck.rollout.precision import quantize_kv
+from admitcheck.rollout.precision import noise_seed, quantize_kv
 from admitcheck.rollout.sampling import process_logits, sample_inverse_cdf
 
 CHECK_EVERY = 8  # decode steps between host checks of "all rows finished?" (each one is a device sync)
@@ -253,12 +252,6 @@ class CapturedDecoder:
                 steps = t + 1
                 break
         return self.tokens, self.logprobs, self.mask, self.full, steps
-
-
-def noise_seed(seed: int, step: int, name: str) -> int:
-    """The weight-noise generator seed of (seed, step, parameter name), as `precision.apply_noise` derives it."""
-    digest = hashlib.sha256(f"{seed}/{step}/{name}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
 def add_noise_on_device(targets: list[tuple[str, torch.Tensor, torch.Tensor]], relative_std: float, seed: int,
