@@ -288,6 +288,8 @@ class LevelsConfig(Strict):
     replicates: int = Field(2, ge=2)  # paired replicates of every level (and of the baseline) before adapting
     interval_factor: float = Field(2.0, gt=1)  # stop adding replicates once the budget's interval hi/lo is below
     max_runs: int = Field(30, gt=0)  # cap on all runs (baseline, levels, checks) including adaptive replicates
+    pairs_per_round: int = Field(1, ge=1)  # replicate pairs each adaptive round adds at each wanted level: a round is
+    # one wave of parallel runs, so more pairs per round fill more workers (the budget depends on it, not on --jobs)
     x: Literal["auto", "start", "run"] = "auto"  # the mismatch fitted: at the start weights, run-averaged, or chosen
     run_window: int = Field(20, gt=0)  # steps averaged for the run x (the first N of each run; a screen replays them)
 

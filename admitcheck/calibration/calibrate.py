@@ -178,7 +178,7 @@ def _rounds(config, config_file, levels: list[Level], ledger: Ledger, runner: Ex
         added = _added_levels(levels, _measured_grid(levels, runs) or ledger.grid, plan.new_levels)
         grown = dict(counts) | {lv.name: config.levels.replicates for lv in added}
         for name in plan.replicates:
-            grown[name] += 1
+            grown[name] += config.levels.pairs_per_round
         grown["baseline"] = max(grown.values())
         if plan.done:
             return runs, fitted, rounds, "interval narrower than the factor"

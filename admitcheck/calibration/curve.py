@@ -433,6 +433,7 @@ def simulate_protocol(
     x_cv: float = 0.05,
     n_boot: int = 300,
     confidence: float = 0.95,
+    pairs_per_round: int = 1,
 ) -> tuple[Estimate, int]:
     """One synthetic calibration under the adaptive protocol (`calibrate`'s rounds and `plan_round`'s design,
     without the OPD runs): (the estimate, runs used). Paired costs ~ true_cost(x) + N(0, noise_sd(x)); a replicate's
@@ -460,7 +461,8 @@ def simulate_protocol(
         counts = {n: len(data[n][1]) for n in targets}
         plan = plan_round(est, counts, factor, min_decisive, {n: float(np.mean(data[n][0])) for n in targets})
         new = [f"level-{len(targets) + j}" for j in range(len(plan.new_levels))]
-        grown = {n: counts[n] + (n in plan.replicates) for n in targets} | {n: replicates for n in new}
+        grown = {n: counts[n] + pairs_per_round * (n in plan.replicates) for n in targets}
+        grown |= {n: replicates for n in new}
         new_base = max(max(grown.values()) - len(base), 0)
         cost = sum(grown.values()) - sum(counts.values()) + new_base
         if plan.done or runs + cost > max_runs:
@@ -470,7 +472,8 @@ def simulate_protocol(
             for _ in range(replicates):
                 add(n)
         for n in plan.replicates:
-            add(n)
+            for _ in range(pairs_per_round):
+                add(n)
         for _ in range(new_base):
             base.append(baseline_quality + baseline_sd * rng.standard_normal())
         runs += cost
