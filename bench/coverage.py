@@ -77,6 +77,9 @@ def sequences(setting: str, sims: int, m: int, rng: np.random.Generator) -> tupl
     return light * base + (1.0 - light) * spikes / mean_spike, n
 
 
+HOLD = {"share": True}  # --without-share-hold: the ablation of the top-share hold (not the shipped rule)
+
+
 def screens(s: np.ndarray, n: np.ndarray, budgets: tuple[float, ...], plan: dict = PLAN) -> dict:
     """Run the sequential rule on every row (the truth is 1) against each budget: per budget the outcome ("admit" |
     "reject" | "undecided") and probes used; per look, whether it was allowed to decide (no heavy-tail hold) and
@@ -94,7 +97,7 @@ def screens(s: np.ndarray, n: np.ndarray, budgets: tuple[float, ...], plan: dict
     for j, m in enumerate(looks):
         sm, nm = s[:, :m], n[:, :m]
         _, lo, hi = ratio_bounds(sm, nm, a, a, resample_counts(m))
-        share = sm.max(1) / sm.sum(1)
+        share = sm.max(1) / sm.sum(1) if HOLD["share"] else np.zeros(sims)
         k_hat = np.array([pareto_k(row) for row in sm])  # (S,)
         decidable[j], miss[j] = ~is_heavy(share, k_hat), hi < 1.0
         for b in budgets:
@@ -207,9 +210,44 @@ def toy_misses(sums: dict[str, np.ndarray], resamples: int = 2000, seed: int = 0
     return rows
 
 
-def main_toy(toy: Path, as_json: bool) -> int:
+def toy_verdicts(sums: dict[str, np.ndarray], screens_n: int = 1000, seed: int = 0) -> list[dict]:
+    """The full sequential rule on probe sets of 256 drawn with replacement from the large sample (its ratio is the
+    truth), at budgets truth / ratio: wrong ADMITs at RATIOS, and the power at 3 × B and B / 3."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for key in ("kl_exact", "k3"):
+        s_all, n_all = sums[key], sums["num_tokens"]
+        idx = rng.integers(0, s_all.size, size=(screens_n, PLAN["most"]))
+        truth = float(s_all.sum() / n_all.sum())
+        r = screens(s_all[idx] / truth, n_all[idx], tuple(1.0 / t for t in RATIOS + POWER))
+        row = {
+            "estimator": key,
+            "truth": truth,
+            "screens": screens_n,
+            "top_share_all": float(np.abs(s_all).max() / np.abs(s_all).sum()),
+            "pareto_k_all": pareto_k(s_all),
+        }
+        for t in RATIOS + POWER:
+            out = r["outcome"][1.0 / t]
+            row[f"admit@{t:.3g}B"] = float(np.mean(out == "admit"))
+            row[f"reject@{t:.3g}B"] = float(np.mean(out == "reject"))
+        rows.append(row)  # fmt: skip
+    return rows
+
+
+def main_toy(toy: Path, as_json: bool, out_file: Path | None = None) -> int:
     t0 = time.perf_counter()
     data = toy_sequences(toy)
+    verdicts = {name: toy_verdicts(s) for name, s in data.items()}
+    if out_file:
+        out_file.write_text(json.dumps({"verdicts": verdicts, "seconds": round(time.perf_counter() - t0, 1)}, indent=2))
+    for name, rows in verdicts.items():
+        for r in rows:
+            errs = " / ".join(f"{r[f'admit@{t:.3g}B']:.1%}" for t in RATIOS)
+            print(
+                f"| {name} | {r['estimator']} | {r['top_share_all']:.0%} | {r['pareto_k_all']:.2f} | {errs} | "
+                f"{r['admit@0.333B']:.0%} | {r['reject@3B']:.0%} |"
+            )
     out = {name: toy_misses(s) for name, s in data.items()}
     ok = all(r["miss_high"] <= 0.05 for rows in out.values() for r in rows if r["estimator"] == "kl_exact")
     ok_k3 = all(r["miss_high"] <= 0.05 for rows in out.values() for r in rows if r["estimator"] == "k3")
@@ -240,10 +278,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON result here")
+    ap.add_argument("--without-share-hold", action="store_true", help="ablation: no top-share hold (not shipped)")
     ap.add_argument("--toy", type=Path, default=None, help="toy pair dir: run part 2 (the real toy pair) instead")
     args = ap.parse_args(argv)
+    HOLD["share"] = not args.without_share_hold
     if args.toy is not None:
-        return main_toy(args.toy.resolve(), args.json)
+        return main_toy(args.toy.resolve(), args.json, args.out)
     t0 = time.perf_counter()
     rows = run(args.sims, args.seed)
     nominal = (1 - PLAN["confidence"]) / 2

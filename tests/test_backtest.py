@@ -296,7 +296,7 @@ def test_shipped_toy_backtest_follows_from_its_ledger() -> None:
     records = io.read_jsonl(root / "calibrations" / "toy.backtest.ledger.jsonl")
     assert records[0]["config"] == run_relevant_config(cal_cfg)
     runs = {r["key"]: r for r in records[1:] if r["kind"] == "run"}
-    cal = load_calibration(root / "calibrations" / "toy.yaml")
+    cal = load_calibration(root / "calibrations" / data["calibration"]["path"])  # the calibration it backtested
     tau = cal.tolerance
     assert data["calibration"]["tolerance"] == tau and data["calibration"]["budget"] == cal.budget.value
     base = levels.Level("baseline", "baseline")

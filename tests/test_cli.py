@@ -214,7 +214,10 @@ def test_a_budget_of_another_objective_is_refused(tmp_path, toy_pair_dir):
 
 
 def test_a_budget_with_lower_bound_zero_admits_nothing_unless_reject_only(tmp_path, toy_pair_dir):
-    rl = str(ROOT / "calibrations" / "toy_rl.yaml")  # GRPO budget, interval [0, 0.0041]
+    data = yaml.safe_load((ROOT / "calibrations" / "toy_rl.yaml").read_text())  # a GRPO budget whose lower bound is 0
+    data["budget"]["interval"] = [0.0, data["budget"]["interval"][1]]
+    rl = str(tmp_path / "toy_rl_zero.yaml")
+    Path(rl).write_text(yaml.safe_dump(data, sort_keys=False))
     p = screen_config(tmp_path, toy_pair_dir, calibration=rl, objective="rl")
     assert_both_refuse(p, "calibration", "lower confidence bound 0", "no candidate can be admitted",
                        "levels below", "policy.reject_only")  # fmt: skip
