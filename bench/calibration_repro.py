@@ -121,6 +121,7 @@ def shipped_protocol() -> dict:
     return {
         "grid": [float(v) for v in np.geomspace(auto["min_mismatch"], auto["max_mismatch"], auto["count"])],
         "replicates": int(lv["replicates"]), "factor": float(lv["interval_factor"]), "max_runs": int(lv["max_runs"]),
+        "pairs_per_round": int(lv.get("pairs_per_round", 1)),
         "relative": float(cfg["tolerance"]["relative"]), "n_boot": int(cfg["bootstrap"]),
         "confidence": float(cfg["confidence"]),
         "noise_x": [p[0] for p in pts], "noise_sd": [p[1] for p in pts], "x_cv": float(np.median([p[2] for p in pts])),
@@ -145,7 +146,8 @@ def _one_truth(args: tuple) -> dict:
         est, n = simulate_protocol(true_cost(shape, tau, b), sd, g, proto["baseline_mean"], proto["baseline_sd"],
                                    tol, rng, replicates=proto["replicates"], factor=proto["factor"],
                                    max_runs=proto["max_runs"], x_cv=proto["x_cv"], n_boot=n_boot,
-                                   confidence=proto["confidence"])  # fmt: skip
+                                   confidence=proto["confidence"],
+                                   pairs_per_round=proto["pairs_per_round"])  # fmt: skip
         lo, hi = est.budget.interval
         cover += lo <= b <= hi
         low += lo > b
@@ -188,13 +190,14 @@ if __name__ == "__main__":
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--max-runs", type=int, default=None, help="synthetic: another run cap than the shipped one")
     ap.add_argument("--out", type=Path, default=None, help="synthetic: also write the JSON here")
+    ap.add_argument("--n-boot", type=int, default=None, help="synthetic: bootstrap resamples (default: the config's)")
     args = ap.parse_args()
     if args.what == "summary":
         result = summarize()
     elif args.what == "toy":
         result = toy(tuple(args.seeds))
     else:
-        result = synthetic(args.sims, jobs=args.jobs, max_runs=args.max_runs)
+        result = synthetic(args.sims, jobs=args.jobs, n_boot=args.n_boot, max_runs=args.max_runs)
         if args.out:
             args.out.write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))

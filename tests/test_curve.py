@@ -83,7 +83,7 @@ def test_tau_is_the_quality_goal_not_the_noise() -> None:
     noisy = estimate(levels_from([[0.0, 0.0], [0.01, 0.01], [0.03, 0.03], [0.1, 0.1], [0.3, 0.3]]), [0.8, 1.2],
                      Tolerance(relative=0.05), n_boot=100)  # fmt: skip
     assert quiet.tau == noisy.tau == pytest.approx(0.05)  # same baseline mean: same τ, whatever its spread
-    assert noisy.width_factor > quiet.width_factor  # the spread goes into the interval (τ resampled)
+    assert np.std(noisy.draws) > np.std(quiet.draws)  # the spread goes into the bootstrap (τ resampled)
     assert estimate(levels_from([[0.0] * 2] * 5), [1.0, 2.0], Tolerance(absolute=0.02), n_boot=50).tau == 0.02
 
 
@@ -91,7 +91,7 @@ def test_bootstrap_is_deterministic_and_stores_its_draws() -> None:
     lv = levels_from([[0.0, 0.002], [0.01, 0.02], [0.03, 0.05], [0.1, 0.14], [0.3, 0.35]])
     a = estimate(lv, [0.43, 0.45], Tolerance(), n_boot=200, seed=7)
     assert a == estimate(lv, [0.43, 0.45], Tolerance(), n_boot=200, seed=7)
-    assert estimate(lv, [0.43, 0.45], Tolerance(), n_boot=200, seed=8).budget.interval != a.budget.interval
+    assert estimate(lv, [0.43, 0.45], Tolerance(), n_boot=200, seed=8).draws != a.draws
     assert len(a.draws) == 200 and a.budget.interval[0] <= a.budget.value <= a.budget.interval[1]
     lo, hi = np.quantile(a.draws, [0.025, 0.975])
     assert a.budget.interval[0] <= lo * 1.0001 and hi <= a.budget.interval[1] * 1.0001
@@ -103,9 +103,18 @@ def test_adaptive_replicates_go_to_the_levels_bracketing_tau() -> None:
     counts = {n: 2 for n in est.names}
     want = wanted_replicates(est, counts, factor=2.0, min_decisive=2)
     assert est.width_factor > 2 and want == list(est.decided_by)
-    tight = estimate(levels_from([[0.0, 0.0], [0.01, 0.0101], [0.03, 0.0301], [0.1, 0.1001], [0.3, 0.3]]),
-                     [0.43, 0.43], Tolerance(), n_boot=200)  # fmt: skip
+    dense = (0.006, 0.008, 0.0095, 0.0115, 0.014)  # levels 1.2–1.3× apart: the shape-free bracket can be < 2
+    tight = estimate(levels_from([[2 * x, 2 * x + 1e-4] for x in dense], dense), [0.43, 0.43], Tolerance(), n_boot=200)
     assert tight.width_factor < 2 and wanted_replicates(tight, counts, 2.0, 2) == []
+
+
+def test_the_interval_holds_the_shape_free_bracket() -> None:
+    """A step between two levels: the interpolation puts B inside the bracket, but where is unknown; the interval
+    spans the bracket (the largest level surely below τ, the smallest surely above), whatever the bootstrap says."""
+    est = estimate(levels_from([[0.0, 0.0005], [0.0, 0.0005], [0.08, 0.0805], [0.08, 0.0805], [0.08, 0.0805]]),
+                   [0.43, 0.43], Tolerance(), n_boot=200)  # fmt: skip
+    assert est.budget.interval == pytest.approx((XS[1], XS[2]))
+    assert est.budget.kind == "point" and XS[1] < est.budget.value < XS[2]
 
 
 def test_interval_covers_the_true_budget_fast() -> None:
