@@ -16,6 +16,7 @@ from admitcheck.calibration.curve import (
     estimate,
     fit_levels,
     isotonic,
+    plan_round,
     simulate_protocol,
     wanted_replicates,
 )
@@ -131,3 +132,25 @@ def test_interval_covers_the_true_budget_fast() -> None:
         hits += est.budget.interval[0] <= true_b <= est.budget.interval[1]
         assert runs <= 28
     assert hits / 40 >= 0.90
+
+
+def test_the_design_adds_a_level_below_the_grid_when_the_interval_reaches_zero() -> None:
+    """Every level already costs more than τ: the budget is only known to be below the smallest level, no replicate
+    at the grid can tell B from 0, so the next round adds a level one grid step down."""
+    est = estimate(levels_from([[0.05, 0.06], [0.08, 0.09], [0.1, 0.12], [0.2, 0.3], [0.4, 0.5]]), [0.43, 0.44],
+                   Tolerance(), n_boot=100)  # fmt: skip
+    assert est.budget.interval[0] == 0.0
+    x = {n: float(v) for n, v in zip(est.names, XS)}
+    plan = plan_round(est, {n: 2 for n in est.names}, 2.0, 2, x)
+    assert plan.replicates == () and plan.new_levels == pytest.approx((XS[0] / (XS[1] / XS[0]),))
+
+
+def test_the_design_splits_a_wide_bracket_once_its_levels_have_enough_pairs() -> None:
+    lv = levels_from([[0.0, 0.001], [0.005, 0.01], [0.01, 0.015], [0.2, 0.3], [0.5, 0.6]])
+    est = estimate(lv, [0.43, 0.44], Tolerance(), n_boot=100)
+    x = {n: float(v) for n, v in zip(est.names, XS)}
+    few = plan_round(est, {n: 2 for n in est.names}, 2.0, 2, x)
+    assert few.new_levels == () and set(few.replicates) == set(est.decided_by)  # first more pairs
+    lo, hi = sorted(est.decided_by, key=x.get)
+    many = plan_round(est, {n: 4 for n in est.names}, 2.0, 2, x)
+    assert many.replicates == () and many.new_levels == pytest.approx((math.sqrt(x[lo] * x[hi]),))

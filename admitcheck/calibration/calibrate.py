@@ -48,10 +48,12 @@ from admitcheck.calibration.curve import (
     OFFSET_SHARE,
     Estimate,
     LevelData,
+    RoundPlan,
     Tolerance,
     estimate,
     fit_levels,
     plan_round,
+    wanted_replicates,
 )
 from admitcheck.calibration.executors import Executor, Task, make_executor
 from admitcheck.calibration.ledger import Ledger, ledger_header, ledger_path
@@ -176,6 +178,9 @@ def _rounds(config, config_file, levels: list[Level], ledger: Ledger, runner: Ex
                  if lv.kind != "baseline" and lv.fit}  # fmt: skip
         plan = plan_round(fitted["estimate"], _fit_counts(levels, counts), config.levels.interval_factor, 2, fit_x)
         added = _added_levels(levels, _measured_grid(levels, runs) or ledger.grid, plan.new_levels)
+        if plan.new_levels and not added:  # no σ for a new level: more pairs where B is decided instead
+            want = wanted_replicates(fitted["estimate"], _fit_counts(levels, counts), config.levels.interval_factor, 2)
+            plan = RoundPlan(replicates=tuple(want))
         grown = dict(counts) | {lv.name: config.levels.replicates for lv in added}
         for name in plan.replicates:
             grown[name] += config.levels.pairs_per_round
