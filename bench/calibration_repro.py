@@ -129,7 +129,7 @@ def shipped_protocol() -> dict:
     }  # fmt: skip
 
 
-def _one_truth(args: tuple) -> dict:
+def one_truth(args: tuple) -> dict:
     from admitcheck.calibration.curve import Tolerance, simulate_protocol
 
     shape, sims, seed, proto, n_boot = args
@@ -174,9 +174,9 @@ def synthetic(
     work = [(shape, sims, seed, proto, nb) for shape in TRUTHS]
     if jobs > 1:
         with ProcessPoolExecutor(jobs) as pool:
-            rows = list(pool.map(_one_truth, work))
+            rows = list(pool.map(one_truth, work))
     else:
-        rows = [_one_truth(w) for w in work]
+        rows = [one_truth(w) for w in work]
     out = {"protocol": proto, "n_boot": nb, "rows": rows, "ok": all(r["coverage"] >= 0.93 for r in rows),
            "seconds": round(time.perf_counter() - t0, 1)}  # fmt: skip
     return out

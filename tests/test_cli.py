@@ -293,7 +293,7 @@ def test_from_logs_states_the_logged_quantity_and_strict_refuses(tmp_path, toy_p
     logs = ROOT / "examples" / "logs" / "toy_bf16.jsonl"
     p = screen_config(tmp_path, toy_pair_dir)
     r = run("screen", str(p), "--from-logs", str(logs), "--json")
-    assert r.exit_code == 0, r.output
+    assert r.exit_code in (0, 1), r.output  # a verdict (64 logged sequences may not clear the budget), not a refusal
     logged = json.loads(r.stdout)["logged"]
     assert logged["sequences"] == 64 and logged["differences"] == []
     assert logged["budget_protocol"]["max_new_tokens"] == 64 and logged["budget_protocol"]["x"] == "start"

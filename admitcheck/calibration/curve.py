@@ -305,6 +305,7 @@ def estimate(
     base_spread = _spread(base.size, dof, confidence)
     draws = np.empty(n_boot)  # (n_boot,) nats/token
     taus = np.empty(n_boot)  # (n_boot,) τ of each resample
+    xmeans = np.empty((n_boot, len(xs)))  # (n_boot, levels) resampled mean x per level
     means = np.empty((n_boot, len(ys)))  # (n_boot, levels) mean cost per level
     for i in range(n_boot):
         xl, yl = [], []
@@ -317,13 +318,14 @@ def estimate(
         b = _resample(base, rng.integers(0, base.size, size=base.size), base_spread) if base.size else base
         fb, tb, _ = one(xl, yl, b)
         means[i] = [y.mean() for y in yl]
+        xmeans[i] = [x.mean() for x in xl]
         taus[i] = tb
         vb, kb, _ = budget_of(fb, tb) if tb > 0 else (math.inf, "lower_bound", ())
         draws[i] = 0.0 if kb == "upper_bound" else (math.inf if kb == "lower_bound" else vb)
     if kind == "point":
         interval = _percentile_interval(draws, confidence) if n_boot > 0 else (value, value)
         if n_boot > 0:  # widened to the shape-free bracket: the interpolation's shape is not known between levels
-            lo_m, hi_m = monotone_bracket(np.array([x.mean() for x in xs]), means - taus[:, None], confidence)
+            lo_m, hi_m = monotone_bracket(xmeans, means - taus[:, None], confidence)
             interval = (min(interval[0], lo_m), max(interval[1], hi_m))
     elif kind == "upper_bound":
         interval = (0.0, value)
@@ -348,17 +350,20 @@ def estimate(
     )
 
 
-def monotone_bracket(level_x: np.ndarray, excess: np.ndarray, confidence: float) -> tuple[float, float]:
-    """The budget's interval from monotonicity alone: (the largest level x whose cost is below τ at the interval's
-    one-sided level, the smallest whose cost is above it); 0 / ∞ where no level is. level_x: (L,) mean x per level;
-    excess: (n_boot, L) resampled mean cost − the resample's τ. Why: between two levels the curve's shape is unknown —
-    a step or a steep sigmoid puts B anywhere in the bracket, and the interpolated bootstrap alone covered 77–86% on
-    such truths (bench/calibration_repro.py synthetic); a cost that is surely below τ at x means B > x for any
-    non-decreasing curve."""
+def monotone_bracket(xmeans: np.ndarray, excess: np.ndarray, confidence: float) -> tuple[float, float]:
+    """The budget's interval from monotonicity alone: (the largest level whose cost is below τ, the smallest whose
+    cost is above it, each at the interval's one-sided level), 0 / ∞ where no level is. xmeans: (n_boot, L)
+    resampled mean x per level; excess: (n_boot, L) resampled mean cost − the resample's τ. A level's x is itself
+    measured, so the lower end is the lower percentile of that level's x and the upper end the upper percentile of
+    its own (B > the true x of a level surely below τ). Why: between two levels the curve's shape is unknown — a step
+    or a steep sigmoid puts B anywhere in the bracket, and the interpolated bootstrap alone covered 77–86% on such
+    truths (bench/calibration_repro.py synthetic); a cost surely below τ at x means B > x for any non-decreasing
+    curve."""
     alpha = (1.0 - confidence) / 2.0
     hi_q = np.quantile(excess, 1.0 - alpha, axis=0)  # (L,)
     lo_q = np.quantile(excess, alpha, axis=0)  # (L,)
-    below, above = level_x[hi_q < 0], level_x[lo_q > 0]
+    x_lo, x_hi = np.quantile(xmeans, alpha, axis=0), np.quantile(xmeans, 1.0 - alpha, axis=0)  # (L,) each
+    below, above = x_lo[hi_q < 0], x_hi[lo_q > 0]
     return (float(below.max()) if below.size else 0.0), (float(above.min()) if above.size else math.inf)
 
 
