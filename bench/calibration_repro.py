@@ -10,7 +10,7 @@ reported per seed: wall seconds, the load average before and after, the sum of p
 is shared: wall time alone overstates the cost), runs, τ, B and its 95% interval. Must hold: every B within ±30%
 of the three's median, and each interval covering the other two estimates. Writes reports/repro/summary.json.
 
-synthetic: `curve.simulate_protocol` (the adaptive protocol and its design, without OPD runs) under the shipped
+synthetic: `design.simulate_protocol` (the adaptive protocol and its design, without OPD runs) under the shipped
 protocol (examples/toy_calibrate.yaml) and the noise of the shipped calibrations/toy.yaml runs, for five true cost
 shapes (linear, power 2, flat-then-rising, sigmoid, step) with B anywhere inside the grid: per truth, the fraction
 of 95% intervals covering the true budget (must be ≥ 93%), how often the lower bound sits above it or at 0, the
@@ -130,7 +130,8 @@ def shipped_protocol() -> dict:
 
 
 def one_truth(args: tuple) -> dict:
-    from admitcheck.calibration.curve import Tolerance, simulate_protocol
+    from admitcheck.calibration.curve import Tolerance
+    from admitcheck.calibration.design import simulate_protocol
 
     shape, sims, seed, proto, n_boot = args
     rng = np.random.default_rng([seed, TRUTHS.index(shape)])

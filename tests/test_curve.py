@@ -16,10 +16,8 @@ from admitcheck.calibration.curve import (
     estimate,
     fit_levels,
     isotonic,
-    plan_round,
-    simulate_protocol,
-    wanted_replicates,
 )
+from admitcheck.calibration.design import plan_round, simulate_protocol, wanted_replicates
 
 XS = np.geomspace(1e-3, 0.1, 5)  # level mismatches, nats/token (the toy protocol's grid)
 

@@ -44,17 +44,8 @@ from admitcheck.calibration.artifact import (  # re-exported: the public calibra
     recipe_of,
     write_calibration,
 )
-from admitcheck.calibration.curve import (
-    OFFSET_SHARE,
-    Estimate,
-    LevelData,
-    RoundPlan,
-    Tolerance,
-    estimate,
-    fit_levels,
-    plan_round,
-    wanted_replicates,
-)
+from admitcheck.calibration.curve import OFFSET_SHARE, Estimate, LevelData, Tolerance, estimate, fit_levels
+from admitcheck.calibration.design import RoundPlan, plan_round, wanted_replicates
 from admitcheck.calibration.executors import Executor, Task, make_executor
 from admitcheck.calibration.ledger import Ledger, ledger_header, ledger_path
 from admitcheck.calibration.levels import (
@@ -153,7 +144,7 @@ def calibrate(
 
 
 def _rounds(config, config_file, levels: list[Level], ledger: Ledger, runner: Executor, progress):
-    """Round 0 runs every level's first replicates; each later round follows `curve.plan_round`: one more pair at the
+    """Round 0 runs every level's first replicates; each later round follows `design.plan_round`: one more pair at the
     levels bracketing τ, or a new noise level below the grid (when the budget's interval reaches 0) or between the
     bracketing levels, until the interval is narrower than `levels.interval_factor` or the next round would pass
     `levels.max_runs` (decided from the ledger alone: resumable, the added levels included). `levels` grows in

@@ -1,0 +1,136 @@
+"""The calibration's design: which runs the next round adds, so that the rounds look for B (docs/calibration.md).
+
+    plan = plan_round(est, replicates={"noise-2": 3, ...}, factor=2.0, min_decisive=2, level_x={"noise-2": 0.007})
+    plan.replicates, plan.new_levels, plan.done      # more pairs here; new levels at these mismatches; stop
+    est, runs = simulate_protocol(cost, sd, xs, 0.43, 0.013, Tolerance(), rng)    # the protocol on synthetic data
+
+Pure: estimates in, plans out (`calibrate` runs them; `simulate_protocol` replays the rounds on synthetic paired costs
+for the coverage bench and tests). The estimator itself is `curve`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from admitcheck.calibration.curve import Estimate, LevelData, Tolerance, estimate
+
+
+def wanted_replicates(est: Estimate, replicates: dict[str, int], factor: float, min_decisive: int) -> list[str]:
+    """The levels that need another replicate pair: none once B is a point whose interval is narrower than `factor`
+    (hi/lo) and every deciding level has ≥ `min_decisive` replicates; else the levels that bracket τ (for a bound:
+    the two levels at that end of the grid)."""
+    b = est.budget
+    if b.kind == "point" and est.width_factor <= factor and all(replicates[n] >= min_decisive for n in est.decided_by):
+        return []
+    if b.kind == "point":
+        return list(est.decided_by)
+    return list(est.names[:2] if b.kind == "upper_bound" else est.names[-2:])
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """What the next calibration round runs: one more replicate pair at `replicates`, and new levels at the target
+    mismatches `new_levels` (nats/token; each gets the protocol's first replicates). Empty: precision reached."""
+
+    replicates: tuple[str, ...] = ()
+    new_levels: tuple[float, ...] = ()
+    why: str = ""
+
+    @property
+    def done(self) -> bool:
+        return not self.replicates and not self.new_levels
+
+
+MIN_LEVEL_X = 1e-6  # nats/token: no level is added below this (below a BF16 engine's floor, nothing to learn there)
+SPLIT_AFTER = 4  # replicates at both bracketing levels before a level between them is tried instead of more pairs
+
+
+def plan_round(
+    est: Estimate, replicates: dict[str, int], factor: float, min_decisive: int, level_x: dict[str, float]
+) -> RoundPlan:
+    """The design that looks for B (docs/calibration.md): a budget whose interval reaches 0 gets a level below the
+    smallest (2/3 decade down, or the grid's own step), since no replicate at the grid can tell B from 0; a point
+    budget whose bracketing levels already have SPLIT_AFTER replicates each and are more than `factor` apart gets a
+    level at their geometric mean; otherwise `wanted_replicates`. `level_x`: each level's mean x (nats/token)."""
+    want = wanted_replicates(est, replicates, factor, min_decisive)
+    if not want:
+        return RoundPlan()
+    b = est.budget
+    xs = sorted(level_x[n] for n in est.names)
+    if b.interval[0] <= 0.0 and xs[0] > MIN_LEVEL_X:
+        step = xs[1] / xs[0] if len(xs) > 1 and xs[1] > xs[0] else 10 ** (2 / 3)
+        target = max(xs[0] / min(max(step, 2.0), 10.0), MIN_LEVEL_X)
+        return RoundPlan(new_levels=(target,), why=f"the budget's interval reaches 0: a level below {xs[0]:.3g}")
+    if b.kind == "point" and len(est.decided_by) == 2:
+        lo_name, hi_name = sorted(est.decided_by, key=lambda n: level_x[n])
+        x_lo, x_hi = level_x[lo_name], level_x[hi_name]
+        if min(replicates[lo_name], replicates[hi_name]) >= SPLIT_AFTER and x_hi / x_lo > factor:
+            target = math.sqrt(x_lo * x_hi)
+            return RoundPlan(new_levels=(target,), why=f"a level between {lo_name} and {hi_name}")
+    return RoundPlan(replicates=tuple(want), why="replicates at the levels that decide B")
+
+
+def simulate_protocol(
+    true_cost: Any,  # callable x -> cost (nats/token)
+    noise_sd: Any,  # callable x -> sd of one paired cost (nats/token)
+    xs: Any,  # level mismatches of the initial grid (nats/token)
+    baseline_quality: float,
+    baseline_sd: float,
+    tolerance: Tolerance,
+    rng: np.random.Generator,
+    *,
+    replicates: int = 2,
+    factor: float = 2.0,
+    min_decisive: int = 2,
+    max_runs: int = 40,
+    x_cv: float = 0.05,
+    n_boot: int = 300,
+    confidence: float = 0.95,
+    pairs_per_round: int = 1,
+) -> tuple[Estimate, int]:
+    """One synthetic calibration under the adaptive protocol (`calibrate`'s rounds and `plan_round`'s design,
+    without the OPD runs): (the estimate, runs used). Paired costs ~ true_cost(x) + N(0, noise_sd(x)); a replicate's
+    measured x ~ x·exp(x_cv·N) (x_cv: the sd of log x between replicates); the baseline replicate r's quality ~
+    N(baseline_quality, baseline_sd). Stops as `calibrate` does: precision reached, or the next round would pass
+    `max_runs`."""
+    targets: dict[str, float] = {f"level-{i}": float(x) for i, x in enumerate(xs)}
+    data: dict[str, tuple[list[float], list[float]]] = {n: ([], []) for n in targets}
+    base: list[float] = []
+
+    def add(name: str) -> None:
+        x = targets[name]
+        data[name][0].append(x * math.exp(x_cv * rng.standard_normal()))
+        data[name][1].append(true_cost(x) + noise_sd(x) * rng.standard_normal())
+
+    for _ in range(replicates):
+        base.append(baseline_quality + baseline_sd * rng.standard_normal())
+        for n in targets:
+            add(n)
+    runs = replicates * (len(targets) + 1)
+    seed = int(rng.integers(2**31))
+    while True:
+        levels = [LevelData(n, tuple(data[n][0]), tuple(data[n][1])) for n in targets]
+        est = estimate(levels, base, tolerance, n_boot=n_boot, seed=seed, confidence=confidence)
+        counts = {n: len(data[n][1]) for n in targets}
+        plan = plan_round(est, counts, factor, min_decisive, {n: float(np.mean(data[n][0])) for n in targets})
+        new = [f"level-{len(targets) + j}" for j in range(len(plan.new_levels))]
+        grown = {n: counts[n] + pairs_per_round * (n in plan.replicates) for n in targets}
+        grown |= {n: replicates for n in new}
+        new_base = max(max(grown.values()) - len(base), 0)
+        cost = sum(grown.values()) - sum(counts.values()) + new_base
+        if plan.done or runs + cost > max_runs:
+            return est, runs
+        for n, t in zip(new, plan.new_levels):
+            targets[n], data[n] = t, ([], [])
+            for _ in range(replicates):
+                add(n)
+        for n in plan.replicates:
+            for _ in range(pairs_per_round):
+                add(n)
+        for _ in range(new_base):
+            base.append(baseline_quality + baseline_sd * rng.standard_normal())
+        runs += cost
