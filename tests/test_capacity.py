@@ -1,4 +1,4 @@
-"""admitcheck.admission.capacity on Llama-3.1-8B and Qwen2.5-7B configs: closed-form byte counts and ratios."""
+"""admitcheck.rollout.capacity on Llama-3.1-8B and Qwen2.5-7B configs: closed-form byte counts and ratios."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from fractions import Fraction
 
 import pytest
 
-from admitcheck.admission.capacity import CapacitySpec, count_parameters, kv_bytes_per_token, kv_capacity, weight_bytes
 from admitcheck.config import RolloutConfig
+from admitcheck.rollout.capacity import CapacitySpec, count_parameters, kv_bytes_per_token, kv_capacity, weight_bytes
 
 LLAMA_31_8B = {
     "model_type": "llama",

@@ -186,7 +186,7 @@ def engine_call(name: str, fn: Callable[[], Any]) -> Any:
 
 def candidate_capacity(config: ScreenConfig, cand: CandidateConfig) -> dict[str, Any]:
     """KV-cache capacity of the candidate on the configured GPU (staleness changes no memory: plain BF16)."""
-    from admitcheck.admission.capacity import capacity_summary
+    from admitcheck.rollout.capacity import capacity_summary
 
     cap = config.capacity
     path = Path(cap.model_config_path or Path(config.pair.student) / "config.json")

@@ -32,6 +32,7 @@ from admitcheck.calibration.artifact import (
 )
 from admitcheck.config import CalibrateConfig, ScreenConfig
 from admitcheck.errors import CalibrationError, ConfigError
+from admitcheck.rollout.capacity import text_config
 
 # config.json keys that fix the tensors' shapes or the network's wiring: a pair that differs in one of them is another
 # model (the behaviour check could only fail), so it is refused without loading weights. Other architecture keys
@@ -192,7 +193,7 @@ def check_limits(config: Any, *, file: str | None = None) -> None:
         model = io.read_json_as_is(cfg_path)
     except (OSError, ValueError):
         return  # unreadable: the pair check names it
-    text = model.get("text_config") if isinstance(model.get("text_config"), dict) else model
+    text = text_config(model)
     max_pos = text.get("max_position_embeddings") or model.get("max_position_embeddings")
     vocab = int(text.get("vocab_size") or model.get("vocab_size") or 0)
     lengths = [("probe", config.probe.prompts, config.probe.max_new_tokens, config.probe.num_prompts)]

@@ -160,8 +160,10 @@ class SensitivityReport:
 
 
 def num_layers_of(student_dir: str | Path) -> int:
+    from admitcheck.rollout.capacity import text_config
+
     cfg = json.loads((Path(student_dir) / "config.json").read_text(encoding="utf-8"))
-    return int(cfg.get("text_config", cfg)["num_hidden_layers"])
+    return int(text_config(cfg)["num_hidden_layers"])
 
 
 def sensitivity(config: SensitivityConfig, *, config_file: str | None = None, progress=None) -> SensitivityReport:

@@ -118,8 +118,9 @@ def kept_set_problem(sampling: SamplingConfig, vocab_size: int) -> str | None:
 
 
 def _text_config(model_dir: Path) -> dict:
-    cfg = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
-    return cfg.get("text_config", cfg)
+    from admitcheck.rollout.capacity import text_config
+
+    return text_config(json.loads((model_dir / "config.json").read_text(encoding="utf-8")))
 
 
 def native_ignore_list(model_dir: Path, rollout: RolloutConfig) -> list[str]:
@@ -301,7 +302,7 @@ class VLLMEngine:
 
     def kv_cache_report(self) -> dict[str, Any]:
         """What vLLM allocated beside the capacity model's estimate at the same KV memory (when the config fixes it)."""
-        from admitcheck.admission.capacity import CapacitySpec, kv_bytes_per_token
+        from admitcheck.rollout.capacity import CapacitySpec, kv_bytes_per_token
 
         cc = self.llm.llm_engine.vllm_config.cache_config
         per_token = kv_bytes_per_token(_text_config(self.source), CapacitySpec.from_rollout(self.rollout))

@@ -78,8 +78,11 @@ class KVCapacity:
         return self.num_blocks // math.ceil(tokens_per_sequence / self.block_size)
 
 
-def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
-    return cfg["text_config"] if "hidden_size" not in cfg and "text_config" in cfg else cfg
+def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The language model's part of a config.json: its `text_config` for multimodal wrappers (Qwen-VL, Gemma 3, …)
+    that carry no `hidden_size` themselves, else the config itself. The one rule every reader of config.json uses."""
+    inner = cfg.get("text_config")
+    return inner if isinstance(inner, dict) and "hidden_size" not in cfg else cfg
 
 
 def _head_dim(cfg: dict[str, Any]) -> int:
@@ -134,13 +137,13 @@ def _modules(cfg: dict[str, Any]) -> tuple[list[list[tuple[str, int]]], list[tup
 
 def count_parameters(model_config: dict[str, Any]) -> int:
     """Parameters of the language model described by a config.json dict (embeddings counted once when tied)."""
-    groups, tables, other = _modules(_text_config(model_config))
+    groups, tables, other = _modules(text_config(model_config))
     return sum(n for g in groups for _, n in g) + sum(n for _, n in tables) + other
 
 
 def weight_bytes(model_config: dict[str, Any], spec: CapacitySpec) -> tuple[int, int]:
     """(weight bytes, quantized parameter count) under the spec's weight recipe."""
-    groups, tables, _ = _modules(_text_config(model_config))
+    groups, tables, _ = _modules(text_config(model_config))
     total = count_parameters(model_config)
     engine = DTYPE_BYTES[spec.dtype]
     if spec.weight_format is None:
@@ -158,7 +161,7 @@ def weight_bytes(model_config: dict[str, Any], spec: CapacitySpec) -> tuple[int,
 
 def kv_bytes_per_token(model_config: dict[str, Any], spec: CapacitySpec) -> int:
     """KV-cache bytes per token over all layers: Σ_layers 2 · n_kv_heads · head_dim · bytes(dtype)."""
-    cfg = _text_config(model_config)
+    cfg = text_config(model_config)
     per_elem = 2 * (cfg.get("num_key_value_heads") or cfg["num_attention_heads"]) * _head_dim(cfg)  # K and V
     engine = DTYPE_BYTES[spec.dtype]
     kv = engine if spec.kv_dtype == "auto" else DTYPE_BYTES[spec.kv_dtype]
