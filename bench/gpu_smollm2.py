@@ -46,26 +46,12 @@ def bench_decode(pair: Path, batch: int, new_tokens: int, repeats: int, device: 
     rows = io.read_prompts(pair / "prompts" / "probe.jsonl", batch)
     ids = tokenize_prompts(tokens, rows)
     model = io.load_causal_lm(pair / "teacher", "float32", "cpu")
-    sampling = SamplingConfig(temperature=1.0)
     engine = HFEngine(model, RolloutConfig(engine="hf", dtype="bfloat16", device=device),
                       eos_token_id=tokens.eos_token_id, pad_token_id=tokens.pad_token_id)  # fmt: skip
     out: dict = {"batch": batch, "max_new_tokens": new_tokens, "repeats": repeats}
-    t0 = time.perf_counter()
-    engine.sample(ids, sampling, 0, new_tokens)
-    _sync()
-    out["engine_first_call_s"] = time.perf_counter() - t0
-    times, steps, toks = [], [], []
-    for r in range(repeats):
-        _sync()
-        t0 = time.perf_counter()
-        ro = engine.sample(ids, sampling, r + 1, new_tokens)
-        _sync()
-        times.append(time.perf_counter() - t0)
-        steps.append(ro.token_ids.shape[1])
-        toks.append(ro.num_tokens)
+    out["engine"] = _time_engine(engine, ids, new_tokens, repeats)  # the one timing loop of this bench
+    out["engine_first_call_s"] = out["engine"]["first_call_s"]
     engine.close()
-    out["engine"] = {"s_per_call": statistics.median(times), "ms_per_step": 1e3 * sum(times) / sum(steps),
-                     "tokens_per_s": sum(toks) / sum(times), "steps": steps, "tokens": toks}  # fmt: skip
     # transformers.generate on the same BF16 model, prompts left-padded, same cap, T=1, no top-k
     tok = tokens.tokenizer
     tok.padding_side = "left"
