@@ -396,6 +396,8 @@ class LogsSource(Strict):
     format: Literal["auto", "admitcheck", "prime-rl", "verl", "trl", "nemo-rl"] = "auto"  # auto: from the columns
     step: int | None = Field(None, ge=0)  # the pipeline's training step the logs are from (checked against the rows)
     checkpoint: str | None = None  # the trainer checkpoint (HF dir) that scored them: must be this pair's student
+    gates: int = Field(1, ge=1)  # how many times the pipeline runs this gate on its logs (e.g. once per checked
+    # step): each verdict is made at 1 − α/gates (Bonferroni), so the chance that any of them is wrong stays ≤ α
 
 
 class ScreenConfig(Strict):

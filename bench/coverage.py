@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from admitcheck.admission.sequential import look_states
 from admitcheck.measurement.metrics import (
+    bootstrap_t_bounds,
     pareto_k,
     ratio_bounds,
     resample_counts,
@@ -77,7 +78,9 @@ def sequences(setting: str, sims: int, m: int, rng: np.random.Generator) -> tupl
     return light * base + (1.0 - light) * spikes / mean_spike, n
 
 
-HOLD = {"share": True}  # --without-share-hold: the ablation of the top-share hold (not the shipped rule)
+# Ablations (not the shipped rule): --without-share-hold drops the top-share hold; --bootstrap-only decides on the
+# bootstrap-t bounds alone (the rule before the lognormal bound).
+HOLD = {"share": True, "bounds": ratio_bounds}
 
 
 def screens(s: np.ndarray, n: np.ndarray, budgets: tuple[float, ...], plan: dict = PLAN) -> dict:
@@ -96,7 +99,7 @@ def screens(s: np.ndarray, n: np.ndarray, budgets: tuple[float, ...], plan: dict
     decidable, miss = np.zeros((len(looks), sims), bool), np.zeros((len(looks), sims), bool)
     for j, m in enumerate(looks):
         sm, nm = s[:, :m], n[:, :m]
-        _, lo, hi = ratio_bounds(sm, nm, a, a, resample_counts(m))
+        _, lo, hi = HOLD["bounds"](sm, nm, a, a, resample_counts(m))
         share = sm.max(1) / sm.sum(1) if HOLD["share"] else np.zeros(sims)
         k_hat = np.array([pareto_k(row) for row in sm])  # (S,)
         decidable[j], miss[j] = ~is_heavy(share, k_hat), hi < 1.0
@@ -279,9 +282,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON result here")
     ap.add_argument("--without-share-hold", action="store_true", help="ablation: no top-share hold (not shipped)")
+    ap.add_argument("--bootstrap-only", action="store_true", help="ablation: bootstrap-t bounds alone (not shipped)")
     ap.add_argument("--toy", type=Path, default=None, help="toy pair dir: run part 2 (the real toy pair) instead")
     args = ap.parse_args(argv)
     HOLD["share"] = not args.without_share_hold
+    HOLD["bounds"] = bootstrap_t_bounds if args.bootstrap_only else ratio_bounds
     if args.toy is not None:
         return main_toy(args.toy.resolve(), args.json, args.out)
     t0 = time.perf_counter()

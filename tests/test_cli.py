@@ -324,3 +324,14 @@ def test_readme_table_is_what_the_demo_prints(tmp_path, toy_pair_dir):
     assert readme_table(result) == shipped
     assert result.screen.exit_code == 1 and "exits 0" in EXIT_RULE  # the rule README states beside the table
     assert "exits 0" in readme[end : end + 600]
+
+
+def test_a_gate_rerun_on_every_step_spends_alpha_over_its_runs(tmp_path, toy_pair_dir):
+    """`logs.gates: N`: each verdict at 1 − α/N (Bonferroni over the N runs of the gate), so its interval is wider."""
+    logs = ROOT / "examples" / "logs" / "toy_bf16.jsonl"
+    once = screen_config(tmp_path, toy_pair_dir, "once.yaml", **{"logs.path": str(logs)})
+    often = screen_config(tmp_path, toy_pair_dir, "often.yaml", **{"logs.path": str(logs), "logs.gates": 100})
+    a, b = (json.loads(run("screen", str(p), "--from-logs", str(logs), "--json").stdout)["verdicts"][0]
+            for p in (once, often))  # fmt: skip
+    assert a["confidence_per_look"] == pytest.approx(0.95) and b["confidence_per_look"] == pytest.approx(0.9995)
+    assert b["mismatch_interval"][1] > a["mismatch_interval"][1] and b["mismatch"] == a["mismatch"]

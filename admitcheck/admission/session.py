@@ -174,7 +174,8 @@ class ScreenSession:
         return self._verdict(cand.name, e, floor.get(e.estimator), capacity, time.perf_counter() - t0, "engine")
 
     def screen_logs(self, chosen: list[CandidateConfig]) -> Verdict:
-        """One verdict from a pipeline's logged log-probs: every sequence at once (one look, nominal confidence)."""
+        """One verdict from a pipeline's logged log-probs: every sequence at once (one look), at the policy's
+        confidence spent over `logs.gates` runs of the gate (1 − α/gates)."""
         import numpy as np
 
         from admitcheck.measurement.logs import read_logs
@@ -182,7 +183,8 @@ class ScreenSession:
 
         t0 = time.perf_counter()
         logs = read_logs(self.config.logs.path, format=self.config.logs.format)
-        self.confidence = self.config.policy.confidence
+        gates = self.config.logs.gates  # a gate re-run on every checked step: α spent over the runs, as over looks
+        self.confidence = confidence_per_look(self.config.policy.confidence, gates)
         m = mismatch_metrics(logs.rollout_logprobs, logs.trainer_logprobs, logs.mask, confidence=self.confidence)
         est = decision_estimator(self.metric, m.values)
         sums = m.per_sequence[est]
@@ -190,7 +192,7 @@ class ScreenSession:
                                                        budget_band(self.calibration.budget))  # fmt: skip
         engine_bad = int((~np.isfinite(logs.rollout_logprobs) & logs.mask).sum())
         e = Evidence(state, dict(m.values), dict(m.intervals), self.confidence, 1, m.num_sequences, m.num_tokens,
-                     1, m.nonfinite, engine_bad, est, top_share(sums), pareto_k(sums))  # fmt: skip
+                     gates, m.nonfinite, engine_bad, est, top_share(sums), pareto_k(sums))  # fmt: skip
         one = chosen[0] if len(chosen) == 1 else None  # the logs belong to the one candidate selected, if any
         name, capacity = (one.name, self.capacity(one)) if one else (Path(logs.path).stem, None)
         return self._verdict(name, e, None, capacity, time.perf_counter() - t0, "logs")
