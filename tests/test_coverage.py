@@ -4,8 +4,8 @@ The must-hold of issue #21: wrong ADMITs at a true mismatch of 1.05, 1.2, 1.5 an
 one side of 0.95) + 0.5 point on lognormal per-sequence sums (σ 1, 1.5, 2). With S simulated screens the observed
 rate of a rule whose true rate is p̄ = 3.0% exceeds p̄ + 3.09·√(p̄(1 − p̄)/S) with probability ≤ 0.1% (normal
 approximation to the binomial), so that is the tolerance: a rule meeting the must-hold fails this test about once in
-a thousand runs. The bootstrap-t bound alone (the rule before the lognormal bound) gives 6.5–9% at 1.05 × B on
-σ 1.5–2 (bench/results/screen_coverage.json's predecessor, the issue's figures) — checked on the same simulated
+a thousand runs. The bootstrap-t bound alone (the rule before the lognormal bound) gives 5.8–7.1% at 1.05 × B on
+σ 1.5–2 (bench/results/screen_coverage_bootstrap_only.json) — checked on the same simulated
 data, so the test can fail.
 """
 

@@ -449,9 +449,9 @@ def ratio_bounds(
     Why both: on lognormal per-sequence sums (σ 1.5–2, the heavy tails FP8 KV gives) the bootstrap-t upper bound
     misses far more often than its level — the resamples cannot contain the values a few hundred sequences have not
     shown — and a rule that waits while one sequence dominates decides exactly on the draws that lack them
-    (bench/coverage.py: 6.5–9% wrong ADMITs at 1.05 B, nominal 2.5%). The lognormal bound knows the tail from the
-    spread of log sums; where the truth is lighter-tailed it is the looser of the two and costs power, reported
-    beside the error rates. A wrong ADMIT needs both upper bounds to miss."""
+    (bench/coverage.py --bootstrap-only: 5.8–7.1% wrong ADMITs at 1.05 B on σ 1.5–2, nominal 2.5%). The lognormal
+    bound knows the tail from the spread of log sums; where the truth is lighter-tailed it is the looser of the two
+    and costs power, reported beside the error rates. A wrong ADMIT needs both upper bounds to miss."""
     est, lower, upper = bootstrap_t_bounds(sums, counts, alpha_low, alpha_high, weights)
     ln = lognormal_upper(sums, counts, alpha_high)
     return est, lower, np.where(np.isnan(ln), upper, np.fmax(upper, ln))
