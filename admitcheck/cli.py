@@ -210,8 +210,8 @@ def measure(
 
 
 def _check_limits(cfg: Any, config: Path) -> None:
-    """`compatibility.check_limits` (what `validate` checks too): lengths, probe memory, vLLM kept sets."""
-    from admitcheck.calibration.compatibility import check_limits
+    """`rollout.limits.check_limits` (what `validate` checks too): lengths, probe memory, vLLM kept sets."""
+    from admitcheck.rollout.limits import check_limits
 
     check_limits(cfg, file=str(config))
 
@@ -554,8 +554,8 @@ def validate(
             if cfg.policy.reject_only:
                 info["gate"] = "reject-only (policy.reject_only): no candidate can be admitted by the bound"
         else:
-            from admitcheck.calibration.compatibility import check_limits
             from admitcheck.pairs.load import check_pair
+            from admitcheck.rollout.limits import check_limits
 
             check_limits(cfg, file=str(config))  # before the tokenizers load: lengths, memory, vLLM kept sets
             check_pair(cfg.pair, file=str(config))

@@ -1,13 +1,11 @@
 """The one place that decides whether a calibration applies: to a screen (`check_compatibility`: the same pair,
 measurement protocol and objective, a budget that can admit, else a CalibrationError naming the field) and to a
 calibrate config that could reuse it (`calibration_matches`: the same pair, protocol, metric and training recipe).
-Both compare flattened fingerprints field by field (`fingerprint.strict_differences`). `check_limits` is what a
-config asks of the model that no engine could give (lengths past `max_position_embeddings`, a probe batch larger
-than the memory, kept sets vLLM cannot return): `validate` and every command run it before loading weights.
+Both compare flattened fingerprints field by field (`fingerprint.strict_differences`); a screen's config is also
+held to `rollout.limits.check_limits` (what no engine could do with it).
 
     warnings = check_compatibility(screen_config, load_calibration("calibrations/toy.yaml"))
     ok, why = calibration_matches(calibrate_config, "calibrations/toy.yaml")
-    check_limits(measure_config, file="measure.yaml")      # ConfigError naming probe.max_new_tokens, ...
 
 Everything here reads config.json, tokenizer.json, prompt files and the artifact, never weights, so `validate`
 refuses exactly what `screen` would refuse before it loads a model.
@@ -15,7 +13,6 @@ refuses exactly what `screen` would refuse before it loads a model.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +29,7 @@ from admitcheck.calibration.artifact import (
 )
 from admitcheck.config import CalibrateConfig, ScreenConfig
 from admitcheck.errors import CalibrationError, ConfigError
-from admitcheck.rollout.capacity import text_config
+from admitcheck.rollout.limits import check_limits
 
 # config.json keys that fix the tensors' shapes or the network's wiring: a pair that differs in one of them is another
 # model (the behaviour check could only fail), so it is refused without loading weights. Other architecture keys
@@ -40,10 +37,6 @@ from admitcheck.rollout.capacity import text_config
 STRUCTURAL_KEYS = ("architectures", "model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
                    "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size", "tie_word_embeddings",
                    "hidden_act")  # fmt: skip
-# Bytes per (sequence, position, vocabulary entry) a probe batch holds in float32 full rows: the engine's processed
-# log-probs, the reference's, and the logits each is computed from.
-FULL_ROW_BYTES = 4 * 4
-MEMORY_SHARE = 0.9  # a probe batch estimated above this share of the machine's memory cannot run
 
 
 def objective_of(recipe: dict[str, Any]) -> str:
@@ -60,7 +53,7 @@ def check_compatibility(config: ScreenConfig, calibration: Any, *, config_file: 
     differences that an artifact without a behavioural fingerprint cannot settle; a budget whose lower bound is 0
     (nothing can be admitted by the bound) unless `policy.reject_only`. From logs, only the pair's models and
     tokenizer are compared (the logs come from the pipeline's own prompts and sampling), and `logs.checkpoint`,
-    when given, must be a checkpoint of this student. A ConfigError for the limits of `check_limits`.
+    when given, must be a checkpoint of this student. A ConfigError for the limits of `rollout.limits.check_limits`.
 
     Weight hashes that differ are not refused here: a re-saved or rebuilt pair can be the same pair.
     `load_checked_calibration` then compares the models' behaviour (`fingerprint.check_behaviour`). The metric
@@ -174,113 +167,6 @@ def check_logs_checkpoint(config: ScreenConfig, calibration: Any, file: str | No
         raise CalibrationError(
             "the trainer checkpoint's tokenizer is not the calibration's", file=file, field="logs.checkpoint"
         )
-
-
-# ------------------------------------------------------------------------------------------------ limits
-
-
-def check_limits(config: Any, *, file: str | None = None) -> None:
-    """What no engine could do with this config, from config.json, tokenizer.json and the prompt files (no
-    weights): a ConfigError naming the field when the longest probe prompt plus `max_new_tokens` exceeds the
-    student's `max_position_embeddings` (also `train.`/`eval.max_new_tokens` of a calibrate config), when one probe
-    batch's full rows would not fit in this machine's memory, or when a vLLM rollout with top-p/top-k could not
-    return the kept set (`engines.vllm.kept_set_problem`). Dirs that are not there are left to the input checks."""
-    student = Path(config.pair.student)
-    cfg_path = student / "config.json"
-    if not cfg_path.is_file():
-        return
-    try:
-        model = io.read_json_as_is(cfg_path)
-    except (OSError, ValueError):
-        return  # unreadable: the pair check names it
-    text = text_config(model)
-    max_pos = text.get("max_position_embeddings") or model.get("max_position_embeddings")
-    vocab = int(text.get("vocab_size") or model.get("vocab_size") or 0)
-    lengths = [("probe", config.probe.prompts, config.probe.max_new_tokens, config.probe.num_prompts)]
-    if getattr(config, "train", None) is not None:
-        lengths.append(("train", config.train.prompts, config.train.max_new_tokens, None))
-    if getattr(config, "eval", None) is not None:
-        lengths.append(("eval", config.eval.prompts, config.eval.max_new_tokens, config.eval.num_prompts))
-    tokenizer = Path(config.pair.tokenizer or student)
-    longest_probe = 1
-    for section, prompts, new_tokens, limit in lengths:
-        longest = _longest_prompt(tokenizer, prompts, limit)
-        if section == "probe":
-            longest_probe = longest
-        if isinstance(max_pos, int) and longest + new_tokens > max_pos:
-            how = "tokens" if (tokenizer / "tokenizer.json").is_file() else "tokens at least"
-            raise ConfigError(
-                f"the longest {section} prompt ({longest} {how}) + max_new_tokens {new_tokens} = "
-                f"{longest + new_tokens} positions, but the model's max_position_embeddings is {max_pos} "
-                f"({cfg_path}); set {section}.max_new_tokens to at most {max(max_pos - longest, 0)}",
-                file=file,
-                field=f"{section}.max_new_tokens",
-            )
-    _check_batch_memory(config, vocab, longest_probe, file)
-    _check_vllm_kept_set(config, vocab, file)
-
-
-def _longest_prompt(tokenizer_dir: Path, prompts: str, limit: int | None) -> int:
-    """Tokens of the longest prompt (tokenizer.json, as the engines tokenize: special tokens included); 1 when the
-    tokenizer or the prompts cannot be read here (a lower bound: the input checks name what is missing)."""
-    try:
-        rows = io.read_prompts(prompts, limit=limit)
-    except ConfigError:
-        return 1
-    path = tokenizer_dir / "tokenizer.json"
-    if not path.is_file():
-        return 1
-    try:
-        from tokenizers import Tokenizer
-
-        tok = Tokenizer.from_file(str(path))
-        return max(len(e.ids) for e in tok.encode_batch([r["prompt"] for r in rows]))
-    except Exception:  # no `tokenizers`, or a tokenizer.json it cannot read: transformers names it when loading
-        return 1
-
-
-def physical_memory_bytes() -> int | None:
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def _check_batch_memory(config: Any, vocab: int, longest_prompt: int, file: str | None) -> None:
-    """A probe batch with full rows holds batch × (prompt + new tokens) × vocabulary float32 rows several times
-    over (`FULL_ROW_BYTES`); on a CPU reference, more than `MEMORY_SHARE` of the RAM cannot run."""
-    if not getattr(config, "full_logprobs", False) or not vocab or config.reference.device != "cpu":
-        return
-    total = physical_memory_bytes()
-    if total is None:
-        return
-    positions = longest_prompt + config.probe.max_new_tokens
-    need = config.probe.batch_size * positions * vocab * FULL_ROW_BYTES
-    if need > MEMORY_SHARE * total:
-        fit = max(int(MEMORY_SHARE * total // (positions * vocab * FULL_ROW_BYTES)), 0)
-        raise ConfigError(
-            f"one probe batch with full rows needs about {need / 2**30:.1f} GiB ({config.probe.batch_size} × "
-            f"{positions} positions × {vocab} tokens × {FULL_ROW_BYTES} bytes), more than this machine's "
-            f"{total / 2**30:.1f} GiB; set probe.batch_size to at most {fit}, or full_logprobs: false",
-            file=file,
-            field="probe.batch_size",
-        )
-
-
-def _check_vllm_kept_set(config: Any, vocab: int, file: str | None) -> None:
-    sampling = getattr(config, "sampling", None)
-    if sampling is None or not (sampling.top_p < 1 or sampling.top_k > 0):
-        return
-    rollouts = [("rollout", getattr(config, "rollout", None))]
-    rollouts += [(f"candidates.{c.name}.rollout", c.rollout) for c in getattr(config, "candidates", None) or []]
-    for fld, rollout in rollouts:
-        if rollout is None or rollout.engine != "vllm":
-            continue
-        from admitcheck.rollout.engines.vllm import kept_set_problem
-
-        problem = kept_set_problem(sampling, vocab)
-        if problem:
-            raise ConfigError(problem, file=file, field=f"{fld}.engine")
 
 
 def calibration_matches(config: CalibrateConfig, artifact: Calibration | str | Path) -> tuple[bool, str]:
