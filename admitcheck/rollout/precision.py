@@ -200,13 +200,17 @@ def noise_seed(seed: int, step: int, name: str) -> int:
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
-def _noised(w: torch.Tensor, noise: NoiseConfig, step: int, name: str) -> torch.Tensor:
-    """w + relative_std · rms(w) · N(0, 1), the normal drawn on CPU in float32 so every device sees the same draw."""
-    gen = torch.Generator(device="cpu").manual_seed(noise_seed(noise.seed, step, name))
-    z = torch.randn(w.shape, generator=gen, dtype=torch.float32)
+def noised(
+    w: torch.Tensor, relative_std: float, seed: int, step: int, name: str, *, draw_on: str | torch.device = "cpu"
+) -> torch.Tensor:
+    """w + relative_std · rms(w) · N(0, 1) in w's dtype, the normal drawn in float32 by a generator on `draw_on`
+    seeded by `noise_seed(seed, step, name)`: on CPU (the default) every device sees the same draw; the CUDA engine's
+    in-place sync draws on the GPU (the same law, another stream)."""
+    gen = torch.Generator(device=draw_on).manual_seed(noise_seed(seed, step, name))
+    z = torch.randn(w.shape, generator=gen, device=draw_on, dtype=torch.float32)
     w32 = w.to(torch.float32)
     rms = w32.pow(2).mean().sqrt()
-    return (w32 + z.to(w.device) * (noise.relative_std * rms)).to(w.dtype)
+    return (w32 + z.to(w.device) * (relative_std * rms)).to(w.dtype)
 
 
 def _noise_target(t: torch.Tensor) -> bool:
@@ -221,7 +225,7 @@ def apply_noise(model: nn.Module, noise: NoiseConfig, step: int = 0) -> None:
     with torch.no_grad():
         for name, p in model.named_parameters():  # remove_duplicate=True: a tied parameter once, first name
             if _noise_target(p):
-                p.copy_(_noised(p.data, noise, step, name))
+                p.copy_(noised(p.data, noise.relative_std, noise.seed, step, name))
 
 
 def apply_rollout_recipe(model: nn.Module, rollout: RolloutConfig, noise_step: int = 0) -> list[RemovableHandle]:
@@ -253,7 +257,7 @@ def recipe_state_dict(
     if rollout.noise.relative_std > 0:
         for key in out:
             if alias[key] == key and _noise_target(out[key]):
-                out[key] = _noised(out[key], rollout.noise, noise_step, key)
+                out[key] = noised(out[key], rollout.noise.relative_std, rollout.noise.seed, noise_step, key)
     recipe = rollout.weights
     if recipe is not None:
         if linear_names is None or embedding_names is None:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from admitcheck.measurement.scorer import position_ids
-from admitcheck.rollout.precision import noise_seed, quantize_kv
+from admitcheck.rollout.precision import noised, quantize_kv
 from admitcheck.rollout.sampling import process_logits, sample_inverse_cdf
 
 CHECK_EVERY = 8  # decode steps between host checks of "all rows finished?" (each one is a device sync)
@@ -260,9 +260,5 @@ def add_noise_on_device(targets: list[tuple[str, torch.Tensor, torch.Tensor]], r
     w = clean rounded to the parameter's dtype (what `apply_noise` sees), the normal drawn on that device by a
     generator seeded like the CPU recipe's: on CPU the same numbers, on CUDA the same law from another stream. In
     place: no parameter is re-allocated."""
-    for name, p, clean in targets:
-        gen = torch.Generator(device=p.device).manual_seed(noise_seed(seed, step, name))
-        z = torch.randn(clean.shape, generator=gen, device=p.device, dtype=torch.float32)
-        w32 = clean.to(p.dtype).to(torch.float32)  # as on CPU: noise on the weight in the engine's dtype
-        rms = w32.pow(2).mean().sqrt()
-        p.copy_(w32 + z * (relative_std * rms))
+    for name, p, clean in targets:  # as on CPU: noise on the weight in the engine's dtype
+        p.copy_(noised(clean.to(p.dtype), relative_std, seed, step, name, draw_on=p.device))
