@@ -145,6 +145,9 @@ class RolloutConfig(Strict):
     noise: NoiseConfig = NoiseConfig()
     weights_from: str | None = None  # checkpoint dir to load instead of the student's (stale weights)
     vllm: VLLMOptions = VLLMOptions()
+    # hf engine on CUDA, how (not what) it decodes; null = the engine's default. Kept out of backtest run keys.
+    cuda_graphs: bool | None = None  # captured decode (static cache, CUDA graphs); null: on CUDA yes
+    compile: bool | None = None  # torch.compile the captured forward; null: unless the recipe fake-quantizes in it
 
     @property
     def is_perturbed(self) -> bool:

@@ -39,6 +39,7 @@ from admitcheck.rollout.floor import floor_rollout
 
 LevelKind = Literal["baseline", "noise", "rollout", "staleness"]
 GRID_STDS = (1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0)  # relative weight-noise sizes measured to place the auto grid
+EXECUTION_OPTIONS = ("cuda_graphs", "compile")  # RolloutConfig fields added after ledgers were shipped
 FULL_ROWS_BYTES = 1 << 28  # compare full distributions (kl_exact) only when a probe batch's (B, T, V) fits in this
 
 
@@ -57,6 +58,8 @@ class Level:
     def spec(self) -> dict[str, Any]:
         """What determines this level's runs (not its name): the ledger's key."""
         rollout = self.rollout.model_dump(mode="json") if self.rollout is not None else None
+        if rollout is not None:  # how the engine decodes, at its default, is not part of the key (older ledgers)
+            rollout = {k: v for k, v in rollout.items() if not (k in EXECUTION_OPTIONS and v is None)}
         return {"kind": self.kind, "relative_std": self.relative_std, "rollout": rollout, "staleness": self.staleness}
 
     def engine_rollout(self, base: RolloutConfig, seed: int) -> RolloutConfig:
@@ -271,7 +274,8 @@ def run_one(ctx: RunContext, config: CalibrateConfig, level: Level, seed: int) -
         engine = _engine(ctx, student, level.engine_rollout(config.rollout, seed))
         sampling = SamplingConfig(temperature=config.train.temperature)
         evaluator = opd.QualityEvaluator(
-            ctx.teacher, ctx.eval_ids, ctx.eval_answers, config.eval, ctx.tokens, sampling, config.reference
+            ctx.teacher, ctx.eval_ids, ctx.eval_answers, config.eval, ctx.tokens, sampling, config.reference,
+            execution=config.rollout,
         )
         try:
             result = opd.train(

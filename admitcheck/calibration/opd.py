@@ -88,13 +88,15 @@ class QualityEvaluator:
         tokens,  # measure.PairTokens
         sampling: SamplingConfig,
         reference: ReferenceConfig = ReferenceConfig(),
+        execution: RolloutConfig | None = None,  # the runs' engine options (cuda_graphs, compile) also serve here
     ) -> None:
         self.teacher = teacher
         self.prompt_ids = [p for p in prompt_ids for _ in range(cfg.samples)]  # each prompt `samples` times
         self.answers = [a for a in answers for _ in range(cfg.samples)] if answers is not None else None
         self.cfg, self.tokens, self.sampling = cfg, tokens, sampling
         dtype = reference.dtype if reference.dtype != "float64" else "float32"
-        self.rollout = RolloutConfig(engine="hf", dtype=dtype, device=reference.device)
+        options = {"cuda_graphs": execution.cuda_graphs, "compile": execution.compile} if execution else {}
+        self.rollout = RolloutConfig(engine="hf", dtype=dtype, device=reference.device, **options)
         self._engine = None
 
     def __call__(self, student: torch.nn.Module, step: int) -> Quality:

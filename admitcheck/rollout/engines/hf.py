@@ -142,8 +142,8 @@ class HFEngine:
         eos_token_id: int,
         pad_token_id: int,
         _owned: bool = False,  # from_pretrained hands over a model nobody else holds: no second copy
-        cuda_graphs: bool | None = None,  # None: captured decode on CUDA, the eager loop on CPU
-        compile_forward: bool | None = None,  # None: compile the captured forward unless the recipe fake-quantizes
+        cuda_graphs: bool | None = None,  # None: rollout.cuda_graphs, else captured on CUDA, the eager loop on CPU
+        compile_forward: bool | None = None,  # None: rollout.compile, else compile unless the recipe fake-quantizes
     ) -> None:
         self.rollout = rollout
         self.eos_token_id = int(eos_token_id)
@@ -151,8 +151,9 @@ class HFEngine:
         self.device = torch.device(rollout.device)
         self.dtype = getattr(torch, rollout.dtype)
         on_cuda = self.device.type == "cuda"
+        cuda_graphs = rollout.cuda_graphs if cuda_graphs is None else cuda_graphs
         self.cuda_graphs = on_cuda if cuda_graphs is None else bool(cuda_graphs) and on_cuda
-        self._compile_choice = compile_forward
+        self._compile_choice = rollout.compile if compile_forward is None else compile_forward
         self.compile_forward = self._compile_default(rollout)
         self._decoders: dict[tuple, CapturedDecoder] = {}
         self._compiled = None
