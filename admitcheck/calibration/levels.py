@@ -274,7 +274,13 @@ def run_one(ctx: RunContext, config: CalibrateConfig, level: Level, seed: int) -
         engine = _engine(ctx, student, level.engine_rollout(config.rollout, seed))
         sampling = SamplingConfig(temperature=config.train.temperature)
         evaluator = opd.QualityEvaluator(
-            ctx.teacher, ctx.eval_ids, ctx.eval_answers, config.eval, ctx.tokens, sampling, config.reference,
+            ctx.teacher,
+            ctx.eval_ids,
+            ctx.eval_answers,
+            config.eval,
+            ctx.tokens,
+            sampling,
+            config.reference,
             execution=config.rollout,
         )
         try:

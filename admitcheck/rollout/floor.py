@@ -13,5 +13,11 @@ def floor_rollout(rollout: RolloutConfig, reference: ReferenceConfig) -> Rollout
     dtype = reference.dtype if reference.dtype != "float64" else "float32"
     if rollout.engine == "vllm" and dtype == "float32":
         dtype = "float32"  # vLLM-CPU runs float32; on GPUs users set bfloat16 references
-    return RolloutConfig(engine=rollout.engine, dtype=dtype, device=rollout.device, vllm=rollout.vllm,
-                         cuda_graphs=rollout.cuda_graphs, compile=rollout.compile)
+    return RolloutConfig(
+        engine=rollout.engine,
+        dtype=dtype,
+        device=rollout.device,
+        vllm=rollout.vllm,
+        cuda_graphs=rollout.cuda_graphs,
+        compile=rollout.compile,
+    )
