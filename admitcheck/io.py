@@ -38,6 +38,9 @@ _PATH_KEYS = {
     "calibrate_config",
     "screen_config",
     "checkpoint",
+    "ledgers",  # plan configs: ledger files, a screen's JSON, a bench JSON
+    "screen_result",
+    "bench",
 }
 _MODEL_KEYS = {"student", "teacher", "tokenizer"}  # may also be hub ids already in the local cache
 

@@ -1,8 +1,8 @@
 """Time-to-quality of OPD runs from their held-out learning curves (docs/plan.md). Pure: numbers in, numbers out.
 
-    base = LearningCurve((0, 50, 100, 200), (2.17, 0.90, 0.50, 0.41))        # steps, quality (nats/token, lower is better)
+    base = LearningCurve((0, 50, 100, 200), (2.17, 0.90, 0.50, 0.41))   # steps; quality, nats/token, lower better
     run = LearningCurve((0, 50, 100, 200), (2.17, 1.10, 0.60, 0.42))
-    target = base.final + tau                                                   # the baseline's final quality + τ
+    target = base.final + tau                                              # the baseline's final quality + τ
     steps_to_target(run, target)          # 194.4: first step from which the interpolated curve stays ≤ target
     steps_efficiency(run, base, tau)      # T_base / T_run of one replicate pair (0.0 when the run never gets there)
     eff = summarize([1.0, 0.93, 0.97], confidence=0.95)      # Efficiency: mean, Student-t interval over replicates

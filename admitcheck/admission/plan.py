@@ -1,0 +1,331 @@
+"""Plan: what the budget buys — each candidate's predicted time-to-quality, from the calibration's runs (docs/plan.md).
+
+    cfg = io.load_config("examples/toy_plan.yaml", PlanConfig)
+    p = plan(cfg, config_file="examples/toy_plan.yaml")    # loads no model: ledgers, artifact and JSON files only
+    row = p.rows[0]                                        # sorted by predicted speed-up, fastest first
+    row.speedup, row.speedup_interval, row.steps_ratio, row.step_time_ratio, row.source
+
+Predicted time-to-quality ratio = (step time ratio) × (steps-to-target ratio). The steps ratio comes from the
+learning curves (`evals`) of the runs in the calibration's ledger and any more ledgers of the same recipe (a
+backtest's): per replicate pair the efficiency T_baseline / T_run (`calibration.timing`), target = the baseline
+replicate's final quality + τ. A candidate that matches a level with runs (the same rollout config, staleness or
+noise size) uses that level's own pairs ("measured"); any other is read off the noise levels at its mismatch x, in
+log x as the budget curve ("noise curve"). The step time ratio is given, or comes from a rollout speed-up (given or
+read from a bench JSON) and the rollouts' share of a baseline step: (1 − f) + f / s, or max(f / s, 1 − f) when
+rollouts overlap the rest of the step (async).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from admitcheck import io
+from admitcheck.admission.step_time import measured_rollout_share, step_time_ratio
+from admitcheck.calibration.artifact import Calibration, load_calibration
+from admitcheck.calibration.ledger import ledger_path
+from admitcheck.calibration.timing import (
+    Efficiency,
+    LearningCurve,
+    interpolate,
+    mean_curve,
+    steps_efficiency,
+    steps_to_target,
+    summarize,
+)
+from admitcheck.config import PlanCandidate, PlanConfig, RolloutConfig
+from admitcheck.errors import CalibrationError, ConfigError
+
+BASELINE = "baseline"
+
+
+@dataclass(frozen=True)
+class LevelRuns:
+    """One level's runs in the ledgers, paired by seed with the baseline's: x and efficiency over the pairs."""
+
+    name: str
+    spec: dict[str, Any]  # the ledger key's level: kind, relative_std, rollout, staleness
+    x: float | None  # mean x over its runs on the budget's scale, nats/token (None: baseline)
+    curves: list[LearningCurve]
+    efficiency: Efficiency
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """One candidate's prediction; times in baseline steps, or seconds with `step_seconds`."""
+
+    name: str
+    x: float | None  # mismatch, nats/token
+    source: str  # "measured: <level>" (its own pairs), "noise curve" (interpolated), "baseline"
+    efficiency: Efficiency  # steps efficiency T_baseline / T_candidate over replicate pairs
+    step_time_ratio: float  # candidate step time / baseline step time
+    step_time_from: str
+    speedup: float  # baseline time-to-quality / candidate's = efficiency / step time ratio
+    speedup_interval: tuple[float, float]
+    time_to_quality: float  # predicted, baseline steps (or s)
+    time_to_quality_interval: tuple[float, float]
+
+    @property
+    def steps_ratio(self) -> float:
+        return self.efficiency.steps_ratio
+
+
+@dataclass(frozen=True)
+class Plan:
+    rows: list[PlanRow]
+    calibration: dict[str, Any]  # path, name, tau, x, eval_every, baseline steps to target (mean, interval, n)
+    levels: list[dict[str, Any]]  # the noise levels the curve interpolates between
+    rollout_share: float | None
+    time_unit: str  # "baseline steps" or "s"
+    warnings: list[str] = field(default_factory=list)
+    curves: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)  # name -> (time, quality)
+
+    def to_dict(self) -> dict[str, Any]:
+        rows = [asdict(r) | {"steps_ratio": r.steps_ratio} for r in self.rows]
+        return {"rows": rows, "calibration": self.calibration, "levels": self.levels, "rollout_share":
+                self.rollout_share, "time_unit": self.time_unit, "warnings": self.warnings}  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------- the runs
+
+
+def _records(path: Path, field_name: str, config_file: str | None) -> list[dict[str, Any]]:
+    if not path.is_file():
+        raise ConfigError(f"ledger not found: {path}", file=config_file, field=field_name)
+    records = io.read_jsonl(path)
+    if not records or records[0].get("kind") != "header":
+        raise ConfigError(f"{path} is not a calibration ledger (no header line)", file=config_file, field=field_name)
+    return records
+
+
+def _difference(a: Any, b: Any, prefix: str = "") -> str | None:
+    """The first dotted key where two headers differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            d = _difference(a.get(k), b.get(k), f"{prefix}{k}.")
+            if d:
+                return d
+        return None
+    return prefix.rstrip(".") if a != b else None
+
+
+def load_runs(config: PlanConfig, cal: Calibration, config_file: str | None) -> tuple[dict, list[dict[str, Any]]]:
+    """(header, runs): the calibration's ledger, then each of `ledgers` (same header: recipe, eval, seeds, pair);
+    a run key in two ledgers is one run (the first kept)."""
+    assert cal.path is not None
+    records = _records(ledger_path(cal.path), "calibration", config_file)
+    header, runs = records[0], {r["key"]: r for r in records[1:] if r.get("kind") == "run"}
+    for i, path in enumerate(config.ledgers):
+        more = _records(Path(path), f"ledgers.{i}", config_file)
+        keys = ("pair", "config")
+        diff = _difference({k: more[0].get(k) for k in keys}, {k: header.get(k) for k in keys})
+        if diff:
+            raise ConfigError(f"{path} holds runs of another recipe or pair than the calibration's ledger ({diff} "
+                              "differs): their learning curves are not comparable", file=config_file,
+                              field=f"ledgers.{i}")  # fmt: skip
+        for r in more[1:]:
+            if r.get("kind") == "run":
+                runs.setdefault(r["key"], r)
+    return header, list(runs.values())
+
+
+def _run_x(run: dict[str, Any], which: str, window: int) -> float:
+    """The run's x on the budget's scale (as `calibrate.run_x`), nats/token."""
+    if which == "run":
+        return max(float(np.mean(run["in_run_k3"][:window])), 1e-12)
+    return max(float(run["mismatch"]), 1e-12)
+
+
+def _level_name(spec: dict[str, Any], names: dict[str, str]) -> str:
+    key = spec_key(spec)
+    if key in names:
+        return names[key]
+    if spec["kind"] == "noise":
+        return f"noise σ {spec['relative_std']:g}"
+    if spec["kind"] == "staleness":
+        return f"stale {spec['staleness']}"
+    import hashlib
+
+    return "rollout " + hashlib.sha256(key.encode()).hexdigest()[:6]
+
+
+def spec_key(spec: dict[str, Any]) -> str:
+    """A level spec as a canonical JSON key (its rollout config through the schema: defaults filled in)."""
+    rollout = spec.get("rollout")
+    if rollout is not None:
+        rollout = RolloutConfig.model_validate(rollout).model_dump(mode="json")
+    return json.dumps({**spec, "rollout": rollout}, sort_keys=True)
+
+
+def level_names(cal: Calibration, ledgers: list[str]) -> dict[str, str]:
+    """Level spec (JSON) -> name: the calibration's levels, then the candidates of the backtest report beside each
+    ledger (`<stem>.yaml` of `<stem>.ledger.jsonl`), when there is one."""
+    names = {}
+    for lv in cal.data.get("levels", []):
+        spec = {"kind": lv["kind"], "relative_std": lv.get("relative_std") or 0.0, "rollout": lv.get("rollout"),
+                "staleness": lv.get("staleness") or 0}  # fmt: skip
+        names[spec_key(spec)] = lv["name"]
+    for path in map(Path, ledgers):
+        report = path.with_name(path.name.removesuffix(".ledger.jsonl") + ".yaml")
+        data = io.read_yaml(report) if report.is_file() and report != path else None
+        for c in data.get("candidates", []) if isinstance(data, dict) and data.get("kind") == "backtest" else []:
+            cand = c.get("candidate") or {}
+            spec = {"kind": "staleness" if cand.get("staleness") else "rollout", "relative_std": 0.0,
+                    "rollout": cand.get("rollout"), "staleness": cand.get("staleness") or 0}  # fmt: skip
+            names.setdefault(spec_key(spec), str(c.get("name")))
+    return names
+
+
+def level_runs(cal: Calibration, runs: list[dict[str, Any]], tau: float, confidence: float,
+               names: dict[str, str] | None = None) -> list[LevelRuns]:  # fmt: skip
+    """Every level with runs, its pairs' efficiencies (baseline first, efficiency 1 by definition)."""
+    protocol = cal.data.get("protocol", {})
+    which, window = cal.x_measure, int(protocol.get("run_window", 20))
+    names = names or {}
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in runs:
+        groups.setdefault(spec_key(json.loads(r["key"])["level"]), []).append(r)
+    base = {
+        json.loads(r["key"])["seed"]: LearningCurve.from_evals(r["evals"])
+        for r in groups.get(spec_key({"kind": BASELINE, "relative_std": 0.0, "rollout": None, "staleness": 0}), [])
+    }
+    if not base:
+        raise CalibrationError("the calibration's ledger has no baseline runs", file=str(cal.path), field="runs")
+    out = []
+    for key, rs in groups.items():
+        spec = json.loads(key)
+        paired = [r for r in rs if json.loads(r["key"])["seed"] in base]
+        if not paired:
+            continue
+        curves = [LearningCurve.from_evals(r["evals"]) for r in paired]
+        effs = [steps_efficiency(c, base[json.loads(r["key"])["seed"]], tau) for c, r in zip(curves, paired)]
+        x = None if spec["kind"] == BASELINE else float(np.mean([_run_x(r, which, window) for r in paired]))
+        out.append(LevelRuns(_level_name(spec, names), spec, x, curves, summarize(effs, confidence)))
+    return sorted(out, key=lambda lv: (lv.x is not None, lv.x or 0.0))
+
+
+def _is_noise(spec: dict[str, Any]) -> bool:
+    """A noise level, or a rollout level that is weight noise alone (a backtest's noise candidates)."""
+    r = spec.get("rollout") or {}
+    only_noise = not r.get("weights") and r.get("kv_cache", {}).get("dtype") == "auto" and not r.get("weights_from")
+    return spec["kind"] == "noise" or (spec["kind"] == "rollout" and only_noise
+                                       and r.get("noise", {}).get("relative_std", 0) > 0)  # fmt: skip
+
+
+def _matches(cand: PlanCandidate, lv: LevelRuns) -> bool:
+    s = lv.spec
+    if cand.rollout is not None:
+        mine = spec_key({**s, "rollout": cand.rollout.model_dump(mode="json")})
+        return s["kind"] == "rollout" and spec_key(s) == mine
+    if cand.staleness is not None:
+        return s["kind"] == "staleness" and s["staleness"] == cand.staleness
+    if cand.relative_std is not None:
+        return s["kind"] == "noise" and math.isclose(s["relative_std"], cand.relative_std, rel_tol=1e-3)
+    return False
+
+
+# ------------------------------------------------------------------------------------------------- the plan
+
+
+def _screen_candidates(config: PlanConfig, config_file: str | None) -> list[PlanCandidate]:
+    """The config's candidates, then each ADMIT verdict of `screen_result` not among them (x: its mismatch); a
+    config candidate of a verdict's name takes the verdict's mismatch when it gives none."""
+    cands = list(config.candidates)
+    if config.screen_result is None:
+        return cands
+    doc = io.read_json(config.screen_result)
+    verdicts = doc.get("verdicts") if isinstance(doc, dict) else None
+    if not isinstance(verdicts, list):
+        raise ConfigError(f"{config.screen_result} is not `admitcheck screen --json` output (no verdicts)",
+                          file=config_file, field="screen_result")  # fmt: skip
+    by_name = {c.name: i for i, c in enumerate(cands)}
+    for v in verdicts:
+        if v.get("decision") != "ADMIT":
+            continue
+        if v["name"] in by_name:
+            i = by_name[v["name"]]
+            if cands[i].mismatch is None:
+                cands[i] = cands[i].model_copy(update={"mismatch": float(v["mismatch"])})
+        else:
+            cands.append(PlanCandidate(name=v["name"], mismatch=float(v["mismatch"])))
+    return cands
+
+
+def plan(config: PlanConfig, *, config_file: str | None = None) -> Plan:
+    """Predicted time-to-quality of every candidate (module docstring); ConfigError / CalibrationError naming the
+    file and field for inputs that do not fit together."""
+    cal = load_calibration(config.calibration)
+    header, runs = load_runs(config, cal, config_file)
+    tau = cal.tolerance
+    levels = level_runs(cal, runs, tau, config.confidence, level_names(cal, config.ledgers))
+    base = levels[0]
+    t_base_each = [steps_to_target(c, c.final + tau) for c in base.curves]
+    t_base = summarize([t for t in t_base_each if t is not None], config.confidence)
+    noise = [lv for lv in levels if _is_noise(lv.spec)]
+    share = config.rollout_share if config.rollout_share is not None else measured_rollout_share(runs)
+    bench = io.read_json(config.bench) if config.bench is not None else None
+    scale, unit = (config.step_seconds, "s") if config.step_seconds else (1.0, "baseline steps")
+    warnings = []
+    every = header.get("config", {}).get("eval", {}).get("every", 0)
+    if not every:
+        warnings.append(
+            "eval.every 0: each run has two evaluations (start and end), so steps-to-target is read off "
+            "a straight line between them — coarse; calibrate with eval.every > 0 for real curves"
+        )
+    if config.rollout_share is None and share is not None:
+        warnings.append(f"rollout share {share:.2f} measured on the calibration's own machine "
+                        "(seconds_by_phase): set rollout_share for the target machine")  # fmt: skip
+    grid = np.linspace(0.0, max(base.curves[0].steps), 101)
+    base_mean = mean_curve(base.curves, grid)
+    rows = [_row(BASELINE, None, "baseline", base.efficiency, 1.0, "-", t_base.mean, scale)]
+    curves = {BASELINE: ((grid * scale).tolist(), base_mean.tolist())}
+    for i, cand in enumerate(_screen_candidates(config, config_file)):
+        where = f"candidates.{i}" if i < len(config.candidates) else "screen_result"
+        own = next((lv for lv in levels if _matches(cand, lv)), None)
+        x = cand.mismatch if cand.mismatch is not None else own.x if own is not None else None
+        if x is None:
+            what = "no runs in the ledgers match it" if cand.rollout or cand.staleness or cand.relative_std else ""
+            raise ConfigError(f"candidate {cand.name!r} has no mismatch{': ' + what if what else ''}; give "
+                              "`mismatch` (what screen measured)", file=config_file,
+                              field=f"{where}.mismatch")  # fmt: skip
+        if own is not None:
+            eff, source, curve = own.efficiency, f"measured: {own.name}", mean_curve(own.curves, grid)
+        elif noise:
+            eff, source, curve = interpolate([(lv.x, lv.efficiency) for lv in noise], x), "noise curve", None
+        else:
+            raise CalibrationError("no noise levels in the ledgers to interpolate between", file=str(cal.path))
+        ratio, how = step_time_ratio(cand.step_time, share, bench, file=config_file, field_name=f"{where}.step_time")
+        rows.append(_row(cand.name, x, source, eff, ratio, how, t_base.mean, scale))
+        if curve is not None:
+            curves[cand.name] = ((grid * ratio * scale).tolist(), curve.tolist())
+        elif eff.mean > 0:  # the baseline's curve, stretched by the predicted steps ratio
+            curves[cand.name] = ((grid * ratio * scale / eff.mean).tolist(), base_mean.tolist())
+    rows.sort(key=lambda r: -r.speedup if math.isfinite(r.speedup) else math.inf)
+    info = {"path": str(cal.path), "name": cal.name, "tau": tau, "x": cal.x_measure, "eval_every": every,
+            "evals_per_run": len(base.curves[0].steps), "baseline_replicates": base.efficiency.n,
+            "baseline_steps_to_target": t_base.mean, "baseline_steps_to_target_interval": list(t_base.interval),
+            "steps": max(base.curves[0].steps), "ledgers": [str(ledger_path(cal.path)), *config.ledgers]}  # fmt: skip
+    lv_info = [{"name": lv.name, "x": lv.x, **lv.efficiency.to_dict()} for lv in noise]
+    return Plan(rows, info, lv_info, share, unit, warnings, curves)
+
+
+def _row(name, x, source, eff: Efficiency, ratio: float, how: str, t_base: float, scale: float) -> PlanRow:
+    lo, hi = eff.interval
+
+    def over(e: float) -> float:
+        return t_base * ratio * scale / e if e > 0 else math.inf
+
+    return PlanRow(name, x, source, eff, ratio, how, eff.mean / ratio, (lo / ratio, hi / ratio), over(eff.mean),
+                   (over(hi), over(lo)))  # fmt: skip
+
+
+def validate(config: PlanConfig, *, config_file: str | None = None) -> dict[str, Any]:
+    """What `admitcheck validate` prints for a plan config: every input read and checked (the plan is cheap)."""
+    p = plan(config, config_file=config_file)
+    return {"calibration": p.calibration["path"], "ledgers": p.calibration["ledgers"],
+            "candidates": [r.name for r in p.rows if r.source != "baseline"], "warnings": p.warnings}  # fmt: skip
