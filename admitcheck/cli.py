@@ -1,4 +1,4 @@
-# long module: eleven typer commands with their options and help, in --help order (their tables: terminal.py)
+# long module: twelve typer commands with their options and help, in --help order (their tables: terminal.py)
 """The command line: each command parses, calls the library, renders (`terminal.py`), and picks the exit code.
 
     admitcheck demo                         # toy pair end to end
@@ -532,10 +532,13 @@ def validate(
             raise ConfigError(f"unknown config kind {name!r} (known: {', '.join(CONFIG_KINDS)})", file=str(config),
                               field="--kind" if kind else "kind")  # fmt: skip
         cfg = io.load_config(config, schema_for(name))
-        if name == "backtest":
-            from admitcheck.admission.backtest import validate as validate_backtest
+        if name in ("backtest", "plan"):
+            if name == "plan":
+                from admitcheck.admission.plan import validate as validate_other
+            else:
+                from admitcheck.admission.backtest import validate as validate_other
 
-            info = {"kind": name, "kind_from": how, **validate_backtest(cfg, config_file=str(config))}
+            info = {"kind": name, "kind_from": how, **validate_other(cfg, config_file=str(config))}
             if as_json:
                 print(json.dumps(info, indent=2, default=str))
             else:
@@ -641,6 +644,42 @@ def recipe(
             return res.exit_code
         terminal.render_recipe(res, written=output if res.chosen is not None else None)
         return res.exit_code
+
+    _guard(body)
+
+
+# --------------------------------------------------------------------------------------------------- plan
+
+
+@app.command("plan")
+def plan_command(
+    config: ConfigArg,
+    as_json: JsonOpt = False,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="Write quality against wall-clock (PNG) here (needs matplotlib).")
+    ] = None,
+) -> None:
+    """Predict each candidate's time-to-quality (step time × steps to reach the baseline's final quality + τ) from the
+    calibration's runs, sorted by speed-up. Loads no model."""
+
+    def body() -> int:
+        from admitcheck import io
+        from admitcheck.admission.plan import plan as run_plan
+        from admitcheck.config import PlanConfig
+        from admitcheck.plots import plot_plan
+
+        p = run_plan(io.load_config(config, PlanConfig), config_file=str(config))
+        if plot is not None:
+            png = plot_plan(p)
+            if png is None:
+                err.print("[yellow]no plot: matplotlib is not installed (pip install 'admitcheck[plot]')[/yellow]")
+            else:
+                io.write_bytes_atomic(plot, png)
+        if as_json:
+            print(json.dumps(p.to_dict(), indent=2, default=_json_default))
+            return 0
+        terminal.render_plan(p, plot)
+        return 0
 
     _guard(body)
 

@@ -3,6 +3,7 @@
 png = plot_calibration(load_calibration("calibrations/toy.yaml"))   # quality cost vs mismatch, the budget
 png = plot_sensitivity(report)                                       # per-unit excess k3, most sensitive first
 png = plot_backtest(bt.data)                                         # observed vs predicted cost per candidate
+png = plot_plan(plan(cfg))                                           # quality against wall-clock per candidate
 """
 
 from __future__ import annotations
@@ -136,6 +137,43 @@ def plot_backtest(data: dict[str, Any]) -> bytes | None:
     bx.set_xlabel("cost the curve predicts at that mismatch")
     bx.set_ylabel("observed cost")
     bx.set_title("one scale for all sources: on the diagonal")
+    fig.tight_layout()
+    buf = _stdio.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def plot_plan(plan: Any) -> bytes | None:
+    """PNG bytes (None without matplotlib): held-out quality against wall-clock per candidate (`admission.plan`):
+    its own runs' mean curve, or the baseline's stretched by the predicted steps ratio, each at its step time; the
+    target (baseline final + τ) dotted, and a dot where each is predicted to reach it (its pairs' mean efficiency:
+    a mean curve can end above the target while most pairs reach it, and the other way round)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    c = plan.calibration
+    target = c["baseline_final_mean"] + c["tau"]
+    fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=110)
+    for row in plan.rows:
+        if row.name not in plan.curves:
+            continue
+        t, q = plan.curves[row.name]
+        style = {"color": "black", "lw": 2} if row.source == "baseline" else {"lw": 1.2}
+        ls = "--" if row.source == "noise curve" else "-"
+        (line,) = ax.plot(t, q, ls=ls, label=f"{row.name} (×{row.speedup:.2f}; {row.source})", **style)
+        if math.isfinite(row.time_to_quality):  # where it is predicted to reach the target (over the pairs)
+            ax.plot([row.time_to_quality], [target], "o", color=line.get_color(), ms=5)
+    ax.axhline(target, color="tab:red", ls=":", lw=1, label=f"target: baseline final + τ = {target:.3g}")
+    ax.set_yscale("log")
+    ax.set_xlabel(f"wall-clock ({plan.time_unit})")
+    ax.set_ylabel("held-out reverse KL (nats/token)")
+    ax.set_title(f"plan: {c['name']} (dashed: read off the noise levels)")
+    ax.legend(fontsize=7)
     fig.tight_layout()
     buf = _stdio.BytesIO()
     fig.savefig(buf, format="png")

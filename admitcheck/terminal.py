@@ -418,3 +418,36 @@ def render_logged(q: dict) -> None:
         f"temperature {s.get('temperature')}, top_p {s.get('top_p')}, top_k {s.get('top_k')}",
         markup=False,
     )
+
+
+# --------------------------------------------------------------------------------------------------- plan
+
+
+def render_plan(p, plot: Path | None = None) -> None:
+    """`admitcheck plan`'s table (`admission.plan.Plan`): candidates by predicted speed-up, fastest first."""
+    c = p.calibration
+    title = (f"plan: {c['name']} — time to the baseline's final quality + τ ({fmt(c['tau'])} nats/token); "
+             f"{int(100 * p.confidence)}% intervals over replicate pairs")  # fmt: skip
+    table = Table(title=title)
+    for col in ("candidate", "x", "learning curves", "pairs reached", "steps ratio [CI]", "step time", "step time from",
+                f"time to quality ({p.time_unit}) [CI]", "speed-up [CI]"):  # fmt: skip
+        table.add_column(col, justify="left" if col in ("candidate", "learning curves", "step time from") else "right")
+    for r in p.rows:
+        e = r.efficiency
+        lo, hi = e.interval
+        steps_ci = f"[{fmt(1 / hi if hi > 0 else float('inf'))}, {fmt(1 / lo if lo > 0 else float('inf'))}]"
+        table.add_row(
+            r.name, fmt(r.x), r.source, f"{e.reached}/{e.n}", f"{fmt(e.steps_ratio)} {steps_ci}",
+            fmt(r.step_time_ratio), r.step_time_from,
+            f"{fmt(r.time_to_quality)} {fmt_interval(r.time_to_quality_interval)}",
+            f"{fmt(r.speedup)} {fmt_interval(r.speedup_interval)}",
+        )  # fmt: skip
+    out.print(table)
+    t = c["baseline_steps_to_target_interval"]
+    out.print(f"baseline reaches the target at step {fmt(c['baseline_steps_to_target'])} [{fmt(t[0])}, {fmt(t[1])}] "
+              f"of {fmt(c['steps'])} ({c['baseline_replicates']} replicates, {c['evals_per_run']} evaluations per "
+              f"run); runs from {', '.join(c['ledgers'])}")  # fmt: skip
+    if plot is not None:
+        out.print(f"plot: {plot}")
+    for w in p.warnings:
+        render_warning(w)

@@ -10,6 +10,7 @@ from admitcheck.calibration.timing import (
     Efficiency,
     LearningCurve,
     interpolate,
+    pool,
     steps_efficiency,
     steps_to_target,
     summarize,
@@ -89,3 +90,13 @@ def test_from_evals_sorts_and_rejects_bad_curves():
         LearningCurve((0, 0), (1.0, 2.0))
     with pytest.raises(ValueError):
         LearningCurve((0,), (math.nan,))
+
+
+def test_pooling_makes_efficiency_non_increasing_in_x():
+    a, b, c = summarize([0.5, 0.6]), summarize([0.9, 1.0, 0.95]), summarize([0.2, 0.1])
+    pooled = pool([(3e-3, b), (1e-3, a), (1e-2, c)])
+    assert [x for x, _ in pooled] == [1e-3, 3e-3, 1e-2]
+    (_, pa), (_, pb), (_, pc) = pooled
+    assert pa == pb and pa.n == 5 and pa.mean == pytest.approx((0.5 + 0.6 + 0.9 + 1.0 + 0.95) / 5)
+    assert pc == c  # already below: not pooled
+    assert [e.mean for _, e in pooled] == sorted((e.mean for _, e in pooled), reverse=True)

@@ -34,6 +34,7 @@ from admitcheck.calibration.timing import (
     LearningCurve,
     interpolate,
     mean_curve,
+    pool,
     steps_efficiency,
     steps_to_target,
     summarize,
@@ -82,13 +83,15 @@ class Plan:
     levels: list[dict[str, Any]]  # the noise levels the curve interpolates between
     rollout_share: float | None
     time_unit: str  # "baseline steps" or "s"
+    confidence: float
     warnings: list[str] = field(default_factory=list)
     curves: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)  # name -> (time, quality)
 
     def to_dict(self) -> dict[str, Any]:
         rows = [asdict(r) | {"steps_ratio": r.steps_ratio} for r in self.rows]
         return {"rows": rows, "calibration": self.calibration, "levels": self.levels, "rollout_share":
-                self.rollout_share, "time_unit": self.time_unit, "warnings": self.warnings}  # fmt: skip
+                self.rollout_share, "time_unit": self.time_unit, "confidence": self.confidence,
+                "warnings": self.warnings}  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------- the runs
@@ -267,6 +270,7 @@ def plan(config: PlanConfig, *, config_file: str | None = None) -> Plan:
     t_base_each = [steps_to_target(c, c.final + tau) for c in base.curves]
     t_base = summarize([t for t in t_base_each if t is not None], config.confidence)
     noise = [lv for lv in levels if _is_noise(lv.spec)]
+    pooled = pool([(lv.x, lv.efficiency) for lv in noise], config.confidence)
     share = config.rollout_share if config.rollout_share is not None else measured_rollout_share(runs)
     bench = io.read_json(config.bench) if config.bench is not None else None
     scale, unit = (config.step_seconds, "s") if config.step_seconds else (1.0, "baseline steps")
@@ -296,7 +300,7 @@ def plan(config: PlanConfig, *, config_file: str | None = None) -> Plan:
         if own is not None:
             eff, source, curve = own.efficiency, f"measured: {own.name}", mean_curve(own.curves, grid)
         elif noise:
-            eff, source, curve = interpolate([(lv.x, lv.efficiency) for lv in noise], x), "noise curve", None
+            eff, source, curve = interpolate(pooled, x), "noise curve", None
         else:
             raise CalibrationError("no noise levels in the ledgers to interpolate between", file=str(cal.path))
         ratio, how = step_time_ratio(cand.step_time, share, bench, file=config_file, field_name=f"{where}.step_time")
@@ -306,12 +310,16 @@ def plan(config: PlanConfig, *, config_file: str | None = None) -> Plan:
         elif eff.mean > 0:  # the baseline's curve, stretched by the predicted steps ratio
             curves[cand.name] = ((grid * ratio * scale / eff.mean).tolist(), base_mean.tolist())
     rows.sort(key=lambda r: -r.speedup if math.isfinite(r.speedup) else math.inf)
-    info = {"path": str(cal.path), "name": cal.name, "tau": tau, "x": cal.x_measure, "eval_every": every,
-            "evals_per_run": len(base.curves[0].steps), "baseline_replicates": base.efficiency.n,
-            "baseline_steps_to_target": t_base.mean, "baseline_steps_to_target_interval": list(t_base.interval),
-            "steps": max(base.curves[0].steps), "ledgers": [str(ledger_path(cal.path)), *config.ledgers]}  # fmt: skip
-    lv_info = [{"name": lv.name, "x": lv.x, **lv.efficiency.to_dict()} for lv in noise]
-    return Plan(rows, info, lv_info, share, unit, warnings, curves)
+    info = {
+        "path": str(cal.path), "name": cal.name, "tau": tau, "x": cal.x_measure, "eval_every": every,
+        "evals_per_run": len(base.curves[0].steps), "steps": max(base.curves[0].steps),
+        "baseline_replicates": base.efficiency.n, "baseline_final_mean": float(np.mean([c.final for c in base.curves])),
+        "baseline_steps_to_target": t_base.mean, "baseline_steps_to_target_interval": list(t_base.interval),
+        "ledgers": [str(ledger_path(cal.path)), *config.ledgers],
+    }  # fmt: skip
+    lv_info = [{"name": lv.name, "x": lv.x, **lv.efficiency.to_dict(), "pooled": e.to_dict()}
+               for lv, (_, e) in zip(noise, pooled)]  # fmt: skip
+    return Plan(rows, info, lv_info, share, unit, config.confidence, warnings, curves)
 
 
 def _row(name, x, source, eff: Efficiency, ratio: float, how: str, t_base: float, scale: float) -> PlanRow:

@@ -94,6 +94,7 @@ class Efficiency:
     interval: tuple[float, float]
     n: int
     reached: int
+    values: tuple[float, ...] = ()  # the pairs' efficiencies (empty for an interpolated one)
 
     @property
     def steps_ratio(self) -> float:
@@ -120,7 +121,25 @@ def summarize(values: Sequence[float], confidence: float = 0.95) -> Efficiency:
     else:
         half = float(student_t.ppf(0.5 + confidence / 2, v.size - 1)) * float(v.std(ddof=1)) / math.sqrt(v.size)
         lo, hi = max(mean - half, 0.0), mean + half
-    return Efficiency(mean, (lo, hi), int(v.size), int(np.count_nonzero(v > 0)))
+    return Efficiency(mean, (lo, hi), int(v.size), int(np.count_nonzero(v > 0)), tuple(float(e) for e in v))
+
+
+def pool(levels: Sequence[tuple[float, Efficiency]], confidence: float = 0.95) -> list[tuple[float, Efficiency]]:
+    """Levels (x, efficiency) sorted by x with non-increasing efficiency, as the budget curve pools cost
+    (`curve.isotonic`): adjacent levels whose means rise with x are pooled (pool-adjacent-violators, weighted by
+    pairs) and every level of a block gets the efficiency of all the block's pairs together (mean, interval)."""
+    blocks: list[tuple[list[float], list[float]]] = []  # (xs, pair values)
+    for x, e in sorted(levels, key=lambda t: t[0]):
+        blocks.append(([float(x)], list(e.values)))
+        while len(blocks) > 1 and np.mean(blocks[-2][1]) < np.mean(blocks[-1][1]):
+            xs2, v2 = blocks.pop()
+            xs1, v1 = blocks.pop()
+            blocks.append((xs1 + xs2, v1 + v2))
+    out = []
+    for xs, v in blocks:
+        e = summarize(v, confidence)
+        out += [(x, e) for x in xs]
+    return out
 
 
 def interpolate(levels: Sequence[tuple[float, Efficiency]], x: float) -> Efficiency:
