@@ -12,6 +12,7 @@ from admitcheck.config import (
     BacktestConfig,
     CalibrateConfig,
     MeasureConfig,
+    PlanConfig,
     RolloutConfig,
     ScreenConfig,
     WeightsRecipe,
@@ -44,6 +45,9 @@ def test_every_shipped_config_parses(path: Path):
         assert Path(cfg.calibrate_config).is_absolute() and Path(cfg.calibrate_config).is_file()
         assert Path(cfg.screen_config).is_absolute() and Path(cfg.screen_config).is_file()
         return
+    if isinstance(cfg, PlanConfig):  # no pair either: the calibration and ledgers it reads have it
+        assert Path(cfg.calibration).is_absolute() and all(Path(p).is_absolute() for p in cfg.ledgers)
+        return
     assert cfg.pair.student  # paths resolved against the file's directory
     assert Path(cfg.probe.prompts).is_absolute()
 
@@ -59,9 +63,12 @@ def test_validate_accepts_every_shipped_config_and_names_its_kind(path: Path):
     cfg = io.load_config(path, schema_for(path))
     if isinstance(cfg, BacktestConfig):  # its pair is its calibrate config's
         cfg = io.load_config(cfg.calibrate_config, CalibrateConfig)
-    files = [Path(cfg.pair.student), Path(cfg.pair.teacher)] + (
-        [Path(cfg.logs.path)] if getattr(cfg, "logs", None) else []
-    )
+    if isinstance(cfg, PlanConfig):  # reads no model: the calibration, its ledgers and JSON files
+        files = [Path(cfg.calibration), *map(Path, cfg.ledgers)] + [Path(p) for p in (cfg.bench,) if p]
+    else:
+        files = [Path(cfg.pair.student), Path(cfg.pair.teacher)] + (
+            [Path(cfg.logs.path)] if getattr(cfg, "logs", None) else []
+        )
     if not all(f.exists() for f in files):
         # what a fresh clone cannot validate must say which command builds (or fetches) what it needs
         header = [line for line in path.read_text().splitlines() if line.startswith("#")]
@@ -84,6 +91,7 @@ def test_config_kind_is_named_or_detected():
     assert config_kind({"calibration": "c.yaml", "rollout": {}})[0] == "recipe"
     assert config_kind({"units": ["kv"]})[0] == "sensitivity"
     assert config_kind({"rollout": {}})[0] == "measure"
+    assert config_kind({"calibration": "c.yaml", "candidates": []})[0] == "plan"  # no probe: not a screen
     with pytest.raises(ValueError):
         config_schema_for("nonsense")
 
