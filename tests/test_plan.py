@@ -70,8 +70,9 @@ def _curve(tau_steps: float, q0: float = 2.17, q_end: float = 0.40, every: int =
 
 def _run(kind: str, seed: int, evals, x: float | None, relative_std: float = 0.0, staleness: int = 0) -> dict:
     level = {"kind": kind, "relative_std": relative_std, "rollout": None, "staleness": staleness}
+    phases = {"rollout": 3.0, "teacher": 1.0, "backward": 1.0}
     return {"kind": "run", "key": json.dumps({"level": level, "seed": seed}), "evals": evals, "mismatch": x,
-            "in_run_k3": [x or 0.0] * 20, "seconds_by_phase": {"rollout": 3.0, "teacher": 1.0, "backward": 1.0}}  # fmt: skip
+            "in_run_k3": [x or 0.0] * 20, "seconds_by_phase": phases}  # fmt: skip
 
 
 def synthetic(tmp_path: Path, every: int = 10) -> Path:
@@ -161,8 +162,11 @@ def test_screen_result_admitted_candidates_are_planned(tmp_path):
         ([{"name": "a"}], {}, ["candidates.0.mismatch", "no mismatch"]),
         ([{"name": "a", "staleness": 3}], {}, ["candidates.0.mismatch", "no runs"]),
         ([{"name": "a", "mismatch": 1e-3, "step_time": {"ratio": 1, "rollout_speedup": 2}}], {}, ["step_time"]),
-        ([{"name": "a", "mismatch": 1e-3, "step_time": {"bench": {"model": "m", "context": 1, "variant": "v"}}}], {},
-         ["candidates.0.step_time.bench", "bench"]),
+        (
+            [{"name": "a", "mismatch": 1e-3, "step_time": {"bench": {"model": "m", "context": 1, "variant": "v"}}}],
+            {},
+            ["candidates.0.step_time.bench", "bench"],
+        ),
         ([{"name": "a", "mismatch": 1e-3}], {"ledgers": ["missing.jsonl"]}, ["ledgers.0", "not found"]),
     ],
 )
