@@ -25,6 +25,9 @@ Variants (the linear layers × the attention):
                               saves in a kernel that reads it (compare with bf16_kv_triton: same kernel, half bytes)
   fp8_w8a8_rowwise_kv_triton  both
 Components (`components`): the same stacks with only the linear part or only the attention part, per variant.
+Caveats: norms, RoPE and the activation quantization are unfused PyTorch kernels (vLLM fuses the per-token FP8
+quantization into one), so on the launch-bound small model the FP8 GEMM variants carry ~5 extra small kernels per
+GEMM and are pessimistic; `linear_only_ms` shows the GEMM side alone. Prefill is not timed (decode dominates rollouts).
 Each measurement is in try/except: its error is recorded in the JSON and the rest go on; past --time-limit the rest
 are recorded as skipped. The JSON is rewritten after every model shape, so a killed run keeps what it measured.
 """
@@ -288,6 +291,8 @@ def time_fn(fn, device: str, replays: int, repeats: int, graphs: bool) -> tuple[
         end.record()
         end.synchronize()
         trials.append(start.elapsed_time(end) / replays)
+    call = g = None  # the graph and its pool are released here
+    torch.cuda.empty_cache()  # the graph's private pool goes before the next capture
     return statistics.median(trials), mode, trials
 
 
