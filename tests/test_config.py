@@ -64,7 +64,9 @@ def test_validate_accepts_every_shipped_config_and_names_its_kind(path: Path):
     if isinstance(cfg, BacktestConfig):  # its pair is its calibrate config's
         cfg = io.load_config(cfg.calibrate_config, CalibrateConfig)
     if isinstance(cfg, PlanConfig):  # reads no model: the calibration, its ledgers and JSON files
-        files = [Path(cfg.calibration), *map(Path, cfg.ledgers)] + [Path(p) for p in (cfg.bench,) if p]
+        files = [Path(cfg.calibration), *map(Path, cfg.ledgers)] + [
+            Path(p) for p in (cfg.bench, cfg.screen_result) if p
+        ]
     else:
         files = [Path(cfg.pair.student), Path(cfg.pair.teacher)] + (
             [Path(cfg.logs.path)] if getattr(cfg, "logs", None) else []
