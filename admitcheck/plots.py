@@ -169,6 +169,7 @@ def plot_plan(plan: Any) -> bytes | None:
         if math.isfinite(row.time_to_quality):  # where it is predicted to reach the target (over the pairs)
             ax.plot([row.time_to_quality], [target], "o", color=line.get_color(), ms=5)
     ax.axhline(target, color="tab:red", ls=":", lw=1, label=f"target: baseline final + τ = {target:.3g}")
+    ax.plot([], [], "o", color="gray", ms=5, label="predicted time-to-quality (mean efficiency over pairs)")
     ax.set_yscale("log")
     ax.set_xlabel(f"wall-clock ({plan.time_unit})")
     ax.set_ylabel("held-out reverse KL (nats/token)")

@@ -429,8 +429,8 @@ def render_plan(p, plot: Path | None = None) -> None:
     title = (f"plan: {c['name']} — time to the baseline's final quality + τ ({fmt(c['tau'])} nats/token); "
              f"{int(100 * p.confidence)}% intervals over replicate pairs")  # fmt: skip
     table = Table(title=title)
-    for col in ("candidate", "x", "learning curves", "pairs reached", "steps ratio [CI]", "step time", "step time from",
-                f"time to quality ({p.time_unit}) [CI]", "speed-up [CI]"):  # fmt: skip
+    for col in ("candidate", "x", "learning curves", "pairs reached", "steps ratio [CI]", "noise curve at x",
+                "step time", "step time from", f"time to quality ({p.time_unit}) [CI]", "speed-up [CI]"):  # fmt: skip
         table.add_column(col, justify="left" if col in ("candidate", "learning curves", "step time from") else "right")
     for r in p.rows:
         e = r.efficiency
@@ -438,7 +438,7 @@ def render_plan(p, plot: Path | None = None) -> None:
         steps_ci = f"[{fmt(1 / hi if hi > 0 else float('inf'))}, {fmt(1 / lo if lo > 0 else float('inf'))}]"
         table.add_row(
             r.name, fmt(r.x), r.source, f"{e.reached}/{e.n}", f"{fmt(e.steps_ratio)} {steps_ci}",
-            fmt(r.step_time_ratio), r.step_time_from,
+            fmt(r.noise_curve.steps_ratio) if r.noise_curve else "-", fmt(r.step_time_ratio), r.step_time_from,
             f"{fmt(r.time_to_quality)} {fmt_interval(r.time_to_quality_interval)}",
             f"{fmt(r.speedup)} {fmt_interval(r.speedup_interval)}",
         )  # fmt: skip

@@ -35,7 +35,9 @@ def test_toy_example_runs_and_sorts_by_speedup(tmp_path):
     assert rows["baseline"]["speedup"] == 1.0 and rows["baseline"]["efficiency"]["n"] == 19
     assert rows["fp8_kv"]["source"] == "measured: fp8_kv" and rows["fp8_kv"]["efficiency"]["n"] == 4
     assert rows["stale_1"]["source"] == "measured: stale-1"
-    assert rows["fp8_block_unrun"]["source"] == "noise curve"
+    assert rows["fp8_block_unrun"]["source"] == "noise curve" and rows["fp8_block_unrun"]["noise_curve"] is None
+    # a measured row also says what the noise levels predict at its x: staleness learns faster than noise there
+    assert rows["stale_1"]["noise_curve"]["mean"] < rows["stale_1"]["efficiency"]["mean"]
     # rollout ×1.15 on 70% of the step: (1 − 0.7) + 0.7 / 1.15
     assert rows["fp8_kv"]["step_time_ratio"] == pytest.approx(0.3 + 0.7 / 1.15)
     assert rows["stale_1"]["step_time_ratio"] == pytest.approx(0.7)  # async: max(0.7, 0.3)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +70,7 @@ class PlanRow:
     speedup_interval: tuple[float, float]
     time_to_quality: float  # predicted, baseline steps (or s)
     time_to_quality_interval: tuple[float, float]
+    noise_curve: Efficiency | None = None  # a measured row's efficiency read off the noise levels at its x instead
 
     @property
     def steps_ratio(self) -> float:
@@ -304,7 +305,10 @@ def plan(config: PlanConfig, *, config_file: str | None = None) -> Plan:
         else:
             raise CalibrationError("no noise levels in the ledgers to interpolate between", file=str(cal.path))
         ratio, how = step_time_ratio(cand.step_time, share, bench, file=config_file, field_name=f"{where}.step_time")
-        rows.append(_row(cand.name, x, source, eff, ratio, how, t_base.mean, scale))
+        row = _row(cand.name, x, source, eff, ratio, how, t_base.mean, scale)
+        if own is not None and noise:  # beside its own: what the noise levels say at its x (one scale for all?)
+            row = replace(row, noise_curve=interpolate(pooled, x))
+        rows.append(row)
         if curve is not None:
             curves[cand.name] = ((grid * ratio * scale).tolist(), curve.tolist())
         elif eff.mean > 0:  # the baseline's curve, stretched by the predicted steps ratio
