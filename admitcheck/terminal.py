@@ -426,7 +426,7 @@ def render_logged(q: dict) -> None:
 def render_plan(p, plot: Path | None = None) -> None:
     """`admitcheck plan`'s table (`admission.plan.Plan`): candidates by predicted speed-up, fastest first."""
     c = p.calibration
-    title = (f"plan: {c['name']} — time to the baseline's final quality + τ ({fmt(c['tau'])} nats/token); "
+    title = (f"plan: {c['name']} — time to the baseline's final quality + τ ({fmt(c['tau'])} {c['quality_unit']}); "
              f"{int(100 * p.confidence)}% intervals over replicate pairs")  # fmt: skip
     table = Table(title=title)
     for col in ("candidate", "x", "learning curves", "pairs reached", "steps ratio [CI]", "noise curve at x",

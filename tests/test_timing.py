@@ -86,6 +86,10 @@ def test_interpolation_reads_like_the_budget_curve():
 def test_from_evals_sorts_and_rejects_bad_curves():
     c = LearningCurve.from_evals([[200, 0.4, 0.7], [0, 2.1, 0.1]])
     assert c.steps == (0.0, 200.0) and c.final == 0.4
+    rl = LearningCurve.from_evals([[0, 2.1, 0.25], [100, 0.9, 0.75]], task_error=True)  # GRPO: 1 − accuracy
+    assert rl.quality == (0.75, 0.25)
+    with pytest.raises(ValueError):
+        LearningCurve.from_evals([[0, 2.1, None]], task_error=True)
     with pytest.raises(ValueError):
         LearningCurve((0, 0), (1.0, 2.0))
     with pytest.raises(ValueError):

@@ -191,11 +191,16 @@ def level_runs(cal: Calibration, runs: list[dict[str, Any]], tau: float, confide
     protocol = cal.data.get("protocol", {})
     which, window = cal.x_measure, int(protocol.get("run_window", 20))
     names = names or {}
+    rl = cal.recipe.get("loss") == "grpo"  # quality is 1 − task reward, as the calibration fitted it
+
+    def curve(r: dict[str, Any]) -> LearningCurve:
+        return LearningCurve.from_evals(r["evals"], task_error=rl)
+
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in runs:
         groups.setdefault(spec_key(json.loads(r["key"])["level"]), []).append(r)
     base = {
-        json.loads(r["key"])["seed"]: LearningCurve.from_evals(r["evals"])
+        json.loads(r["key"])["seed"]: curve(r)
         for r in groups.get(spec_key({"kind": BASELINE, "relative_std": 0.0, "rollout": None, "staleness": 0}), [])
     }
     if not base:
@@ -206,7 +211,7 @@ def level_runs(cal: Calibration, runs: list[dict[str, Any]], tau: float, confide
         paired = [r for r in rs if json.loads(r["key"])["seed"] in base]
         if not paired:
             continue
-        curves = [LearningCurve.from_evals(r["evals"]) for r in paired]
+        curves = [curve(r) for r in paired]
         effs = [steps_efficiency(c, base[json.loads(r["key"])["seed"]], tau) for c, r in zip(curves, paired)]
         x = None if spec["kind"] == BASELINE else float(np.mean([_run_x(r, which, window) for r in paired]))
         out.append(LevelRuns(_level_name(spec, names), spec, x, curves, summarize(effs, confidence)))
@@ -316,6 +321,7 @@ def plan(config: PlanConfig, *, config_file: str | None = None) -> Plan:
     rows.sort(key=lambda r: -r.speedup if math.isfinite(r.speedup) else math.inf)
     info = {
         "path": str(cal.path), "name": cal.name, "tau": tau, "x": cal.x_measure, "eval_every": every,
+        "quality_unit": "1 − task reward" if cal.recipe.get("loss") == "grpo" else "nats/token",
         "evals_per_run": len(base.curves[0].steps), "steps": max(base.curves[0].steps),
         "baseline_replicates": base.efficiency.n, "baseline_final_mean": float(np.mean([c.final for c in base.curves])),
         "baseline_steps_to_target": t_base.mean, "baseline_steps_to_target_interval": list(t_base.interval),

@@ -41,9 +41,12 @@ class LearningCurve:
             raise ValueError("learning-curve quality must be finite")
 
     @classmethod
-    def from_evals(cls, evals: Sequence[Sequence[float]]) -> LearningCurve:
-        """From a run record's `evals`: [[step, quality, accuracy], ...] (a step evaluated twice keeps its last)."""
-        by_step = {float(e[0]): float(e[1]) for e in evals}
+    def from_evals(cls, evals: Sequence[Sequence[float | None]], task_error: bool = False) -> LearningCurve:
+        """From a run record's `evals`: [[step, reverse KL, accuracy], ...] (a step evaluated twice keeps its
+        last); `task_error`: quality is 1 − accuracy instead (a GRPO calibration's quality, `opd.quality_value`)."""
+        if task_error and any(e[2] is None for e in evals):
+            raise ValueError("task-error curves need the evaluations' accuracy")
+        by_step = {float(e[0]): 1.0 - float(e[2]) if task_error else float(e[1]) for e in evals}
         steps = tuple(sorted(by_step))
         return cls(steps, tuple(by_step[s] for s in steps))
 
