@@ -192,3 +192,15 @@ def test_eval_points_are_what_the_coarse_toy_gives():
         assert lv["n"] >= 1
     values = np.concatenate([r.efficiency.values for r in p.rows if r.efficiency.values])
     assert np.all((values == 0.0) | (np.abs(values - 1.0) < 0.05))
+
+
+def test_a_grpo_calibration_reads_task_error_curves(tmp_path):
+    """toy_rl's runs evaluate at steps 0, 100, 200; its quality (and τ) is 1 − task reward, not the reverse KL."""
+    path = tmp_path / "rl.yaml"
+    path.write_text(yaml.safe_dump({"kind": "plan", "calibration": str(ROOT / "calibrations" / "toy_rl.yaml"),
+                                    "rollout_share": 0.5, "candidates": [{"name": "s1", "staleness": 1}]}))  # fmt: skip
+    p = run_plan(path)
+    assert p.calibration["quality_unit"] == "1 − task reward" and p.calibration["evals_per_run"] == 3
+    assert not p.warnings  # eval.every > 0 there, and rollout_share given
+    s1 = next(r for r in p.rows if r.name == "s1")
+    assert s1.source == "measured: stale-1" and s1.efficiency.n == 3
