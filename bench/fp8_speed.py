@@ -324,6 +324,8 @@ def measure_shape(sh: Shape, context: int, batch: int, args, device: str, deadli
     total_mem = torch.cuda.get_device_properties(0).total_memory if device != "cpu" else 0
     rec |= {"layers_timed": n, "weight_params_per_layer": w_params, "kv_bytes_per_layer_bf16": kv_bf16}
     layers = []
+    if device != "cpu":
+        torch.cuda.reset_peak_memory_stats()
     try:
         torch.manual_seed(0)
         layers = [Layer(sh, batch, context, device, fp8_gemm) for _ in range(n)]
@@ -379,6 +381,8 @@ def measure_shape(sh: Shape, context: int, batch: int, args, device: str, deadli
             entry["hbm_gbps_per_layer"] = (w_bytes + kv_bytes) / (entry["layer_ms"] * 1e-3) / 1e9
         else:
             entry["decode_step_ms"], entry["error"] = None, entry.get("stack_error", "not measured")
+    if device != "cpu":
+        rec["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30  # this shape's stack, caches and graph pools
     base = rec["variants"].get("bf16", {}).get("decode_step_ms")
     tri = rec["variants"].get("bf16_kv_triton", {}).get("decode_step_ms")
     for name, entry in rec["variants"].items():
