@@ -676,7 +676,7 @@ def plan_command(
             else:
                 io.write_bytes_atomic(plot, png)
         if as_json:
-            print(json.dumps(p.to_dict(), indent=2, default=_json_default))
+            print(json.dumps(p.to_dict(), indent=2, default=_json_default, allow_nan=False))
             return 0
         terminal.render_plan(p, plot)
         return 0

@@ -29,6 +29,7 @@ def test_toy_example_runs_and_sorts_by_speedup(tmp_path):
     result = CliRunner().invoke(app, ["plan", str(EXAMPLE), "--json", "--plot", str(png)])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
+    assert "Infinity" not in result.stdout and "NaN" not in result.stdout  # strict JSON: ∞ and NaN are null
     rows = {r["name"]: r for r in doc["rows"]}
     speedups = [r["speedup"] for r in doc["rows"]]
     assert speedups == sorted(speedups, reverse=True)

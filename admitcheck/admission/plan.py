@@ -89,10 +89,19 @@ class Plan:
     curves: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)  # name -> (time, quality)
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-safe: ∞ (never reaches the target) and NaN (one pair: no interval) are None, as in screen's JSON."""
         rows = [asdict(r) | {"steps_ratio": r.steps_ratio} for r in self.rows]
-        return {"rows": rows, "calibration": self.calibration, "levels": self.levels, "rollout_share":
-                self.rollout_share, "time_unit": self.time_unit, "confidence": self.confidence,
-                "warnings": self.warnings}  # fmt: skip
+        return _json_safe({"rows": rows, "calibration": self.calibration, "levels": self.levels,
+                           "rollout_share": self.rollout_share, "time_unit": self.time_unit,
+                           "confidence": self.confidence, "warnings": self.warnings})  # fmt: skip
+
+
+def _json_safe(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return None if isinstance(obj, float) and not math.isfinite(obj) else obj
 
 
 # ------------------------------------------------------------------------------------------------- the runs
