@@ -17,43 +17,22 @@ rollouts overlap the rest of the step (async).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from admitcheck import io
 from admitcheck.admission.step_time import measured_rollout_share, step_time_ratio
-from admitcheck.calibration.artifact import Calibration, load_calibration
+from admitcheck.calibration.artifact import load_calibration
+from admitcheck.calibration.learning import LevelRuns, is_noise, level_names, level_runs, load_runs, spec_key
 from admitcheck.calibration.ledger import ledger_path
-from admitcheck.calibration.timing import (
-    Efficiency,
-    LearningCurve,
-    interpolate,
-    mean_curve,
-    pool,
-    steps_efficiency,
-    steps_to_target,
-    summarize,
-)
-from admitcheck.config import PlanCandidate, PlanConfig, RolloutConfig
+from admitcheck.calibration.timing import Efficiency, interpolate, mean_curve, pool, steps_to_target, summarize
+from admitcheck.config import PlanCandidate, PlanConfig
 from admitcheck.errors import CalibrationError, ConfigError
 
 BASELINE = "baseline"
-
-
-@dataclass(frozen=True)
-class LevelRuns:
-    """One level's runs in the ledgers, paired by seed with the baseline's: x and efficiency over the pairs."""
-
-    name: str
-    spec: dict[str, Any]  # the ledger key's level: kind, relative_std, rollout, staleness
-    x: float | None  # mean x over its runs on the budget's scale, nats/token (None: baseline)
-    curves: list[LearningCurve]
-    efficiency: Efficiency
 
 
 @dataclass(frozen=True)
@@ -104,137 +83,6 @@ def _json_safe(obj: Any) -> Any:
     return None if isinstance(obj, float) and not math.isfinite(obj) else obj
 
 
-# ------------------------------------------------------------------------------------------------- the runs
-
-
-def _records(path: Path, field_name: str, config_file: str | None) -> list[dict[str, Any]]:
-    if not path.is_file():
-        raise ConfigError(f"ledger not found: {path}", file=config_file, field=field_name)
-    records = io.read_jsonl(path)
-    if not records or records[0].get("kind") != "header":
-        raise ConfigError(f"{path} is not a calibration ledger (no header line)", file=config_file, field=field_name)
-    return records
-
-
-def _difference(a: Any, b: Any, prefix: str = "") -> str | None:
-    """The first dotted key where two headers differ."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        for k in sorted(set(a) | set(b)):
-            d = _difference(a.get(k), b.get(k), f"{prefix}{k}.")
-            if d:
-                return d
-        return None
-    return prefix.rstrip(".") if a != b else None
-
-
-def load_runs(config: PlanConfig, cal: Calibration, config_file: str | None) -> tuple[dict, list[dict[str, Any]]]:
-    """(header, runs): the calibration's ledger, then each of `ledgers` (same header: recipe, eval, seeds, pair);
-    a run key in two ledgers is one run (the first kept)."""
-    assert cal.path is not None
-    records = _records(ledger_path(cal.path), "calibration", config_file)
-    header, runs = records[0], {r["key"]: r for r in records[1:] if r.get("kind") == "run"}
-    for i, path in enumerate(config.ledgers):
-        more = _records(Path(path), f"ledgers.{i}", config_file)
-        keys = ("pair", "config")
-        diff = _difference({k: more[0].get(k) for k in keys}, {k: header.get(k) for k in keys})
-        if diff:
-            raise ConfigError(f"{path} holds runs of another recipe or pair than the calibration's ledger ({diff} "
-                              "differs): their learning curves are not comparable", file=config_file,
-                              field=f"ledgers.{i}")  # fmt: skip
-        for r in more[1:]:
-            if r.get("kind") == "run":
-                runs.setdefault(r["key"], r)
-    return header, list(runs.values())
-
-
-def _run_x(run: dict[str, Any], which: str, window: int) -> float:
-    """The run's x on the budget's scale (as `calibrate.run_x`), nats/token."""
-    if which == "run":
-        return max(float(np.mean(run["in_run_k3"][:window])), 1e-12)
-    return max(float(run["mismatch"]), 1e-12)
-
-
-def _level_name(spec: dict[str, Any], names: dict[str, str]) -> str:
-    key = spec_key(spec)
-    if key in names:
-        return names[key]
-    if spec["kind"] == "noise":
-        return f"noise σ {spec['relative_std']:g}"
-    if spec["kind"] == "staleness":
-        return f"stale {spec['staleness']}"
-    import hashlib
-
-    return "rollout " + hashlib.sha256(key.encode()).hexdigest()[:6]
-
-
-def spec_key(spec: dict[str, Any]) -> str:
-    """A level spec as a canonical JSON key (its rollout config through the schema: defaults filled in)."""
-    rollout = spec.get("rollout")
-    if rollout is not None:
-        rollout = RolloutConfig.model_validate(rollout).model_dump(mode="json")
-    return json.dumps({**spec, "rollout": rollout}, sort_keys=True)
-
-
-def level_names(cal: Calibration, ledgers: list[str]) -> dict[str, str]:
-    """Level spec (JSON) -> name: the calibration's levels, then the candidates of the backtest report beside each
-    ledger (`<stem>.yaml` of `<stem>.ledger.jsonl`), when there is one."""
-    names = {}
-    for lv in cal.data.get("levels", []):
-        spec = {"kind": lv["kind"], "relative_std": lv.get("relative_std") or 0.0, "rollout": lv.get("rollout"),
-                "staleness": lv.get("staleness") or 0}  # fmt: skip
-        names[spec_key(spec)] = lv["name"]
-    for path in map(Path, ledgers):
-        report = path.with_name(path.name.removesuffix(".ledger.jsonl") + ".yaml")
-        data = io.read_yaml(report) if report.is_file() and report != path else None
-        for c in data.get("candidates", []) if isinstance(data, dict) and data.get("kind") == "backtest" else []:
-            cand = c.get("candidate") or {}
-            spec = {"kind": "staleness" if cand.get("staleness") else "rollout", "relative_std": 0.0,
-                    "rollout": cand.get("rollout"), "staleness": cand.get("staleness") or 0}  # fmt: skip
-            names.setdefault(spec_key(spec), str(c.get("name")))
-    return names
-
-
-def level_runs(cal: Calibration, runs: list[dict[str, Any]], tau: float, confidence: float,
-               names: dict[str, str] | None = None) -> list[LevelRuns]:  # fmt: skip
-    """Every level with runs, its pairs' efficiencies (baseline first, efficiency 1 by definition)."""
-    protocol = cal.data.get("protocol", {})
-    which, window = cal.x_measure, int(protocol.get("run_window", 20))
-    names = names or {}
-    rl = cal.recipe.get("loss") == "grpo"  # quality is 1 − task reward, as the calibration fitted it
-
-    def curve(r: dict[str, Any]) -> LearningCurve:
-        return LearningCurve.from_evals(r["evals"], task_error=rl)
-
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for r in runs:
-        groups.setdefault(spec_key(json.loads(r["key"])["level"]), []).append(r)
-    base = {
-        json.loads(r["key"])["seed"]: curve(r)
-        for r in groups.get(spec_key({"kind": BASELINE, "relative_std": 0.0, "rollout": None, "staleness": 0}), [])
-    }
-    if not base:
-        raise CalibrationError("the calibration's ledger has no baseline runs", file=str(cal.path), field="runs")
-    out = []
-    for key, rs in groups.items():
-        spec = json.loads(key)
-        paired = [r for r in rs if json.loads(r["key"])["seed"] in base]
-        if not paired:
-            continue
-        curves = [curve(r) for r in paired]
-        effs = [steps_efficiency(c, base[json.loads(r["key"])["seed"]], tau) for c, r in zip(curves, paired)]
-        x = None if spec["kind"] == BASELINE else float(np.mean([_run_x(r, which, window) for r in paired]))
-        out.append(LevelRuns(_level_name(spec, names), spec, x, curves, summarize(effs, confidence)))
-    return sorted(out, key=lambda lv: (lv.x is not None, lv.x or 0.0))
-
-
-def _is_noise(spec: dict[str, Any]) -> bool:
-    """A noise level, or a rollout level that is weight noise alone (a backtest's noise candidates)."""
-    r = spec.get("rollout") or {}
-    only_noise = not r.get("weights") and r.get("kv_cache", {}).get("dtype") == "auto" and not r.get("weights_from")
-    return spec["kind"] == "noise" or (spec["kind"] == "rollout" and only_noise
-                                       and r.get("noise", {}).get("relative_std", 0) > 0)  # fmt: skip
-
-
 def _matches(cand: PlanCandidate, lv: LevelRuns) -> bool:
     s = lv.spec
     if cand.rollout is not None:
@@ -278,13 +126,13 @@ def plan(config: PlanConfig, *, config_file: str | None = None) -> Plan:
     """Predicted time-to-quality of every candidate (module docstring); ConfigError / CalibrationError naming the
     file and field for inputs that do not fit together."""
     cal = load_calibration(config.calibration)
-    header, runs = load_runs(config, cal, config_file)
+    header, runs = load_runs(cal, config.ledgers, config_file)
     tau = cal.tolerance
     levels = level_runs(cal, runs, tau, config.confidence, level_names(cal, config.ledgers))
     base = levels[0]
     t_base_each = [steps_to_target(c, c.final + tau) for c in base.curves]
     t_base = summarize([t for t in t_base_each if t is not None], config.confidence)
-    noise = [lv for lv in levels if _is_noise(lv.spec)]
+    noise = [lv for lv in levels if is_noise(lv.spec)]
     pooled = pool([(lv.x, lv.efficiency) for lv in noise], config.confidence)
     share = config.rollout_share if config.rollout_share is not None else measured_rollout_share(runs)
     bench = io.read_json(config.bench) if config.bench is not None else None
