@@ -71,3 +71,29 @@ def test_triton_decode_kernel_matches_sdpa_in_the_interpreter():
                          timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]
     assert float(run.stdout.strip().splitlines()[-1]) < 0.01  # tf32-like rounding of tl.dot
+
+
+def test_every_variant_runs_at_the_smollm2_shape_on_cpu():
+    """One SmolLM2-135M layer, batch 16, context 32: the FP8 GEMM variants (torch._scaled_mm, where this torch build
+    has it on CPU) and the e4m3 cache give the BF16 output within FP8 rounding — the GPU run's shapes and layouts."""
+    import torch
+
+    sys.path.insert(0, str(BENCH.parent))
+    import fp8_speed as b
+
+    sh = b.SHAPES["smollm2_135m"]
+    torch.manual_seed(0)
+    layers = [b.Layer(sh, 16, 32, "cpu", True)]
+    x = torch.randn(16, sh.hidden).to(torch.bfloat16)
+    ang = torch.rand(sh.head_dim // 2) * 32
+    cos, sin = ang.cos().to(torch.bfloat16), ang.sin().to(torch.bfloat16)
+    layers[0].qkv_cached = layers[0].qkv(b.rms_norm(x, layers[0].norm1), "bf16")
+    ref = b.decode_step(layers, sh, x, cos, sin, "bf16", "sdpa").float()
+    for linear, attn in (("fp8_tensor", "sdpa"), ("fp8_rowwise", "sdpa"), ("bf16", "sdpa_fp8_upcast")):
+        try:
+            y = b.decode_step(layers, sh, x, cos, sin, linear, attn).float()
+        except (RuntimeError, NotImplementedError) as exc:  # no CPU _scaled_mm in this build
+            pytest.skip(f"{linear}: {exc}")
+        assert y.shape == ref.shape and float((y - ref).abs().max()) < 0.1 * float(ref.abs().max()), (linear, attn)
+        for part in ("linear", "attention"):
+            assert b.decode_step(layers, sh, x, cos, sin, linear, attn, part).shape == ref.shape
