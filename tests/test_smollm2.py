@@ -191,6 +191,13 @@ def test_gguf_checks(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="pip install gguf") as exc:
         smollm2.require_gguf()
     assert exc.value.exit_code == 2
+    import types
+
+    monkeypatch.setitem(__import__("sys").modules, "gguf", types.ModuleType("gguf"))  # gguf there, accelerate not
+    monkeypatch.setitem(__import__("sys").modules, "accelerate", None)
+    with pytest.raises(ConfigError, match="pip install accelerate") as exc:
+        smollm2.require_gguf()
+    assert exc.value.exit_code == 2
 
 
 # ----------------------------------------------------------------------------------------------- the real pair

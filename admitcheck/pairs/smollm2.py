@@ -102,14 +102,17 @@ class SmolPairSummary:
 
 
 def require_gguf() -> None:
-    """transformers needs the `gguf` package to read GGUF files; a ConfigError (exit 2) when it is missing."""
-    try:
-        import gguf  # noqa: F401
-    except ImportError:
-        raise ConfigError(
-            "the smollm2 pair is dequantized from a GGUF file, which needs the `gguf` package: pip install gguf",
-            field="gguf",
-        ) from None
+    """transformers needs the `gguf` and `accelerate` packages to read GGUF files; a ConfigError (exit 2) naming
+    the missing one (transformers' own message would surface as an internal error)."""
+    for package in ("gguf", "accelerate"):
+        try:
+            __import__(package)
+        except ImportError:
+            raise ConfigError(
+                f"the smollm2 pair is dequantized from a GGUF file, which needs the `{package}` package: "
+                f"pip install {package}",
+                field=package,
+            ) from None
 
 
 def check_gguf(path: Path) -> str:
