@@ -109,16 +109,18 @@ def calibrate(
     runner = make_executor(executor, jobs=jobs, address=ray_address, num_cpus=res.num_cpus, num_gpus=res.num_gpus)
     runner.start()  # connects before anything is loaded or written: a cluster that does not answer leaves no trace
     out = output_path(config, config_file)
-    ctx = load_context(config, config_file)  # checks the pair, prompts and engine before anything runs
+    # checks the pair, prompts and engine before anything runs; the behaviour fingerprint is taken on CPU (float32),
+    # so a finished ledger of GPU runs fits into the same artifact on a machine without one
+    here = load_context(config, config_file, device="cpu")
     header = ledger_header(config)
     pair_fp = header["pair"]
     rows = io.read_prompts(config.probe.prompts, limit=config.probe.num_prompts, field="probe.prompts")
-    seqs = fingerprint.behaviour_sequences(ctx.tokens.tokenizer, rows)
-    behaviour = fingerprint.behaviour_fingerprint(ctx.student, ctx.teacher, seqs)
+    seqs = fingerprint.behaviour_sequences(here.tokens.tokenizer, rows)
+    behaviour = fingerprint.behaviour_fingerprint(here.student, here.teacher, seqs)
     ledger = Ledger.open(ledger_path(out), header)
     if config.levels.auto_noise is not None and ledger.grid is None:
         stds = list(GRID_STDS)
-        ks = measure_grid(ctx, config, stds, progress)
+        ks = measure_grid(load_context(config, config_file), config, stds, progress)
         ledger.append({"kind": "grid", "relative_std": stds, "mismatch": ks, "seed": config.seed})
     levels = resolve_levels(config, ledger.grid)
     try:

@@ -156,9 +156,11 @@ class RunContext:
 _CACHE: dict[str, RunContext] = {}
 
 
-def load_context(config: CalibrateConfig, config_file: str | None = None) -> RunContext:
-    """Check and load the pair, prompt sets and models (ConfigError naming the field); cached per process."""
-    key = json.dumps([config.model_dump(mode="json", include={"pair", "probe", "train", "eval", "reference"})])
+def load_context(config: CalibrateConfig, config_file: str | None = None, device: str | None = None) -> RunContext:
+    """Check and load the pair, prompt sets and models (ConfigError naming the field); cached per process.
+    `device`: where the models go (default: the reference's device; "cpu" for work that must not need the GPU)."""
+    device = None if device == config.reference.device else device  # one context, one cache entry, where they agree
+    key = json.dumps([config.model_dump(mode="json", include={"pair", "probe", "train", "eval", "reference"}), device])
     if key in _CACHE:
         return _CACHE[key]
     _check_engines(config, config_file)
@@ -168,7 +170,7 @@ def load_context(config: CalibrateConfig, config_file: str | None = None) -> Run
         limit = section.num_prompts if name != "train" else None
         sets[name] = io.read_prompts(section.prompts, limit=limit, field=f"{name}.prompts")
     ids = {k: tokenize_prompts(tokens, rows, file=getattr(config, k).prompts) for k, rows in sets.items()}
-    dev, dtype = config.reference.device, config.reference.dtype
+    dev, dtype = device or config.reference.device, config.reference.dtype
     student = io.load_causal_lm(config.pair.student, "float32", dev, file=config_file, field="pair.student")
     reference = io.load_causal_lm(config.pair.student, dtype, dev, file=config_file, field="pair.student")
     teacher = io.load_causal_lm(config.pair.teacher, "float32", dev, file=config_file, field="pair.teacher")

