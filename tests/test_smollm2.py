@@ -239,3 +239,17 @@ def test_opd_trains_on_cuda(slice_model):
     cfg = TrainConfig(prompts="x.jsonl", steps=2, batch_size=4, max_new_tokens=4, lr=1e-5)
     result = train(student, teacher, eng, prompts(4), cfg, seed=0)
     assert len(result.steps) == 2 and all(torch.isfinite(torch.tensor(s.loss)) for s in result.steps)
+
+
+def test_canonical_tokenizer_rewrites_the_converter_fields_and_checks_the_result(tmp_path):
+    """The build's tokenizer.json is one form whatever transformers converted it: the version-dependent fields are
+    overwritten; a tokenizer whose vocabulary differs (here the toy's) is refused with exit 2, naming the file."""
+    from admitcheck.pairs.toy import make_tokenizer
+
+    make_tokenizer().save_pretrained(tmp_path)
+    with pytest.raises(ConfigError, match="another vocabulary") as exc:
+        smollm2.canonical_tokenizer(tmp_path)
+    assert exc.value.exit_code == 2 and "tokenizer.json" in str(exc.value)
+    tj = json.loads((tmp_path / "tokenizer.json").read_text())
+    assert tj["decoder"] == smollm2.CANONICAL_TOKENIZER_FIELDS["decoder"]
+    assert all(tj["model"].get(k) == v for k, v in smollm2.CANONICAL_BPE_FIELDS.items())

