@@ -273,6 +273,7 @@ class LevelConfig(Strict):
     rollout: RolloutConfig | None = None  # a real precision recipe
     relative_std: float | None = Field(None, gt=0)  # weight noise of this relative size
     staleness: int | None = Field(None, gt=0)  # rollouts from weights this many optimizer steps old
+    systematic: bool = False  # relative_std only: one noise draw kept for the whole run (FP8-like), not one per sync
     fit: bool = True  # false: a held-out check, reported beside the curve's prediction but not fitted
 
     @model_validator(mode="after")
@@ -280,6 +281,8 @@ class LevelConfig(Strict):
         given = [k for k in ("rollout", "relative_std", "staleness") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(f"a level sets exactly one of rollout, relative_std, staleness (got {given or 'none'})")
+        if self.systematic and self.relative_std is None:
+            raise ValueError("systematic: true needs relative_std (it keeps one weight-noise draw for the run)")
         return self
 
 

@@ -390,3 +390,13 @@ def test_shipped_toy_calibration_shows_flat_then_degrading() -> None:
     assert b.kind == "point" and b.interval[0] <= b.value <= b.interval[1]
     assert all(lv["replicates"] >= 2 for lv in cal.data["level_report"])
     assert len(cal.budget_draws()) == cal.data["budget"]["n_boot"] >= 200
+
+
+def test_systematic_noise_is_another_level_key_and_fresh_noise_keeps_the_old_one():
+    """A systematic level's runs are not a fresh-noise level's (their ledger keys differ); a fresh level's key is
+    the one ledgers written before the option hold."""
+    from admitcheck.calibration.levels import Level
+
+    fresh = Level("n", "noise", relative_std=0.02).spec()
+    assert fresh == {"kind": "noise", "relative_std": 0.02, "rollout": None, "staleness": 0}
+    assert Level("n", "noise", relative_std=0.02, systematic=True).spec() == fresh | {"systematic": True}

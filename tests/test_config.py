@@ -235,3 +235,12 @@ def test_kind_detection_takes_the_best_fit():
     assert config_kind({"pair": {}, "probe": {}, "rollout": {}})[0] == "measure"
     assert config_kind({"pair": {}, "calibration": "c", "probe": {}, "candidats": []})[0] == "screen"
     assert config_kind({"pair": {}, "probe": {}, "trian": {}, "eval": {}})[0] == "calibrate"
+
+
+def test_a_systematic_level_needs_a_noise_size():
+    """`systematic: true` keeps one weight-noise draw for the run: meaningless on a rollout or staleness level."""
+    from admitcheck.config import LevelConfig
+
+    assert LevelConfig(name="sys", relative_std=0.02, systematic=True).systematic
+    with pytest.raises(ValueError, match="systematic: true needs relative_std"):
+        LevelConfig(name="sys", staleness=2, systematic=True)

@@ -180,6 +180,22 @@ def test_engine_is_resynced_every_step_with_a_fresh_noise_draw(tiny) -> None:
     assert all(s.seconds_rollout > 0 and s.seconds_backward > 0 for s in result.steps)
 
 
+def test_systematic_noise_keeps_the_step_zero_draw_for_the_whole_run(tiny) -> None:
+    """redraw_noise=False (a `systematic: true` level): every sync re-applies noise_step 0's draw, so the engine's
+    perturbation points the same way all run (FP8-like); the fresh default draws at steps 1, 2, 3 instead."""
+    import copy
+
+    student = copy.deepcopy(tiny["student"])
+    noisy = RolloutConfig(dtype="float32", noise=NoiseConfig(relative_std=0.01, seed=1))
+    engine = RecordingEngine(_engine(tiny, student, noisy))
+    opd.train(student, tiny["teacher"], engine, tiny["train_ids"], _cfg(steps=3), seed=5, redraw_noise=False)
+    assert [s for s, _ in engine.syncs] == [0, 0, 0]
+    fresh = _engine(tiny, copy.deepcopy(tiny["student"]), noisy)
+    fresh.load_weights(student.state_dict(), noise_step=0)  # the trained weights with the step-0 draw
+    for (name, a), b in zip(engine.inner.model.state_dict().items(), fresh.model.state_dict().values()):
+        torch.testing.assert_close(a, b, msg=name)
+
+
 def test_unperturbed_engine_matches_the_trainer(tiny) -> None:
     import copy
 

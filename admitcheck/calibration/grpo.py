@@ -203,6 +203,7 @@ def train(
     staleness: int = 0,
     seed: int = 0,
     on_step: Callable[[int, torch.nn.Module], None] | None = None,
+    redraw_noise: bool = True,
 ) -> OPDResult:
     """`cfg.steps` GRPO steps on `student` in place; the contract of `opd.train` (which dispatches here)."""
     g = cfg.grpo if cfg.grpo is not None else GRPOConfig()
@@ -240,11 +241,12 @@ def train(
         if cfg.lr_schedule == "cosine":
             sched.step()
         t3 = time.perf_counter()
+        noise_step = step + 1 if redraw_noise else 0
         if staleness:
             history.append({k: v.detach().clone() for k, v in student.state_dict().items()})
-            engine.load_weights(history[0], noise_step=step + 1)
+            engine.load_weights(history[0], noise_step=noise_step)
         else:
-            engine.load_weights(student.state_dict(), noise_step=step + 1)
+            engine.load_weights(student.state_dict(), noise_step=noise_step)
         t4 = time.perf_counter()
         ell = (lp.detach().cpu().double() - ro.logprobs.double())[ro.mask]  # (N,) log π_θ/μ
         n = max(int(ro.mask.sum()), 1)

@@ -53,6 +53,7 @@ class Level:
     rollout: RolloutConfig | None = None  # a named rollout config (kind "rollout")
     staleness: int = 0  # optimizer steps the engine's weights lag behind (kind "staleness")
     target: float | None = None  # the k3 the auto grid aimed at, nats/token
+    systematic: bool = False  # noise: the step-0 draw kept for the whole run (opd.train's redraw_noise=False)
     fit: bool = True  # in the curve fit (false: a held-out check of the curve's prediction)
 
     def spec(self) -> dict[str, Any]:
@@ -60,7 +61,8 @@ class Level:
         rollout = self.rollout.model_dump(mode="json") if self.rollout is not None else None
         if rollout is not None:  # how the engine decodes, at its default, is not part of the key (older ledgers)
             rollout = {k: v for k, v in rollout.items() if not (k in EXECUTION_OPTIONS and v is None)}
-        return {"kind": self.kind, "relative_std": self.relative_std, "rollout": rollout, "staleness": self.staleness}
+        spec = {"kind": self.kind, "relative_std": self.relative_std, "rollout": rollout, "staleness": self.staleness}
+        return spec | {"systematic": True} if self.systematic else spec  # fresh noise keeps the older ledgers' keys
 
     def engine_rollout(self, base: RolloutConfig, seed: int) -> RolloutConfig:
         """The rollout config of the run's engine; weight noise is seeded by the run seed."""
@@ -102,7 +104,7 @@ def resolve_levels(config: CalibrateConfig, grid: dict[str, Any] | None) -> list
         if lv.rollout is not None:
             levels.append(Level(lv.name, "rollout", rollout=lv.rollout, fit=lv.fit))
         elif lv.relative_std is not None:
-            levels.append(Level(lv.name, "noise", relative_std=lv.relative_std, fit=lv.fit))
+            levels.append(Level(lv.name, "noise", relative_std=lv.relative_std, systematic=lv.systematic, fit=lv.fit))
         else:
             levels.append(Level(lv.name, "staleness", staleness=lv.staleness, fit=lv.fit))
     return levels
@@ -296,6 +298,7 @@ def run_one(ctx: RunContext, config: CalibrateConfig, level: Level, seed: int) -
                 eval_every=config.eval.every,
                 staleness=level.staleness,
                 seed=seed,
+                redraw_noise=not level.systematic,
             )
         finally:
             engine.close()

@@ -180,18 +180,21 @@ def train(
     seed: int = 0,
     on_step: StepHook | None = None,
     stop_after: int | None = None,
+    redraw_noise: bool = True,
 ) -> OPDResult:
     """Run `cfg.steps` OPD steps on `student` in place (see the module docstring); quality at 0, every, and the end.
 
     `engine` must hold the student's starting weights with its perturbation applied at noise_step 0; `on_step(k,
     student)` is called after step k's optimizer step and engine sync (k = 1 … steps). `stop_after=n` runs only the
-    first n steps of the recipe (the same schedule, so they equal the full run's first n steps).
+    first n steps of the recipe (the same schedule, so they equal the full run's first n steps). `redraw_noise=False`
+    keeps the engine's step-0 noise draw for the whole run (systematic, like FP8 rounding: the same direction at
+    every sync, scaled to the current weights) instead of a fresh draw after every sync.
     """
     if cfg.loss == "grpo":  # --- the RL objective lives in admitcheck.calibration.grpo (issue 15)
         from admitcheck.calibration import grpo
 
         return grpo.train(student, engine, prompt_ids, cfg, evaluator, eval_every=eval_every, staleness=staleness,
-                          seed=seed, on_step=on_step)  # fmt: skip
+                          seed=seed, on_step=on_step, redraw_noise=redraw_noise)  # fmt: skip
     sampling = SamplingConfig(temperature=cfg.temperature)
     gkd = cfg.loss == "gkd_reverse_kl"
     student.eval()  # no dropout: training mode is only about gradients here
@@ -226,11 +229,12 @@ def train(
         if cfg.lr_schedule == "cosine":
             sched.step()
         t3 = time.perf_counter()
+        noise_step = step + 1 if redraw_noise else 0
         if staleness:
             history.append(_snapshot(student))
-            engine.load_weights(history[0], noise_step=step + 1)  # θ_{max(0, step+1−k)}
+            engine.load_weights(history[0], noise_step=noise_step)  # θ_{max(0, step+1−k)}
         else:
-            engine.load_weights(student.state_dict(), noise_step=step + 1)
+            engine.load_weights(student.state_dict(), noise_step=noise_step)
         t4 = time.perf_counter()
         logs.append(
             StepLog(
