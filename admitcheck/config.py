@@ -188,6 +188,17 @@ class RolloutConfig(Strict):
     cuda_graphs: bool | None = None  # captured decode (static cache, CUDA graphs); null: on CUDA yes
     compile: bool | None = None  # torch.compile the captured forward; null: unless the recipe fake-quantizes in it
 
+    def key_dump(self) -> dict[str, Any]:
+        """The JSON dump that keys this rollout's runs (ledger run keys and header). An FP8 cache under
+        `attention_backend: fresh_prefill` with `scales: one` — the only FP8-KV recipe before #24 — keeps the key it
+        had then (no FP8 fields), so the shipped ledgers' FP8-KV runs are found under it and nowhere else; every
+        other FP8 recipe names its backend and scales, and never reuses a run of the old recipe."""
+        data = self.model_dump(mode="json")
+        kv = self.kv_cache
+        if kv.dtype != "auto" and kv.attention_backend == "fresh_prefill" and kv.scales == "one":
+            data["kv_cache"] = {k: v for k, v in data["kv_cache"].items() if k not in _KV_FP8_FIELDS}
+        return data
+
     @property
     def is_perturbed(self) -> bool:
         """True when anything beyond the dtype differs from the plain student."""

@@ -139,3 +139,34 @@ def test_block_weights_round_activations_in_groups():
     ragged = fake_quant_fp8_per_group(x[..., :80], group=32)
     assert torch.equal(ragged[..., 64:], fake_quant_fp8_per_token(x[..., 64:80]))  # the last group is the rest
     assert torch.equal(fake_quant_fp8_per_group(x, group=128), fake_quant_fp8_per_token(x))
+
+
+def test_shipped_fp8_kv_runs_are_keyed_as_the_old_recipe_only():
+    """The shipped backtest ledger's FP8-KV runs (made before #24) are found under `fresh_prefill` + `scales: one`
+    and under no other recipe: a resumed ledger never mixes them with runs of vLLM's recipe. Dumps name the recipe."""
+    import json
+    from pathlib import Path
+
+    from admitcheck import io
+    from admitcheck.calibration.calibrate import run_key
+    from admitcheck.calibration.levels import Level, replicate_seed
+
+    root = Path(__file__).resolve().parents[1]
+    keys = {r["key"] for r in io.read_jsonl(root / "calibrations" / "toy.backtest.ledger.jsonl")[1:]
+            if r["kind"] == "run"}  # fmt: skip
+    seed = replicate_seed(0, 0)
+
+    def key(**kv) -> str:
+        rollout = RolloutConfig(engine="hf", dtype="bfloat16", kv_cache=KVCacheConfig(dtype="fp8_e4m3", **kv))
+        return run_key(Level("x", "rollout", rollout=rollout), seed)
+
+    assert key(attention_backend="fresh_prefill") in keys
+    for other in ({}, {"attention_backend": "cpu"}, {"attention_backend": "fresh_prefill", "scales": "calibrated"}):
+        assert key(**other) not in keys
+    assert json.loads(key())["level"]["rollout"]["kv_cache"] == {
+        "dtype": "fp8_e4m3", "skip_layers": [], "attention_backend": "flash_attn", "scales": "one"}  # fmt: skip
+    legacy = Level("x", "rollout", rollout=RolloutConfig(kv_cache=KVCacheConfig(dtype="fp8_e4m3",
+                                                                                attention_backend="fresh_prefill")))
+    assert legacy.to_dict()["rollout"]["kv_cache"]["attention_backend"] == "fresh_prefill"  # artifacts: explicit
+    again = RolloutConfig.model_validate(legacy.to_dict()["rollout"])
+    assert again == legacy.rollout  # a dump reads back as the same recipe
