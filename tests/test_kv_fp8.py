@@ -124,7 +124,7 @@ def test_captured_bodies_keep_the_eager_recipe(kv):
     dec = CapturedDecoder(eng.model, "past_key_values", DecodeShape.of(8, ids.shape[1], T, False), (1.0, 1.0, 0),
                           recipe, eos_token_id=EOS, pad_token_id=PAD)  # fmt: skip
     with torch.inference_mode():
-        tokens, logprobs, out_mask, _, steps = dec.run(ids, mask, draw_uniforms(8, T, 0), T)
+        tokens, logprobs, _, _, _ = dec.run(ids, mask, draw_uniforms(8, T, 0), T)
     n = ref.token_ids.shape[1]
     assert torch.equal(tokens[:8, :n], ref.token_ids) and (logprobs[:8, :n] - ref.logprobs).abs().max() <= 1e-6
 
@@ -165,8 +165,11 @@ def test_shipped_fp8_kv_runs_are_keyed_as_the_old_recipe_only():
         assert key(**other) not in keys
     assert json.loads(key())["level"]["rollout"]["kv_cache"] == {
         "dtype": "fp8_e4m3", "skip_layers": [], "attention_backend": "flash_attn", "scales": "one"}  # fmt: skip
-    legacy = Level("x", "rollout", rollout=RolloutConfig(kv_cache=KVCacheConfig(dtype="fp8_e4m3",
-                                                                                attention_backend="fresh_prefill")))
+    legacy = Level(
+        "x",
+        "rollout",
+        rollout=RolloutConfig(kv_cache=KVCacheConfig(dtype="fp8_e4m3", attention_backend="fresh_prefill")),
+    )
     assert legacy.to_dict()["rollout"]["kv_cache"]["attention_backend"] == "fresh_prefill"  # artifacts: explicit
     again = RolloutConfig.model_validate(legacy.to_dict()["rollout"])
     assert again == legacy.rollout  # a dump reads back as the same recipe

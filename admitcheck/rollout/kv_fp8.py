@@ -145,7 +145,7 @@ def _row_amax(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
 def percentile_rank(values: torch.Tensor, percentile: float) -> torch.Tensor:
     """NeMo-RL's percentile: the sorted values at index round(p/100 · (n − 1))."""
     n = values.numel()
-    rank = max(0, min(n - 1, int(round(percentile / 100.0 * (n - 1)))))
+    rank = max(0, min(n - 1, round(percentile / 100.0 * (n - 1))))
     return values.sort().values[rank]
 
 

@@ -15,10 +15,10 @@ dim is quantized as one tensor, then split back); such a group is quantized or e
 consistent shards, so an exclusion matching any member keeps the whole group in the engine dtype); embeddings,
 lm_head and norms stay in the engine dtype; FP8 activations use vLLM's minimum scale 1/(max·512), one scale per token
 (tensor, channel weights) or per 1 × block_size group (block weights, vLLM's `GroupShape(1, block)`); FP8 KV scales
-are 1.0 unless calibrated (`admitcheck.rollout.kv_fp8`). With `include_embeddings` (a what-if vLLM never does) embed_tokens and lm_head get the recipe's
-format *and granularity*: their (vocab, hidden) tables are laid out like a Linear weight (out, in), so "channel"
-means one scale per token row. Activation quantization lives in forward pre-hooks and cannot be written into a
-checkpoint: `recipe_state_dict` covers noise and weights only.
+are 1.0 unless calibrated (`admitcheck.rollout.kv_fp8`). With `include_embeddings` (a what-if vLLM never does)
+embed_tokens and lm_head get the recipe's format *and granularity*: their (vocab, hidden) tables are laid out like a
+Linear weight (out, in), so "channel" means one scale per token row. Activation quantization lives in forward
+pre-hooks and cannot be written into a checkpoint: `recipe_state_dict` covers noise and weights only.
 """
 
 from __future__ import annotations

@@ -105,8 +105,9 @@ class RolloutCache(DynamicCache):
         if not self.recipe.quantized(layer_idx):
             return super().update(key_states, value_states, layer_idx, *args, **kwargs)
         prefill = layer_idx >= len(self.layers) or self.layers[layer_idx].get_seq_length() == 0
-        keys, values = super().update(*self.recipe.quantize(key_states, value_states, layer_idx), layer_idx, *args,
-                                      **kwargs)  # fmt: skip  (B, H, S, D): the cache now holds quantized K/V
+        keys, values = super().update(
+            *self.recipe.quantize(key_states, value_states, layer_idx), layer_idx, *args, **kwargs
+        )  # fmt: skip  (B, H, S, D): the cache now holds quantized K/V
         if prefill and not self.recipe.prefill_reads_cache:
             return key_states, value_states  # fresh_prefill: the prompt attends over its unquantized K/V
         return keys, values
