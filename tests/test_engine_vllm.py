@@ -96,8 +96,14 @@ def test_llm_kwargs_map_the_rollout_config(tmp_path):
         assert llm_kwargs(fp8, model, on_cpu=False)["attention_config"] == {"backend": name}
 
 
-@pytest.mark.parametrize(("backend", "on_cpu", "words"), [("flash_attn", True, "attention_backend: cpu"),
-                         ("cpu", False, "on a GPU name flash_attn"), ("fresh_prefill", True, "no such backend")])
+@pytest.mark.parametrize(
+    ("backend", "on_cpu", "words"),
+    [
+        ("flash_attn", True, "attention_backend: cpu"),
+        ("cpu", False, "on a GPU name flash_attn"),
+        ("fresh_prefill", True, "no such backend"),
+    ],
+)
 def test_an_attention_backend_vllm_cannot_run_here_is_a_config_error(tmp_path, backend, on_cpu, words):
     rollout = vllm_rollout(dtype="bfloat16", kv_cache=KVCacheConfig(dtype="fp8_e4m3", attention_backend=backend))
     with pytest.raises(ConfigError) as err:
@@ -473,6 +479,34 @@ def test_fp8_kv_cache_exceeds_the_floor_at_every_position_and_doubles_capacity(
     for report in (bf16_kv, fp8_kv):
         assert report["allocated_kv_tokens"] == report["estimated_kv_tokens"] > 0
     assert fp8_kv["allocated_kv_tokens"] == 2 * bf16_kv["allocated_kv_tokens"]
+
+
+@needs_vllm
+@pytest.mark.parametrize(("fmt", "scale"), [("fp8_e4m3", 1.0), ("fp8_e4m3", 0.0123), ("fp8_e5m2", 0.5)])
+def test_vllm_cpus_cache_write_is_the_hf_engines_cpu_recipe_bit_for_bit(fmt, scale):
+    """vLLM-CPU rounds K/V to FP8 toward zero (`cpu_attn_reshape_and_cache`): `attention_backend: cpu` does the
+    same. The V half of the cache is row-major per block and head, so it reads back directly."""
+    from vllm import _custom_ops as ops
+    from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+
+    from admitcheck.rollout.precision import quantize_kv
+
+    H, D, BS, S = 2, 32, 32, 20
+    try:
+        isa = _get_attn_isa(torch.bfloat16, BS, D, fmt)
+    except NotImplementedError as exc:  # FP8 KV on CPU needs AVX-512 or AMX
+        pytest.skip(str(exc))
+    gen = torch.Generator().manual_seed(0)
+    k, v = ((torch.randn(S, H, D, generator=gen) * 3).bfloat16() for _ in range(2))
+    kv = torch.zeros(2, H, 2 * BS, D, dtype=torch.uint8)
+    kc, vc = kv.chunk(2, dim=2)
+    ops.cpu_attn_reshape_and_cache(k, v, kc, vc, torch.arange(S), isa, k_scale=scale, v_scale=scale,
+                                   kv_cache_dtype=fmt)  # fmt: skip
+    fp8 = torch.float8_e4m3fn if fmt == "fp8_e4m3" else torch.float8_e5m2
+    stored = vc.view(fp8)[0, :, :S].float().permute(1, 0, 2) * scale  # (S, H, D) what attention reads back
+    s = torch.tensor(scale)
+    assert torch.equal(stored, quantize_kv(v.float(), fmt, s, rounding="toward_zero"))
+    assert not torch.equal(stored, quantize_kv(v.float(), fmt, s))  # not round-to-nearest
 
 
 @needs_vllm

