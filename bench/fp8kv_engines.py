@@ -128,7 +128,7 @@ def main() -> None:
             "vllm": vllm.__version__,
             "machine": platform.machine(),
             "command": "python bench/fp8kv_engines.py",
-        },  # fmt: skip
+        },
         "rows": rows,
         "agree_k3": {
             "unit_scales (hf cpu vs vllm-cpu)": agree("hf_cpu_one", "vllm_cpu_one"),
