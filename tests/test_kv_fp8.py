@@ -187,3 +187,15 @@ def test_rounding_toward_zero_is_the_grid_point_below_in_magnitude(fmt):
     assert torch.equal(quantize_kv(t, fmt, scale), t)  # on the grid
     assert torch.equal(t[n.abs() <= x.abs()], n[n.abs() <= x.abs()])  # where nearest rounded down, the same
     assert (t != n).float().mean() > 0.3  # and otherwise one grid point lower
+
+
+def test_sensitivity_units_keep_the_fp8_kv_recipe():
+    """A per-unit restriction of an FP8-KV recipe (sensitivity, recipe search) keeps its backend and scales."""
+    from admitcheck.measurement.sensitivity import Unit, unit_rollout, without_units
+
+    kv = KVCacheConfig(dtype="fp8_e5m2", attention_backend="cpu", scales="calibrated", margin=1.2)
+    recipe = RolloutConfig(dtype="bfloat16", kv_cache=kv)
+    one = unit_rollout(recipe, Unit("kv", 1), 2).kv_cache
+    fewer = without_units(recipe, [Unit("kv", 0)], 2).kv_cache
+    for got, skip in ((one, [0]), (fewer, [0])):
+        assert got.model_dump() == kv.model_copy(update={"skip_layers": skip}).model_dump()
