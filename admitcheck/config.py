@@ -113,9 +113,10 @@ class WeightsRecipe(Strict):
 
 # How attention reads an FP8 KV cache (admitcheck.rollout.kv_fp8): vLLM's backends write K/V to the cache first and
 # attend over the FP8 cache in prefill and decode; flash_attn and triton_attn (CUDA) also round the query to FP8 with
-# the layer's q scale, cpu (vLLM-CPU) keeps it in the model dtype. fresh_prefill is the HF engine's recipe before
-# #24 (the prompt's K/V and every query unquantized): the shipped toy FP8-KV measurements were made with it.
-AttentionBackend = Literal["flash_attn", "triton_attn", "cpu", "fresh_prefill"]
+# the layer's q scale, flashinfer (before SM100) and cpu (vLLM-CPU, which also truncates K/V) keep it in the model
+# dtype. fresh_prefill is the HF engine's recipe before #24 (the prompt's K/V and every query unquantized): the
+# shipped toy FP8-KV measurements were made with it.
+AttentionBackend = Literal["flash_attn", "triton_attn", "flashinfer", "cpu", "fresh_prefill"]
 _KV_FP8_FIELDS = ("attention_backend", "scales", "percentile", "margin")
 
 
@@ -142,8 +143,8 @@ class KVCacheConfig(Strict):
             raise ValueError("percentile and margin apply to scales: calibrated only")
         if self.dtype == "fp8_e5m2" and self.attention_backend in ("flash_attn", "triton_attn"):
             raise ValueError(
-                f"attention_backend {self.attention_backend} reads fp8_e4m3 caches only (vLLM quantizes the query to "
-                "e4m3 there); for fp8_e5m2 set attention_backend: cpu or fresh_prefill"
+                f"attention_backend {self.attention_backend} reads fp8_e4m3 caches only (vLLM rounds the query to "
+                "e4m3 there); for fp8_e5m2 set attention_backend: flashinfer (GPU), cpu (vLLM-CPU) or fresh_prefill"
             )
         return self
 

@@ -145,9 +145,9 @@ def test_good_config_resolves_paths(tmp_path):
         (GOOD + "rollout2: {}\n", "rollout2", "unknown key"),
         (GOOD + "sampling: {top_p: 1.5}\n", "sampling.top_p", "less than or equal to 1"),
         (
-            kv("dtype: fp8_e4m3, attention_backend: flashinfer"),
+            kv("dtype: fp8_e4m3, attention_backend: flash_infer"),
             "rollout.kv_cache.attention_backend",
-            "'flash_attn', 'triton_attn', 'cpu' or 'fresh_prefill'",
+            "'flash_attn', 'triton_attn', 'flashinfer', 'cpu' or 'fresh_prefill'",
         ),
         (kv("dtype: fp8_e5m2"), "rollout.kv_cache", "attention_backend flash_attn reads fp8_e4m3 caches only"),
         (kv("scales: calibrated"), "rollout.kv_cache", "scales need an fp8 dtype"),

@@ -91,7 +91,7 @@ def test_llm_kwargs_map_the_rollout_config(tmp_path):
     gpu = llm_kwargs(RolloutConfig(engine="vllm"), _save_config(tmp_path / "big", vocab=151936), on_cpu=False)
     assert "kv_cache_memory_bytes" not in gpu and "max_logprobs" not in gpu and "kv_cache_dtype" not in gpu
     assert gpu["gpu_memory_utilization"] == 0.5
-    for backend, name in (("flash_attn", "FLASH_ATTN"), ("triton_attn", "TRITON_ATTN")):
+    for backend, name in (("flash_attn", "FLASH_ATTN"), ("triton_attn", "TRITON_ATTN"), ("flashinfer", "FLASHINFER")):
         fp8 = RolloutConfig(engine="vllm", kv_cache=KVCacheConfig(dtype="fp8_e4m3", attention_backend=backend))
         assert llm_kwargs(fp8, model, on_cpu=False)["attention_config"] == {"backend": name}
 

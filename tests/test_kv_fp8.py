@@ -46,6 +46,9 @@ def test_prefill_reads_the_quantized_cache_and_flash_attn_rounds_the_query(model
     assert (cpu - plain).abs().max() > 1e-4  # prefill K/V quantized
     assert (flash - cpu).abs().max() > 1e-4  # the query rounded to FP8 too
     assert torch.equal(flash, triton)  # the same roundings (their kernels differ, not modelled)
+    infer = _first_step(_engine(model, dtype="fp8_e4m3", attention_backend="flashinfer"))
+    assert (infer - plain).abs().max() > 1e-4 and (infer - flash).abs().max() > 1e-4  # prefill K/V, exact query
+    assert (infer - cpu).abs().max() > 1e-4  # rounding to nearest, not toward zero
     skipped = _first_step(_engine(model, dtype="fp8_e4m3", skip_layers=[0, 1]))
     assert torch.equal(skipped, plain)  # skipped layers: no K/V and no query rounding
 

@@ -8,7 +8,8 @@ vLLM V1 (0.32, `vllm/v1/attention/backends/`) writes K/V to the cache first (`re
 layer's `_k_scale`/`_v_scale`) and every backend attends over the FP8 cache, prefill included. With an FP8 cache the
 attention layer also rounds the query to FP8 e4m3 with its static `_q_scale` when the backend declares
 `supports_quant_query_input`: FlashAttention (on CUDA, except the SM90 FA4 dequant path) and Triton (CUDA) do;
-FlashInfer only on SM100 trtllm-gen (not modelled: it depends on the GPU); vLLM-CPU does not, and its cache write
+FlashInfer only on SM100 trtllm-gen and in SM90 prefill (`flashinfer` here keeps the query in the model dtype, as
+its SM90 decode and older GPUs do); vLLM-CPU does not, and its cache write
 (`cpu_attn_reshape_and_cache`) rounds K/V/scale to FP8 toward zero, where CUDA's casts round to nearest-even
 (checked bit for bit against vLLM-CPU 0.32 on AVX-512, e4m3 and e5m2, unit and non-unit scales). Skipped layers
 (`kv_cache.skip_layers`) have an `auto` cache and no query rounding. What is left between backends is inside the
@@ -36,6 +37,7 @@ from admitcheck.rollout.precision import activation_hooks_off, fp8_max, quantize
 BACKENDS: dict[str, tuple[bool, bool, str]] = {
     "flash_attn": (True, True, "nearest"),
     "triton_attn": (True, True, "nearest"),
+    "flashinfer": (True, False, "nearest"),  # query in the model dtype: SM90 decode, pre-Hopper (not SM100)
     "cpu": (True, False, "toward_zero"),  # vLLM-CPU truncates K/V to FP8 (measured, AVX-512)
     "fresh_prefill": (False, False, "nearest"),
 }

@@ -46,7 +46,11 @@ FULL_VOCAB_LIMIT = 4096  # return_full asks vLLM for every log-prob (logprobs=-1
 CPU_KV_CACHE_BYTES = 1 << 30  # KV cache on CPU when the config sets none (vLLM would take half of the RAM)
 _NATIVE_FP8 = {"tensor": "fp8_per_tensor", "channel": "fp8_per_channel", "block": "fp8_per_block"}
 _WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.index.json")
-_BACKENDS = {"flash_attn": "FLASH_ATTN", "triton_attn": "TRITON_ATTN"}  # kv_cache.attention_backend -> vLLM's name
+_BACKENDS = {
+    "flash_attn": "FLASH_ATTN",
+    "triton_attn": "TRITON_ATTN",
+    "flashinfer": "FLASHINFER",
+}  # kv_cache.attention_backend -> vLLM's name
 
 
 def import_vllm() -> Any:
@@ -108,7 +112,7 @@ def attention_backend(rollout: RolloutConfig, on_cpu: bool) -> str | None:
                           "(use engine: hf, or name the backend vLLM runs)", field=field)  # fmt: skip
     if on_cpu != (kv.attention_backend == "cpu"):
         what = "vLLM-CPU runs one attention backend: set attention_backend: cpu" if on_cpu else (
-            "attention_backend cpu is vLLM-CPU's; on a GPU name flash_attn or triton_attn")  # fmt: skip
+            "attention_backend cpu is vLLM-CPU's; on a GPU name flash_attn, triton_attn or flashinfer")  # fmt: skip
         raise ConfigError(what, field=field)
     return None if on_cpu else _BACKENDS[kv.attention_backend]
 
