@@ -17,7 +17,8 @@ kernels (accumulation order, where the dequantization happens): the HF engine fa
 
 Scales: vLLM's default is 1.0 (`calculate_kv_scales` was removed in mid-2026); `scales: calibrated` computes per-layer
 q/k/v scales from the trainer's activations as NeMo-RL's `calibrate_qkv_fp8_scales` does (include_q=True): each
-prompt's amax of |q|, |k|, |v| after RoPE (padding excluded), the `percentile` of those amaxes by NeMo-RL's rank rule
+prompt's amax of |q|, |k|, |v| after RoPE (padding excluded; NeMo-RL takes one amax per forward micro batch, here a
+prompt is the unit), the `percentile` of those amaxes by NeMo-RL's rank rule
 (sorted, index round(p/100·(n−1))), times `margin`, over the FP8 max (448 for e4m3; q is always e4m3). The engine
 calls it at every weight sync, on the trainer's (clean float32) weights and the prompts of the next `sample`.
 """
