@@ -200,6 +200,15 @@ class RolloutConfig(Strict):
             data["kv_cache"] = {k: v for k, v in data["kv_cache"].items() if k not in _KV_FP8_FIELDS}
         return data
 
+    @classmethod
+    def from_key_dump(cls, data: dict[str, Any]) -> RolloutConfig:
+        """The rollout a run key's dump (`key_dump`, any ledger's) stands for: an FP8 `kv_cache` that names no
+        `attention_backend` is the old recipe, `fresh_prefill` (never the new default)."""
+        kv = data.get("kv_cache")
+        if isinstance(kv, dict) and kv.get("dtype", "auto") != "auto" and "attention_backend" not in kv:
+            data = {**data, "kv_cache": {**kv, "attention_backend": "fresh_prefill"}}
+        return cls.model_validate(data)
+
     @property
     def is_perturbed(self) -> bool:
         """True when anything beyond the dtype differs from the plain student."""
