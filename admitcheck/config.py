@@ -193,8 +193,12 @@ class RolloutConfig(Strict):
         """The JSON dump that keys this rollout's runs (ledger run keys and header). An FP8 cache under
         `attention_backend: fresh_prefill` with `scales: one` — the only FP8-KV recipe before #24 — keeps the key it
         had then (no FP8 fields), so the shipped ledgers' FP8-KV runs are found under it and nowhere else; every
-        other FP8 recipe names its backend and scales, and never reuses a run of the old recipe."""
+        other FP8 recipe names its backend and scales, and never reuses a run of the old recipe. `cuda_graphs` and
+        `compile` at their default (null) are left out, as in the ledgers written before they existed."""
         data = self.model_dump(mode="json")
+        for option in ("cuda_graphs", "compile"):  # how (not what) the engine decodes, at its default: not in keys
+            if data.get(option) is None:
+                data.pop(option, None)
         kv = self.kv_cache
         if kv.dtype != "auto" and kv.attention_backend == "fresh_prefill" and kv.scales == "one":
             data["kv_cache"] = {k: v for k, v in data["kv_cache"].items() if k not in _KV_FP8_FIELDS}
