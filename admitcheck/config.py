@@ -13,7 +13,7 @@ from __future__ import annotations
 import difflib
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer, model_validator
 from pydantic_core import PydanticCustomError
 
 Dtype = Literal["float32", "bfloat16", "float16", "float64"]
@@ -111,11 +111,51 @@ class WeightsRecipe(Strict):
         return self
 
 
+# How attention reads an FP8 KV cache (admitcheck.rollout.kv_fp8): vLLM's backends write K/V to the cache first and
+# attend over the FP8 cache in prefill and decode; flash_attn and triton_attn (CUDA) also round the query to FP8 with
+# the layer's q scale, flashinfer (before SM100) and cpu (vLLM-CPU, which also truncates K/V) keep it in the model
+# dtype. fresh_prefill is the HF engine's recipe before #24 (the prompt's K/V and every query unquantized): the
+# shipped toy FP8-KV measurements were made with it.
+AttentionBackend = Literal["flash_attn", "triton_attn", "flashinfer", "cpu", "fresh_prefill"]
+_KV_FP8_FIELDS = ("attention_backend", "scales", "percentile", "margin")
+
+
 class KVCacheConfig(Strict):
-    """KV-cache storage dtype. FP8 K/V are quantized with scale 1.0 as they enter the cache (vLLM's default)."""
+    """KV-cache storage dtype and, for FP8, how attention reads it and which K/V (and query) scales it uses.
+
+    Dumps (ledger run keys, artifacts) carry the FP8 fields only for an FP8 dtype, and then always, so a recipe is
+    never implied by a default: a dump of `dtype: auto` is the same as before these fields existed."""
 
     dtype: Literal["auto", "fp8_e4m3", "fp8_e5m2"] = "auto"  # auto = the engine dtype
     skip_layers: list[int] = []  # layers whose cache stays in the engine dtype
+    attention_backend: AttentionBackend = "flash_attn"  # the vLLM attention backend whose FP8 path is modelled
+    scales: Literal["one", "calibrated"] = "one"  # one: vLLM's default 1.0; calibrated: per layer from the trainer
+    percentile: float = Field(99.9, gt=0, le=100)  # calibrated: percentile of the per-prompt amax (NeMo-RL: 99.9)
+    margin: float = Field(1.05, ge=1)  # calibrated: scale = percentile amax × margin / FP8 max (NeMo-RL: 1.05)
+
+    @model_validator(mode="after")
+    def _fp8_fields(self) -> KVCacheConfig:
+        if self.dtype == "auto":
+            given = [k for k in _KV_FP8_FIELDS if k in self.model_fields_set]
+            if given:
+                raise ValueError(f"{', '.join(given)} need an fp8 dtype (dtype is auto: the cache is not quantized)")
+        if self.scales == "one" and {"percentile", "margin"} & self.model_fields_set:
+            raise ValueError("percentile and margin apply to scales: calibrated only")
+        if self.dtype == "fp8_e5m2" and self.attention_backend in ("flash_attn", "triton_attn"):
+            raise ValueError(
+                f"attention_backend {self.attention_backend} reads fp8_e4m3 caches only (vLLM rounds the query to "
+                "e4m3 there); for fp8_e5m2 set attention_backend: flashinfer (GPU), cpu (vLLM-CPU) or fresh_prefill"
+            )
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)
+        if self.dtype == "auto":  # the FP8 fields do nothing: the dump of old configs, unchanged
+            return {k: v for k, v in data.items() if k not in _KV_FP8_FIELDS}
+        if self.scales == "one":
+            return {k: v for k, v in data.items() if k not in ("percentile", "margin")}
+        return data
 
 
 class NoiseConfig(Strict):
@@ -148,6 +188,30 @@ class RolloutConfig(Strict):
     # hf engine on CUDA, how (not what) it decodes; null = the engine's default. Kept out of backtest run keys.
     cuda_graphs: bool | None = None  # captured decode (static cache, CUDA graphs); null: on CUDA yes
     compile: bool | None = None  # torch.compile the captured forward; null: unless the recipe fake-quantizes in it
+
+    def key_dump(self) -> dict[str, Any]:
+        """The JSON dump that keys this rollout's runs (ledger run keys and header). An FP8 cache under
+        `attention_backend: fresh_prefill` with `scales: one` — the only FP8-KV recipe before #24 — keeps the key it
+        had then (no FP8 fields), so the shipped ledgers' FP8-KV runs are found under it and nowhere else; every
+        other FP8 recipe names its backend and scales, and never reuses a run of the old recipe. `cuda_graphs` and
+        `compile` at their default (null) are left out, as in the ledgers written before they existed."""
+        data = self.model_dump(mode="json")
+        for option in ("cuda_graphs", "compile"):  # how (not what) the engine decodes, at its default: not in keys
+            if data.get(option) is None:
+                data.pop(option, None)
+        kv = self.kv_cache
+        if kv.dtype != "auto" and kv.attention_backend == "fresh_prefill" and kv.scales == "one":
+            data["kv_cache"] = {k: v for k, v in data["kv_cache"].items() if k not in _KV_FP8_FIELDS}
+        return data
+
+    @classmethod
+    def from_key_dump(cls, data: dict[str, Any]) -> RolloutConfig:
+        """The rollout a run key's dump (`key_dump`, any ledger's) stands for: an FP8 `kv_cache` that names no
+        `attention_backend` is the old recipe, `fresh_prefill` (never the new default)."""
+        kv = data.get("kv_cache")
+        if isinstance(kv, dict) and kv.get("dtype", "auto") != "auto" and "attention_backend" not in kv:
+            data = {**data, "kv_cache": {**kv, "attention_backend": "fresh_prefill"}}
+        return cls.model_validate(data)
 
     @property
     def is_perturbed(self) -> bool:

@@ -218,7 +218,7 @@ def test_family_of_each_source() -> None:
     assert fam(noise={"relative_std": 0.1}) == "noise"
     assert fam(weights={"format": "fp8_e4m3", "granularity": "block"}) == "fp8_weights"
     assert fam(weights={"format": "int8"}) == "int8"
-    assert fam(kv_cache={"dtype": "fp8_e5m2"}) == "fp8_kv"
+    assert fam(kv_cache={"dtype": "fp8_e5m2", "attention_backend": "flashinfer"}) == "fp8_kv"
     assert fam(weights={"format": "int8"}, kv_cache={"dtype": "fp8_e4m3"}) == "combination"
     assert family(CandidateConfig(name="s", staleness=2)) == "staleness"
 

@@ -65,6 +65,17 @@ def test_one_bf16_layer_of_28() -> None:
     assert cap.kv_ratio_equal_memory == 56 / 29
 
 
+def test_how_attention_reads_the_cache_does_not_change_its_size() -> None:
+    """attention_backend and scales (one fp32 scale per layer and tensor, in the layer's own buffers) move no
+    KV-cache bytes: every FP8 recipe has the capacity of its dtype and skip layers."""
+    caps = {
+        kv_capacity(QWEN25_7B, RolloutConfig(kv_cache={"dtype": "fp8_e4m3", "skip_layers": [0], **extra}), 80 * GIB)
+        for extra in ({}, {"attention_backend": "cpu"}, {"attention_backend": "fresh_prefill"},
+                      {"attention_backend": "triton_attn", "scales": "calibrated", "margin": 1.2})
+    }  # fmt: skip
+    assert len(caps) == 1 and caps.pop().kv_ratio_equal_memory == 56 / 29
+
+
 def test_tokens_formula_and_blocks() -> None:
     cap = kv_capacity(QWEN25_7B, None, 80 * GIB, utilization=0.9, activation_reserve_bytes=GIB, block_size=16)
     budget = math.floor(0.9 * 80 * GIB) - 2 * 7_615_616_512 - GIB

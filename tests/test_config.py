@@ -110,6 +110,11 @@ def test_validate_refuses_an_unknown_kind(tmp_path):
     assert_user_error(CliRunner().invoke(app, ["validate", str(p), "--kind", "typo"]), "--kind", "typo")
 
 
+def kv(fields: str) -> str:
+    """GOOD with `rollout.kv_cache: {fields}`."""
+    return GOOD.replace("dtype: bfloat16}", f"dtype: bfloat16, kv_cache: {{{fields}}}}}")
+
+
 def write(tmp_path: Path, text: str) -> Path:
     p = tmp_path / "cfg.yaml"
     p.write_text(text)
@@ -139,6 +144,25 @@ def test_good_config_resolves_paths(tmp_path):
         (GOOD.replace("pair: {student: s, teacher: t}", "pair: {student: s}"), "pair.teacher", "missing"),
         (GOOD + "rollout2: {}\n", "rollout2", "unknown key"),
         (GOOD + "sampling: {top_p: 1.5}\n", "sampling.top_p", "less than or equal to 1"),
+        (
+            kv("dtype: fp8_e4m3, attention_backend: flash_infer"),
+            "rollout.kv_cache.attention_backend",
+            "'flash_attn', 'triton_attn', 'flashinfer', 'cpu' or 'fresh_prefill'",
+        ),
+        (kv("dtype: fp8_e5m2"), "rollout.kv_cache", "attention_backend flash_attn reads fp8_e4m3 caches only"),
+        (kv("scales: calibrated"), "rollout.kv_cache", "scales need an fp8 dtype"),
+        (kv("dtype: fp8_e4m3, scales: per_head"), "rollout.kv_cache.scales", "'one' or 'calibrated'"),
+        (kv("dtype: fp8_e4m3, percentile: 99"), "rollout.kv_cache", "apply to scales: calibrated only"),
+        (
+            kv("dtype: fp8_e4m3, scales: calibrated, percentile: 120"),
+            "rollout.kv_cache.percentile",
+            "less than or equal to 100",
+        ),
+        (
+            kv("dtype: fp8_e4m3, scales: calibrated, margin: 0.9"),
+            "rollout.kv_cache.margin",
+            "greater than or equal to 1",
+        ),
     ],
 )
 def test_bad_values_name_the_field(tmp_path, text, field, words):

@@ -12,6 +12,7 @@ from admitcheck.config import KVCacheConfig, NoiseConfig, RolloutConfig, Samplin
 from admitcheck.measurement.scorer import left_pad, score
 from admitcheck.rollout.engines.cuda_graph import CapturedDecoder, DecodeShape, bucket
 from admitcheck.rollout.engines.hf import HFEngine
+from admitcheck.rollout.kv_fp8 import KVRecipe
 from admitcheck.rollout.sampling import draw_uniforms
 from tests.test_engine_hf import prompts
 from tests.tiny import EOS, PAD, tiny_llama
@@ -57,7 +58,7 @@ def test_static_decode_bodies_reproduce_the_eager_loop_on_cpu(kv, sampling):
     ps, T = prompts(8), 24
     ref = eng.sample(ps, sampling, seed=0, max_new_tokens=T, return_full=True)
     ids, mask = left_pad(ps, PAD, "cpu")
-    kv_spec = (None, ()) if kv == "auto" else (kv, (1,))
+    kv_spec = KVRecipe.of(rollout.kv_cache)
     shape = DecodeShape.of(len(ps), ids.shape[1], T, True)
     dec = CapturedDecoder(eng.model, "past_key_values", shape, (sampling.temperature, sampling.top_p, sampling.top_k),
                           kv_spec, eos_token_id=EOS, pad_token_id=PAD)  # fmt: skip

@@ -204,26 +204,33 @@ def test_scoring_over_the_engines_kept_set_keeps_a_bf16_mismatch_finite(model):
     assert torch.equal(torch.isfinite(own.full_logprobs), torch.isfinite(given.full_logprobs))
 
 
-def test_fp8_kv_cache_gives_mismatch_after_the_prefill_and_skip_layers_undo_it(model):
-    fp8 = engine(model, kv_cache=KVCacheConfig(dtype="fp8_e4m3"))
+def test_fp8_kv_cache_gives_mismatch_from_the_first_token_and_skip_layers_undo_it(model):
+    fp8 = engine(model, kv_cache=KVCacheConfig(dtype="fp8_e4m3"))  # vLLM's flash_attn recipe, the default
     diff, r = _mismatch(model, fp8)
     assert diff.abs().mean() > 1e-3
-    # The first token comes from the prefill, which attends over unquantized K/V (vLLM): no mismatch there.
-    assert (r.logprobs[:, 0] - engine(model).sample(prompts(12), T_ONE, 0, 40).logprobs[:, 0]).abs().max() == 0
-    skipped = engine(model, kv_cache=KVCacheConfig(dtype="fp8_e5m2", skip_layers=[0, 1]))
+    # The prefill attends over the FP8 cache (vLLM V1): the first response token already differs.
+    plain_first = engine(model).sample(prompts(12), T_ONE, 0, 40).logprobs[:, 0]
+    assert (r.logprobs[:, 0] - plain_first).abs().max() > 1e-4
+    fresh = engine(model, kv_cache=KVCacheConfig(dtype="fp8_e4m3", attention_backend="fresh_prefill"))
+    assert (fresh.sample(prompts(12), T_ONE, 0, 40).logprobs[:, 0] - plain_first).abs().max() == 0  # the old recipe
+    skipped = engine(model, kv_cache=KVCacheConfig(dtype="fp8_e5m2", attention_backend="cpu", skip_layers=[0, 1]))
     diff, _ = _mismatch(model, skipped)
     assert diff.abs().max() <= 1e-6
-    one_layer = engine(model, kv_cache=KVCacheConfig(dtype="fp8_e5m2", skip_layers=[0]))
+    one_layer = engine(model, kv_cache=KVCacheConfig(dtype="fp8_e5m2", attention_backend="cpu", skip_layers=[0]))
     assert _mismatch(model, one_layer)[0].abs().mean() > 0
 
 
-def test_rollout_cache_stores_quantized_kv_and_serves_fresh_kv_at_prefill(model):
+def test_rollout_cache_stores_quantized_kv_and_serves_it_at_prefill_unless_fresh_prefill(model):
+    from admitcheck.rollout.kv_fp8 import KVRecipe
     from admitcheck.rollout.precision import quantize_kv
 
-    cache = RolloutCache(model.config, capacity=8, kv_dtype="fp8_e4m3", skip_layers=[1])
     k, v = torch.randn(2, 2, 5, 32) * 3, torch.randn(2, 2, 5, 32) * 3  # (B, H, S, D) prompt
+    fresh = RolloutCache(model.config, 8, KVRecipe("fp8_e4m3", (1,), prefill_reads_cache=False))
+    keys, values = fresh.update(k, v, 0)
+    assert torch.equal(keys, k) and torch.equal(values, v)  # fresh_prefill: the prompt attends over fresh K/V
+    cache = RolloutCache(model.config, capacity=8, recipe=KVRecipe("fp8_e4m3", (1,)))
     keys, values = cache.update(k, v, 0)
-    assert torch.equal(keys, k) and torch.equal(values, v)  # prefill attends over the fresh K/V
+    assert torch.equal(keys, quantize_kv(k, "fp8_e4m3")) and torch.equal(values, quantize_kv(v, "fp8_e4m3"))
     assert torch.equal(cache.layers[0].keys, quantize_kv(k, "fp8_e4m3"))  # the cache holds quantized ones
     k1, v1 = torch.randn(2, 2, 1, 32), torch.randn(2, 2, 1, 32)
     keys, values = cache.update(k1, v1, 0)
@@ -231,7 +238,7 @@ def test_rollout_cache_stores_quantized_kv_and_serves_fresh_kv_at_prefill(model)
     assert torch.equal(keys, quantize_kv(torch.cat([k, k1], -2), "fp8_e4m3"))  # decode reads the quantized cache
     assert torch.equal(values, quantize_kv(torch.cat([v, v1], -2), "fp8_e4m3"))
     keys, _ = cache.update(k, v, 1)  # a skipped layer stays in the engine dtype
-    assert torch.equal(cache.layers[1].keys, k)
+    assert torch.equal(cache.layers[1].keys, k) and torch.equal(keys, k)
 
 
 # ----------------------------------------------------------------------------------------------- sampling frequencies

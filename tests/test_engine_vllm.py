@@ -80,8 +80,9 @@ def _save_config(path: Path, vocab: int = 16) -> Path:
 
 def test_llm_kwargs_map_the_rollout_config(tmp_path):
     model = _save_config(tmp_path)
-    kv = KVCacheConfig(dtype="fp8_e5m2", skip_layers=[0])
+    kv = KVCacheConfig(dtype="fp8_e5m2", skip_layers=[0], attention_backend="cpu")
     kw = llm_kwargs(vllm_rollout(dtype="bfloat16", kv_cache=kv), model, on_cpu=True)
+    assert "attention_config" not in kw  # vLLM-CPU has one backend
     assert kw["dtype"] == "bfloat16" and kw["logprobs_mode"] == "processed_logprobs"
     assert kw["kv_cache_dtype"] == "fp8_e5m2" and kw["kv_cache_dtype_skip_layers"] == ["0"]
     assert kw["kv_cache_memory_bytes"] == 64 << 20 and kw["max_logprobs"] == 16
@@ -90,6 +91,24 @@ def test_llm_kwargs_map_the_rollout_config(tmp_path):
     gpu = llm_kwargs(RolloutConfig(engine="vllm"), _save_config(tmp_path / "big", vocab=151936), on_cpu=False)
     assert "kv_cache_memory_bytes" not in gpu and "max_logprobs" not in gpu and "kv_cache_dtype" not in gpu
     assert gpu["gpu_memory_utilization"] == 0.5
+    for backend, name in (("flash_attn", "FLASH_ATTN"), ("triton_attn", "TRITON_ATTN"), ("flashinfer", "FLASHINFER")):
+        fp8 = RolloutConfig(engine="vllm", kv_cache=KVCacheConfig(dtype="fp8_e4m3", attention_backend=backend))
+        assert llm_kwargs(fp8, model, on_cpu=False)["attention_config"] == {"backend": name}
+
+
+@pytest.mark.parametrize(
+    ("backend", "on_cpu", "words"),
+    [
+        ("flash_attn", True, "attention_backend: cpu"),
+        ("cpu", False, "on a GPU name flash_attn"),
+        ("fresh_prefill", True, "no such backend"),
+    ],
+)
+def test_an_attention_backend_vllm_cannot_run_here_is_a_config_error(tmp_path, backend, on_cpu, words):
+    rollout = vllm_rollout(dtype="bfloat16", kv_cache=KVCacheConfig(dtype="fp8_e4m3", attention_backend=backend))
+    with pytest.raises(ConfigError) as err:
+        llm_kwargs(rollout, _save_config(tmp_path), on_cpu=on_cpu)
+    assert err.value.field == "rollout.kv_cache.attention_backend" and words in err.value.message
 
 
 def test_weight_recipes_go_to_a_checkpoint_and_fp8_activations_to_vllm_kernels_on_gpu(tmp_path):
@@ -444,7 +463,8 @@ def test_fp8_kv_cache_exceeds_the_floor_at_every_position_and_doubles_capacity(
     bf16_floor, toy_dirs, reference, probe_ids, request
 ):
     floor, bf16_kv = bf16_floor
-    engine = start(vllm_rollout(dtype="bfloat16", kv_cache=KVCacheConfig(dtype="fp8_e4m3")), toy_dirs)
+    kv = KVCacheConfig(dtype="fp8_e4m3", attention_backend="cpu")
+    engine = start(vllm_rollout(dtype="bfloat16", kv_cache=kv), toy_dirs)
     try:
         _, _, m = mismatch(engine, reference, probe_ids, T_ONE, bucket_size=2)
         fp8_kv = engine.kv_cache_report()
@@ -459,6 +479,60 @@ def test_fp8_kv_cache_exceeds_the_floor_at_every_position_and_doubles_capacity(
     for report in (bf16_kv, fp8_kv):
         assert report["allocated_kv_tokens"] == report["estimated_kv_tokens"] > 0
     assert fp8_kv["allocated_kv_tokens"] == 2 * bf16_kv["allocated_kv_tokens"]
+
+
+@needs_vllm
+@pytest.mark.parametrize(("fmt", "scale"), [("fp8_e4m3", 1.0), ("fp8_e4m3", 0.0123), ("fp8_e5m2", 0.5)])
+def test_vllm_cpus_cache_write_is_the_hf_engines_cpu_recipe_bit_for_bit(fmt, scale):
+    """vLLM-CPU rounds K/V to FP8 toward zero (`cpu_attn_reshape_and_cache`): `attention_backend: cpu` does the
+    same. The V half of the cache is row-major per block and head, so it reads back directly."""
+    from vllm import _custom_ops as ops
+    from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+
+    from admitcheck.rollout.precision import quantize_kv
+
+    H, D, BS, S = 2, 32, 32, 20
+    try:
+        isa = _get_attn_isa(torch.bfloat16, BS, D, fmt)
+    except NotImplementedError as exc:  # FP8 KV on CPU needs AVX-512 or AMX
+        pytest.skip(str(exc))
+    gen = torch.Generator().manual_seed(0)
+    k, v = ((torch.randn(S, H, D, generator=gen) * 3).bfloat16() for _ in range(2))
+    kv = torch.zeros(2, H, 2 * BS, D, dtype=torch.uint8)
+    kc, vc = kv.chunk(2, dim=2)
+    ops.cpu_attn_reshape_and_cache(k, v, kc, vc, torch.arange(S), isa, k_scale=scale, v_scale=scale,
+                                   kv_cache_dtype=fmt)  # fmt: skip
+    fp8 = torch.float8_e4m3fn if fmt == "fp8_e4m3" else torch.float8_e5m2
+    stored = vc.view(fp8)[0, :, :S].float().permute(1, 0, 2) * scale  # (S, H, D) what attention reads back
+    s = torch.tensor(scale)
+    assert torch.equal(stored, quantize_kv(v.float(), fmt, s, rounding="toward_zero"))
+    assert not torch.equal(stored, quantize_kv(v.float(), fmt, s))  # not round-to-nearest
+
+
+@needs_vllm
+@pytest.mark.vllm
+def test_calibrated_kv_scales_are_the_hf_engines_and_reach_the_workers_after_every_sync(toy_dirs, probe_ids):
+    from admitcheck.rollout.engines.hf import HFEngine
+    from admitcheck.rollout.engines.vllm import attention_scales
+
+    kv = KVCacheConfig(dtype="fp8_e4m3", attention_backend="cpu", scales="calibrated")
+    engine = start(vllm_rollout(dtype="bfloat16", kv_cache=kv), toy_dirs)
+    hf = HFEngine.from_pretrained(RolloutConfig(dtype="bfloat16", kv_cache=kv), toy_dirs["student"],
+                                  eos_token_id=EOS, pad_token_id=PAD)  # fmt: skip
+    try:
+        engine.sample(probe_ids[:16], T_ONE, 0, 4)
+        hf.sample(probe_ids[:16], T_ONE, 0, 4)
+        assert torch.allclose(engine.kv_scales, hf.kv_scales, rtol=1e-6) and (hf.kv_scales != 1).all()
+        assert torch.allclose(torch.tensor(engine.llm.apply_model(attention_scales)[0]), hf.kv_scales, rtol=1e-6)
+        state = {k: v * 1.3 if v.ndim == 2 else v for k, v in hf._clean.items()}
+        engine.load_weights(state)  # a sync: new weights, and vLLM's reload resets its scales to 1.0
+        hf.load_weights(state)
+        engine.sample(probe_ids[:16], T_ONE, 0, 4)
+        hf.sample(probe_ids[:16], T_ONE, 0, 4)
+        sent = torch.tensor(engine.llm.apply_model(attention_scales)[0])
+        assert torch.allclose(sent, hf.kv_scales, rtol=1e-6) and torch.allclose(engine.kv_scales, sent, rtol=1e-6)
+    finally:
+        engine.close(keep_warm=False)
 
 
 @needs_vllm

@@ -196,6 +196,24 @@ def test_systematic_noise_keeps_the_step_zero_draw_for_the_whole_run(tiny) -> No
         torch.testing.assert_close(a, b, msg=name)
 
 
+def test_calibrated_kv_scales_follow_every_weight_sync_of_a_run(tiny) -> None:
+    """kv_cache.scales: calibrated re-computes the per-layer scales from the trainer's weights at every sync (NeMo-RL
+    does it at every refit): step k's rollout uses the scales of the weights after step k − 1."""
+    import copy
+    import itertools
+
+    from admitcheck.config import KVCacheConfig
+
+    student = copy.deepcopy(tiny["student"])
+    kv = KVCacheConfig(dtype="fp8_e4m3", scales="calibrated")
+    engine = _engine(tiny, student, RolloutConfig(dtype="bfloat16", kv_cache=kv))
+    used = []
+    opd.train(student, tiny["teacher"], engine, tiny["train_ids"], _cfg(steps=3, lr=3e-2), seed=5,
+              on_step=lambda k, _s: used.append(engine.kv_scales))  # fmt: skip
+    assert all((u != 1).all() for u in used)
+    assert all((a - b).abs().max() > 0 for a, b in itertools.pairwise(used))  # recomputed (new weights, new batch)
+
+
 def test_unperturbed_engine_matches_the_trainer(tiny) -> None:
     import copy
 

@@ -23,7 +23,9 @@ FP8 = {
     "engine": "hf",
     "dtype": "bfloat16",
     "weights": {"format": "fp8_e4m3", "granularity": "block", "block_size": 32},
-    "kv_cache": {"dtype": "fp8_e4m3"},
+    # The recipe these bounds were set on (before #24). Under vLLM's (the default: prefill over the FP8 cache, the
+    # query rounded too) the toy's per-unit excesses add up to 0.64 of the whole recipe's: the units interact more.
+    "kv_cache": {"dtype": "fp8_e4m3", "attention_backend": "fresh_prefill"},
 }
 PROBE = {"num_prompts": 256, "batch_size": 64, "max_new_tokens": 32, "seed": 0}
 

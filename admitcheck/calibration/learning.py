@@ -104,7 +104,7 @@ def spec_key(spec: dict[str, Any]) -> str:
     """A level spec as a canonical JSON key (its rollout config through the schema: defaults filled in)."""
     rollout = spec.get("rollout")
     if rollout is not None:
-        rollout = RolloutConfig.model_validate(rollout).model_dump(mode="json")
+        rollout = RolloutConfig.from_key_dump(rollout).model_dump(mode="json")  # an old FP8-KV key: the old recipe
     return json.dumps({**spec, "rollout": rollout}, sort_keys=True)
 
 

@@ -36,6 +36,7 @@ def ledger_header(config: CalibrateConfig) -> dict[str, Any]:
 def run_relevant_config(config: CalibrateConfig) -> dict[str, Any]:
     """Every config field that changes a run's numbers, prompt paths replaced by content hashes."""
     data = config.model_dump(mode="json", exclude=_NOT_IN_HEADER)
+    data["rollout"] = config.rollout.key_dump()  # an old FP8-KV recipe keeps its old header
     hashes = prompt_hashes(config)
     for section in ("probe", "train", "eval"):
         data[section]["prompts"] = hashes[section]

@@ -58,7 +58,7 @@ class Level:
 
     def spec(self) -> dict[str, Any]:
         """What determines this level's runs (not its name): the ledger's key."""
-        rollout = self.rollout.model_dump(mode="json") if self.rollout is not None else None
+        rollout = self.rollout.key_dump() if self.rollout is not None else None  # old FP8-KV recipe: its old key
         if rollout is not None:  # how the engine decodes, at its default, is not part of the key (older ledgers)
             rollout = {k: v for k, v in rollout.items() if not (k in EXECUTION_OPTIONS and v is None)}
         spec = {"kind": self.kind, "relative_std": self.relative_std, "rollout": rollout, "staleness": self.staleness}
@@ -80,8 +80,8 @@ class Level:
         out = {"name": self.name, "kind": self.kind, "fit": self.fit}
         if self.kind == "noise":
             out |= {"relative_std": self.relative_std, "target": self.target}
-        elif self.kind == "rollout":
-            out["rollout"] = self.spec()["rollout"]
+        elif self.kind == "rollout" and self.rollout is not None:
+            out["rollout"] = self.rollout.model_dump(mode="json")  # explicit: an FP8 cache names its recipe
         elif self.kind == "staleness":
             out["staleness"] = self.staleness
         return out

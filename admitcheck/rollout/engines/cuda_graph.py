@@ -1,6 +1,6 @@
 """The HF engine's captured decode on CUDA: a static KV cache and one CUDA graph per decode step.
 
-    decoder = CapturedDecoder(model, "past_key_values", shape, sampling, kv, eos_token_id=2, pad_token_id=0,
+    decoder = CapturedDecoder(model, "past_key_values", shape, sampling, KVRecipe(), eos_token_id=2, pad_token_id=0,
                               forward=torch.compile(model, dynamic=False))
     tokens, logprobs, mask, full = decoder.run(ids, prompt_mask, uniforms, max_new_tokens)   # (B, T) on the GPU
 
@@ -19,10 +19,12 @@ layer, the sampling uniforms, the outputs, a boolean (B, 1, 1, P + T) attention 
 
 The forward inside the step graph is `forward` (the model itself: eager kernels, or `torch.compile(model)`: inductor
 kernels, ~2x fewer launches); either way the captured kernels read the engine's parameters in place, so a weight
-sync by `copy_` (never re-allocation) keeps every graph valid. The FP8 KV cache has the eager `RolloutCache`'s vLLM
-semantics: K/V fake-quantized as they enter the cache (except `skip_layers`), the prefill attends over the fresh
-prompt K/V, each decode step reads the quantized cache. Activation fake-quant hooks run inside the forward and are
-captured with it.
+sync by `copy_` (never re-allocation) keeps every graph valid. The FP8 KV cache has the eager `RolloutCache`'s
+recipe (`KVRecipe`): K/V fake-quantized as they enter the cache (except `skip_layers`), the prefill attends over the
+quantized prompt K/V (vLLM; the fresh ones for `fresh_prefill`), each decode step reads the quantized cache. Its
+per-layer scales are the engine's (L, 3) tensor, updated in place at a weight sync. Activation fake-quant hooks and
+the query rounding (an attention-module hook, `kv_fp8.use_query_quant`) run inside the forward and are captured
+with it.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ from dataclasses import dataclass
 import torch
 
 from admitcheck.measurement.scorer import position_ids
-from admitcheck.rollout.precision import noised, quantize_kv
+from admitcheck.rollout.kv_fp8 import KVRecipe
+from admitcheck.rollout.precision import noised
 from admitcheck.rollout.sampling import process_logits, sample_inverse_cdf
 
 CHECK_EVERY = 8  # decode steps between host checks of "all rows finished?" (each one is a device sync)
@@ -70,7 +73,7 @@ class StaticRolloutCache:
 
     is_compileable = True
 
-    def __init__(self, config, batch: int, capacity: int, dtype: torch.dtype, device, kv_dtype, skip_layers) -> None:
+    def __init__(self, config, batch: int, capacity: int, dtype: torch.dtype, device, recipe: KVRecipe) -> None:
         n = config.num_hidden_layers
         heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
@@ -78,20 +81,21 @@ class StaticRolloutCache:
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n)]  # (B, H, L, D) each
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n)]
         self.write_pos = torch.zeros(1, dtype=torch.long, device=device)  # (1,) column of the next decode write
-        self.quantized = tuple(kv_dtype is not None and i not in set(skip_layers) for i in range(n))
-        self.kv_dtype = kv_dtype
+        self.recipe = recipe  # its scales tensor is the engine's: updated in place, read by the graphs
         self.prefill = False  # Python flag: True while the prefill graph is being recorded (never inside a compile)
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
-        if self.quantized[layer_idx]:
-            k, v = quantize_kv(key_states, self.kv_dtype), quantize_kv(value_states, self.kv_dtype)
+        if self.recipe.quantized(layer_idx):
+            k, v = self.recipe.quantize(key_states, value_states, layer_idx)
         else:
             k, v = key_states, value_states
         if self.prefill:
             S = key_states.shape[-2]
             self.keys[layer_idx][:, :, :S].copy_(k)
             self.values[layer_idx][:, :, :S].copy_(v)
-            return key_states, value_states  # vLLM: the prefill attends over the fresh prompt K/V
+            if self.recipe.quantized(layer_idx) and self.recipe.prefill_reads_cache:
+                return k, v  # vLLM: the prompt attends over the quantized K/V it wrote to the cache
+            return key_states, value_states  # fresh_prefill (or no FP8): the fresh prompt K/V
         self.keys[layer_idx].index_copy_(2, self.write_pos, k)
         self.values[layer_idx].index_copy_(2, self.write_pos, v)
         return self.keys[layer_idx], self.values[layer_idx]  # (B, H, L, D); unwritten columns are masked
@@ -106,7 +110,7 @@ class CapturedDecoder:
         cache_kwarg: str,
         shape: DecodeShape,
         sampling: tuple[float, float, int],  # (temperature, top_p, top_k)
-        kv: tuple[str | None, tuple[int, ...]],  # (FP8 KV dtype or None, skip layers)
+        kv: KVRecipe,  # the FP8 KV recipe (`KVRecipe()`: none)
         *,
         eos_token_id: int,
         pad_token_id: int,
@@ -121,7 +125,7 @@ class CapturedDecoder:
         B, P, T = shape.batch, shape.prompt, shape.new_tokens
         V = model.config.vocab_size
         L = P + T  # the last step's forward writes column P + T - 1
-        self.cache = StaticRolloutCache(model.config, B, L, dtype, dev, kv[0], kv[1])
+        self.cache = StaticRolloutCache(model.config, B, L, dtype, dev, kv)
         self.ids = torch.full((B, P), self.pad, dtype=torch.long, device=dev)  # (B, P) left-padded prompts
         self.prompt_mask = torch.zeros(B, P, dtype=torch.long, device=dev)  # (B, P)
         self.prefill_mask = torch.zeros(B, 1, P, P, dtype=torch.bool, device=dev)  # (B, 1, P, P) True = attend

@@ -27,10 +27,12 @@ On CUDA the clean weights live on the GPU in float32 and `load_weights` copies i
 noise drawn on the GPU by generators seeded like the CPU recipe's, fake-quant on the GPU): no parameter is
 re-allocated, so captured graphs stay valid. The CPU path is the eager loop, CPU noise draws, CPU clean copy.
 
-FP8 KV cache (vLLM semantics, scale 1.0): K and V are fake-quantized as they enter the cache, except in
-`kv_cache.skip_layers`. The prefill attends over the fresh, unquantized prompt K/V (vLLM's flash attention over the
-new tokens) while the cache keeps the quantized ones; every decode step reads the quantized cache, the current
-token's quantized K/V included.
+FP8 KV cache (`admitcheck.rollout.kv_fp8`, vLLM V1's semantics): K and V are fake-quantized as they enter the cache,
+except in `kv_cache.skip_layers`, and attention reads the quantized cache in the prefill and in every decode step;
+with `attention_backend: flash_attn` or `triton_attn` the query is rounded to FP8 e4m3 too. Scales are 1.0, or per
+layer from the trainer's weights (`scales: calibrated`), recomputed on the first `sample` after every weight sync.
+`attention_backend: fresh_prefill` is the recipe before #24: the prefill attends over the fresh prompt K/V, queries
+unquantized.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from admitcheck.config import RolloutConfig, SamplingConfig
 from admitcheck.measurement.scorer import left_pad, position_ids
 from admitcheck.rollout.engines.base import Rollouts
 from admitcheck.rollout.engines.cuda_graph import COMPILE_OPTIONS, CapturedDecoder, DecodeShape, add_noise_on_device
+from admitcheck.rollout.kv_fp8 import KVRecipe, calibrate_scales, use_query_quant
 from admitcheck.rollout.sampling import draw_uniforms, process_logits, sample_inverse_cdf
 
 
@@ -88,28 +91,26 @@ def cache_kwarg(model: torch.nn.Module) -> str:
 
 class RolloutCache(DynamicCache):
     """The engine's KV cache: preallocated full-attention layers, and an update hook that fake-quantizes K/V to FP8
-    as they enter the cache (`kv_dtype` None: no quantization). Sliding-window and other special layers of the
-    model's config are kept as transformers builds them."""
+    as they enter the cache (`KVRecipe`: dtype, skip layers, per-layer scales). With `prefill_reads_cache` (vLLM)
+    the prompt's pass attends over the quantized K/V too; otherwise (`fresh_prefill`) over the fresh ones. Decode
+    steps always read the quantized cache, the current token's K/V included. Sliding-window and other special layers
+    of the model's config are kept as transformers builds them."""
 
-    def __init__(
-        self, config, capacity: int, kv_dtype: str | None = None, skip_layers: list[int] | tuple[int, ...] = ()
-    ) -> None:
+    def __init__(self, config, capacity: int, recipe: KVRecipe | None = None) -> None:
         super().__init__(config=config)
         self.layers = [_BufferLayer(capacity) if type(layer) is DynamicLayer else layer for layer in self.layers]
-        self.kv_dtype = kv_dtype
-        self.skip_layers = frozenset(skip_layers)
+        self.recipe = recipe or KVRecipe()
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
-        if self.kv_dtype is None or layer_idx in self.skip_layers:
+        if not self.recipe.quantized(layer_idx):
             return super().update(key_states, value_states, layer_idx, *args, **kwargs)
-        from admitcheck.rollout.precision import quantize_kv
-
         prefill = layer_idx >= len(self.layers) or self.layers[layer_idx].get_seq_length() == 0
         keys, values = super().update(
-            quantize_kv(key_states, self.kv_dtype), quantize_kv(value_states, self.kv_dtype), layer_idx, *args, **kwargs
-        )  # (B, H, S, D): the cache now holds quantized K/V
-        # vLLM's prefill attends over the fresh K/V; decode steps read the (quantized) cache, current token included.
-        return (key_states, value_states) if prefill else (keys, values)
+            *self.recipe.quantize(key_states, value_states, layer_idx), layer_idx, *args, **kwargs
+        )  # fmt: skip  (B, H, S, D): the cache now holds quantized K/V
+        if prefill and not self.recipe.prefill_reads_cache:
+            return key_states, value_states  # fresh_prefill: the prompt attends over its unquantized K/V
+        return keys, values
 
 
 def _clean_copy(state: dict[str, torch.Tensor], device: torch.device | None = None) -> dict[str, torch.Tensor]:
@@ -164,6 +165,9 @@ class HFEngine:
         self.model.to(self.device)
         self._cache_kwarg = cache_kwarg(self.model)
         self._handles: list = []
+        n_layers = self.model.config.num_hidden_layers
+        self._kv_scales = torch.ones(n_layers, 3, dtype=torch.float32, device=self.device)  # (L, 3) q, k, v; in place
+        self._scales_stale = True  # calibrated scales are recomputed on the first `sample` after a weight sync
         self._apply_recipe(noise_step=0)
 
     def _compile_default(self, rollout: RolloutConfig) -> bool:
@@ -214,9 +218,11 @@ class HFEngine:
         self._decoders = {}  # captured with the old KV dtype and hooks
         self._compiled = None
         self.compile_forward = self._compile_default(rollout)
+        use_query_quant(self.model, KVRecipe())  # the next `sample` sets the new recipe's query rounding
         self._apply_recipe(noise_step=0)
 
     def _apply_recipe(self, noise_step: int, rehook: bool = True) -> None:
+        self._scales_stale = True  # new weights: the trainer's K/V scales change with them
         if self.device.type == "cuda":
             self._apply_recipe_on_device(noise_step, rehook)
             return
@@ -280,9 +286,25 @@ class HFEngine:
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
-    def _new_cache(self, capacity: int) -> RolloutCache:
+    @property
+    def kv_scales(self) -> torch.Tensor:
+        """(L, 3) float32 q, k, v scales the FP8 cache uses now (ones unless `kv_cache.scales: calibrated`)."""
+        return self._kv_scales.detach().cpu().clone()
+
+    def _kv_recipe(self, ids: torch.Tensor, prompt_mask: torch.Tensor) -> KVRecipe:
+        """The KV recipe of this call; calibrated scales are recomputed first when the weights changed since."""
         kv = self.rollout.kv_cache
-        return RolloutCache(self.model.config, capacity, None if kv.dtype == "auto" else kv.dtype, kv.skip_layers)
+        if kv.dtype != "auto" and kv.scales == "calibrated" and self._scales_stale:
+            scales = calibrate_scales(self.model, self._clean, ids, prompt_mask, position_ids(prompt_mask), kv,
+                                      cache_kwarg=self._cache_kwarg)  # fmt: skip
+            self._kv_scales.copy_(scales)  # in place: captured graphs read this memory
+            self._scales_stale = False
+        recipe = KVRecipe.of(kv, self._kv_scales)
+        use_query_quant(self.model, recipe)
+        return recipe
+
+    def _new_cache(self, capacity: int, recipe: KVRecipe) -> RolloutCache:
+        return RolloutCache(self.model.config, capacity, recipe)
 
     def sample(
         self,
@@ -316,8 +338,9 @@ class HFEngine:
             raise ValueError("max_new_tokens must be > 0")
         ids, prompt_mask = left_pad(prompts, self.pad_token_id, dev)  # (B, P)
         B, P = ids.shape
+        recipe = self._kv_recipe(ids, prompt_mask)
         if self.cuda_graphs:
-            return self._decode_captured(ids, prompt_mask, sampling, seed, T, return_full)
+            return self._decode_captured(ids, prompt_mask, sampling, seed, T, return_full, recipe)
         attn = torch.ones(B, P + T, dtype=torch.long, device=dev)  # (B, P + T); a growing prefix is passed each step
         attn[:, :P] = prompt_mask
         next_pos = prompt_mask.sum(dim=1, keepdim=True)  # (B, 1) position of the first response token
@@ -327,7 +350,7 @@ class HFEngine:
         mask = torch.zeros(B, T, dtype=torch.bool, device=dev)  # (B, T)
         full = None
         alive = torch.ones(B, dtype=torch.bool, device=dev)  # (B,) not finished before this step
-        cache = self._new_cache(P + T)
+        cache = self._new_cache(P + T, recipe)
         check_every = 1 if dev.type == "cpu" else 8  # "all finished?" costs a device sync on CUDA
         temperature, top_p, top_k = sampling.temperature, sampling.top_p, sampling.top_k
 
@@ -368,7 +391,14 @@ class HFEngine:
         return out[0], out[1], out[2], (full[:, :n].cpu() if full is not None else None)
 
     def _decode_captured(
-        self, ids: torch.Tensor, prompt_mask: torch.Tensor, sampling: SamplingConfig, seed: int, T: int, full: bool
+        self,
+        ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        sampling: SamplingConfig,
+        seed: int,
+        T: int,
+        full: bool,
+        recipe: KVRecipe,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """The same decode through a CapturedDecoder (built and captured on the first call of its bucket)."""
         B, P = ids.shape
@@ -377,13 +407,12 @@ class HFEngine:
         if decoder is None:
             if self.compile_forward and self._compiled is None:
                 self._compiled = torch.compile(self.model, dynamic=False, options=dict(COMPILE_OPTIONS) or None)
-            kv = self.rollout.kv_cache
             decoder = CapturedDecoder(
                 self.model,
                 self._cache_kwarg,
                 key[0],
                 key[1],
-                (None if kv.dtype == "auto" else kv.dtype, tuple(kv.skip_layers)),
+                recipe,  # its scales are the engine's (L, 3) tensor: a sync updates them in place
                 eos_token_id=self.eos_token_id,
                 pad_token_id=self.pad_token_id,
                 forward=self._compiled if self.compile_forward else None,

@@ -16,7 +16,9 @@ samples by Gumbel-max, not inverse CDF, so the two engines draw different tokens
 Weights: noise and weight-only recipes are written as a fake-quantized checkpoint in the engine dtype
 (`recipes.recipe_state_dict`, the HF engine's numbers) and swapped in with `reload_weights`, so one LLM serves every
 calibration step. FP8 activations cannot live in a checkpoint: on GPUs they map to vLLM's own FP8 kernels
-(`quantization=fp8_per_*`), on CPU they are a ConfigError. KV-cache dtype needs a new engine. See docs/vllm.md.
+(`quantization=fp8_per_*`), on CPU they are a ConfigError. KV-cache dtype needs a new engine; its attention backend
+is `kv_cache.attention_backend` (`cpu` on vLLM-CPU), and `scales: calibrated` sends the HF engine's per-layer scales
+(computed here on a float32 copy of the trainer's weights) to every worker after each weight load. See docs/vllm.md.
 """
 
 from __future__ import annotations
@@ -44,6 +46,11 @@ FULL_VOCAB_LIMIT = 4096  # return_full asks vLLM for every log-prob (logprobs=-1
 CPU_KV_CACHE_BYTES = 1 << 30  # KV cache on CPU when the config sets none (vLLM would take half of the RAM)
 _NATIVE_FP8 = {"tensor": "fp8_per_tensor", "channel": "fp8_per_channel", "block": "fp8_per_block"}
 _WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.index.json")
+_BACKENDS = {
+    "flash_attn": "FLASH_ATTN",
+    "triton_attn": "TRITON_ATTN",
+    "flashinfer": "FLASHINFER",
+}  # kv_cache.attention_backend -> vLLM's name
 
 
 def import_vllm() -> Any:
@@ -93,12 +100,30 @@ def weights_mode(rollout: RolloutConfig, on_cpu: bool) -> str:
     return "native"
 
 
+def attention_backend(rollout: RolloutConfig, on_cpu: bool) -> str | None:
+    """vLLM's attention backend for an FP8 cache (`AttentionConfig.backend`; None: vLLM's own choice, and on CPU its
+    one backend), or a ConfigError where vLLM has no backend of that name here."""
+    kv = rollout.kv_cache
+    if kv.dtype == "auto":
+        return None
+    field = "rollout.kv_cache.attention_backend"
+    if kv.attention_backend == "fresh_prefill":
+        raise ConfigError("attention_backend fresh_prefill is the HF engine's old recipe; vLLM has no such backend "
+                          "(use engine: hf, or name the backend vLLM runs)", field=field)  # fmt: skip
+    if on_cpu != (kv.attention_backend == "cpu"):
+        what = "vLLM-CPU runs one attention backend: set attention_backend: cpu" if on_cpu else (
+            "attention_backend cpu is vLLM-CPU's; on a GPU name flash_attn, triton_attn or flashinfer")  # fmt: skip
+        raise ConfigError(what, field=field)
+    return None if on_cpu else _BACKENDS[kv.attention_backend]
+
+
 def check_rollout(rollout: RolloutConfig) -> None:
     """A ConfigError now, before anything is measured, when this machine's vLLM cannot run `rollout`."""
     import_vllm()
     from vllm.platforms import current_platform
 
     weights_mode(rollout, bool(current_platform.is_cpu()))
+    attention_backend(rollout, bool(current_platform.is_cpu()))
 
 
 def kept_set_problem(sampling: SamplingConfig, vocab_size: int) -> str | None:
@@ -162,6 +187,9 @@ def llm_kwargs(rollout: RolloutConfig, model_path: Path, *, on_cpu: bool, source
         kw["kv_cache_dtype"] = kv.dtype
         if kv.skip_layers:
             kw["kv_cache_dtype_skip_layers"] = [str(i) for i in kv.skip_layers]
+        backend = attention_backend(rollout, on_cpu)
+        if backend:
+            kw["attention_config"] = {"backend": backend}
     if weights_mode(rollout, on_cpu) == "native":
         assert rollout.weights is not None
         kw["quantization"] = _NATIVE_FP8[rollout.weights.granularity]
@@ -228,6 +256,14 @@ class VLLMEngine:
         self._in_checkpoint = self.mode == "checkpoint" or rollout.noise.relative_std > 0
         self._dir = Path(tempfile.mkdtemp(prefix="admitcheck-vllm-"))
         self.llm: Any = None
+        kv = rollout.kv_cache
+        self._calibrated = kv.dtype != "auto" and kv.scales == "calibrated"
+        self._trainer: Any = None  # calibrated scales: a float32 CPU copy of the trainer's weights (built lazily)
+        self._trainer_weights: Any = self.source  # what it must hold next: a dir or a state dict
+        self._scales_stale = self._scales_unset = True  # recompute (new weights) / re-send (a reload resets to 1.0)
+        self.kv_scales: torch.Tensor | None = None  # (L, 3) q, k, v scales vLLM holds (calibrated only)
+        if self._calibrated:  # the scale setter is a function sent to the workers: vLLM pickles it only so
+            os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
         try:
             for f in self.source.iterdir():  # config and tokenizer files; the weights come from the recipe below
                 if f.is_file() and not any(f.match(p) for p in _WEIGHT_FILES):
@@ -238,7 +274,8 @@ class VLLMEngine:
                 path = self._dir
             kwargs = llm_kwargs(rollout, path, on_cpu=self.on_cpu, source=self.source)
             self.full_ok = "max_logprobs" in kwargs
-            self._key = json.dumps({**kwargs, "model": _text_config(path)}, sort_keys=True, default=str)
+            key = {**kwargs, "model": _text_config(path), "scales_sent": self._calibrated}
+            self._key = json.dumps(key, sort_keys=True, default=str)
             self.llm = _parked.pop(self._key, None)
             release_parked()  # one LLM at a time: another shape would hold a second KV cache
             if self.llm is not None:  # a warm LLM of the same shape: only the weights differ
@@ -278,6 +315,7 @@ class VLLMEngine:
 
     def load_weights(self, weights: dict[str, torch.Tensor] | str | Path, noise_step: int = 0) -> None:
         """New clean weights (a state dict or an HF checkpoint dir); noise and the recipe are re-applied."""
+        self._trainer_weights, self._scales_stale = weights, True
         if isinstance(weights, (str, Path)) and not self._in_checkpoint:
             return self._reload(Path(weights))  # nothing to apply: vLLM reads (and casts) the dir itself
         state = read_state_dict(weights) if isinstance(weights, (str, Path)) else weights
@@ -289,8 +327,43 @@ class VLLMEngine:
         try:
             self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(path)})
             self.llm.reset_prefix_cache()
+            self._scales_unset = True  # vLLM sets the attention scales back to 1.0 after loading
         except Exception as exc:
             raise EngineError(f"vLLM failed to reload weights from {path}: {_one_line(exc)}") from None
+
+    # ------------------------------------------------------------------------------------------------ KV scales
+
+    def _send_scales(self, prompts: list[list[int]]) -> None:
+        """Calibrated FP8-KV scales, as the HF engine computes them (`kv_fp8.calibrate_scales` on the trainer's
+        float32 weights and these prompts, the first after a weight sync), set in every worker's attention layers."""
+        if self._scales_stale:
+            from admitcheck.io import load_causal_lm
+            from admitcheck.measurement.scorer import left_pad, position_ids
+            from admitcheck.rollout.engines.hf import cache_kwarg
+            from admitcheck.rollout.kv_fp8 import calibrate_scales
+
+            w = self._trainer_weights
+            if self._trainer is None or isinstance(w, (str, Path)):
+                src = w if isinstance(w, (str, Path)) else self.source
+                self._trainer = load_causal_lm(src, "float32", "cpu", field="weights")
+            if not isinstance(w, (str, Path)):
+                self._trainer.load_state_dict(w, strict=False)  # copy_ casts to float32 (tied lm_head: shared)
+            ids, mask = left_pad(prompts, self.pad_token_id, "cpu")
+            trainer, kv = self._trainer, self.rollout.kv_cache
+            self.kv_scales = calibrate_scales(trainer, trainer.state_dict(), ids, mask, position_ids(mask), kv,
+                                              cache_kwarg=cache_kwarg(trainer))  # fmt: skip
+            self._scales_stale, self._scales_unset = False, True
+        if self._scales_unset:
+            import functools
+
+            assert self.kv_scales is not None
+            try:
+                done = self.llm.apply_model(functools.partial(set_attention_scales, scales=self.kv_scales.tolist()))
+            except Exception as exc:
+                raise EngineError(f"vLLM failed to take the KV scales: {_one_line(exc)}") from None
+            if not all(done):
+                raise EngineError("vLLM has no attention layers to take the KV scales")
+            self._scales_unset = False
 
     # ------------------------------------------------------------------------------------------------ capacity
 
@@ -340,6 +413,8 @@ class VLLMEngine:
             detokenize=False, flat_logprobs=True,
         )  # fmt: skip
         params = [SamplingParams(seed=row_seed(seed, i), **common) for i in range(len(prompts))]
+        if self._calibrated:
+            self._send_scales(prompts)
         try:
             outs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False)
         except Exception as exc:
@@ -380,6 +455,35 @@ class VLLMEngine:
                 _shutdown(self.llm)
             self.llm = None
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def set_attention_scales(model: torch.nn.Module, scales: list[list[float]]) -> int:
+    """In a vLLM worker (`LLM.apply_model`): layer i's attention takes q, k, v scales `scales[i]` (device tensors and
+    the host copies the CPU, FlashInfer and AITER kernels read). Returns the number of layers set."""
+    from vllm.model_executor.layers.attention.attention import Attention
+    from vllm.model_executor.models.utils import extract_layer_index
+
+    n = 0
+    for name, m in model.named_modules():
+        if isinstance(m, Attention):
+            q, k, v = scales[extract_layer_index(name)]
+            for attr, value in (("q", q), ("k", k), ("v", v)):
+                getattr(m, f"_{attr}_scale").fill_(value)
+                setattr(m, f"_{attr}_scale_float", float(value))
+            for attr, value in (("k", k), ("v", v)):
+                if isinstance(getattr(m, f"_{attr}_scale_cpu", None), torch.Tensor):
+                    getattr(m, f"_{attr}_scale_cpu").fill_(value)
+            n += 1
+    return n
+
+
+def attention_scales(model: torch.nn.Module) -> list[list[float]]:
+    """In a vLLM worker: each attention layer's host q, k, v scales, in layer order (what the kernels read)."""
+    from vllm.model_executor.layers.attention.attention import Attention
+    from vllm.model_executor.models.utils import extract_layer_index
+
+    found = {extract_layer_index(n): m for n, m in model.named_modules() if isinstance(m, Attention)}
+    return [[float(getattr(found[i], f"_{a}_scale_float")) for a in "qkv"] for i in sorted(found)]
 
 
 def vllm_args(rollout: RolloutConfig, model) -> dict[str, Any]:
