@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Outputs of the shipped commands on the toy pair (human and --json), wall-clock fields masked, written under DIR.
+# Run it before and after a refactor that must not change behaviour, then `diff -r BEFORE AFTER` (issue 26).
+# Uses the package of the checkout it lives in, on copies of examples/, calibrations/ and toy/ (nothing in the
+# checkout is written). Re-fits the shipped toy, toy RL and toy backtest artifacts from their ledgers (no run is made).
+#   bash bench/output_snapshot.sh /tmp/snap-before          # ~4 min on 2 cores
+set -uo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+out=$(realpath -m "${1:?usage: bench/output_snapshot.sh DIR}")
+rm -rf "$out" && mkdir -p "$out"
+work=$(mktemp -d)
+cp -r "$here/examples" "$here/calibrations" "$here/toy" "$work/" && mkdir -p "$work/reports"
+cd "$work" || exit 2
+export PYTHONPATH="$here" OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE COLUMNS=160 TERM=dumb NO_COLOR=1
+py=${PYTHON:-$here/.venv/bin/python}
+ac() {  # ac NAME ARGS...: stdout, stderr and the exit code of `admitcheck ARGS`
+  local name=$1; shift
+  "$py" -m admitcheck "$@" >"$out/$name.out" 2>"$out/$name.err"
+  echo "rc=$?" >>"$out/$name.out"
+}
+for f in examples/*.yaml; do
+  ac "validate_$(basename "$f" .yaml)" validate "$f"
+  ac "validate_$(basename "$f" .yaml).json" validate "$f" --json
+done
+ac calibrate_toy calibrate examples/toy_calibrate.yaml
+ac calibrate_toy.json calibrate examples/toy_calibrate.yaml --json
+ac calibrate_toy_rl calibrate examples/toy_calibrate_rl.yaml --json
+ac backtest_toy backtest examples/toy_backtest.yaml
+ac backtest_toy.json backtest examples/toy_backtest.yaml --json
+ac compare compare calibrations/toy.yaml calibrations/toy_rl.yaml
+ac compare.json compare calibrations/toy.yaml calibrations/toy_rl.yaml --json
+ac plan_toy plan examples/toy_plan.yaml --plot "$out/plan.png"
+ac plan_toy.json plan examples/toy_plan.yaml --json
+ac measure_toy measure examples/toy_measure.yaml --json
+ac screen_toy screen examples/toy_screen.yaml --markdown "$out/screen.md" --junit "$out/screen.xml"
+ac screen_toy.json screen examples/toy_screen.yaml --json
+ac screen_staleness.json screen examples/toy_screen_staleness.yaml --json
+ac screen_logs.json screen examples/toy_screen_logs.yaml --json
+ac demo demo --reports "$work/reports/demo"
+cp calibrations/*.yaml calibrations/*.png calibrations/*.md "$out/" 2>/dev/null
+cp -r reports/demo "$out/demo_reports" 2>/dev/null
+# Mask what depends on the clock or the machine: seconds, timestamps, temporary paths.
+find "$out" -type f \( -name '*.out' -o -name '*.err' -o -name '*.yaml' -o -name '*.md' -o -name '*.xml' -o -name '*.json' \) \
+  -exec sed -i -E \
+    -e 's/((seconds|_s|time|created_at|elapsed|wall|cpu)["]?[:=] ?"?)[0-9][0-9.e:+T-]*/\1<t>/g' \
+    -e 's/[0-9]+(\.[0-9]+)? ?(s|ms|min)\b/<t>\2/g' \
+    -e "s#$work#<work>#g" -e "s#$here#<repo>#g" {} +
+rm -rf "$work"
+ls "$out" | wc -l
