@@ -280,6 +280,7 @@ def test_version_and_flags_shown_as_flags():
     assert "<bool>" not in line and "--strict" in text
 
 
+@pytest.mark.slow
 def test_from_logs_states_the_logged_quantity_and_strict_refuses(tmp_path, toy_pair_dir):
     logs = ROOT / "examples" / "logs" / "toy_bf16.jsonl"
     p = screen_config(tmp_path, toy_pair_dir)

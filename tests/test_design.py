@@ -24,6 +24,7 @@ def test_adaptive_replicates_go_to_the_levels_bracketing_tau() -> None:
     assert tight.width_factor < 2 and wanted_replicates(tight, counts, 2.0, 2) == []
 
 
+@pytest.mark.slow
 def test_interval_covers_the_true_budget_fast() -> None:
     """The must-hold's fast version (bench/calibration_repro.py synthetic runs 200): the adaptive protocol on a
     known curve with known noise, 40 simulated calibrations. Nominal 95%; the bar is 90%. Deterministic (seeded),
@@ -62,6 +63,7 @@ def test_the_design_splits_a_wide_bracket_once_its_levels_have_enough_pairs() ->
     assert many.replicates == () and many.new_levels == pytest.approx((math.sqrt(x[lo] * x[hi]),))
 
 
+@pytest.mark.slow
 def test_interval_covers_under_the_shipped_protocol_fast() -> None:
     """The must-hold's fast version (bench/calibration_repro.py synthetic runs 100 per shape): the shipped protocol
     and design (examples/toy_calibrate.yaml) at the shipped toy noise, on a step — the shape the interpolated
