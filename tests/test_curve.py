@@ -1,5 +1,5 @@
-"""admitcheck.calibration.curve: the monotone fit, τ from the quality goal, budget kinds, the bootstrap and its
-coverage."""
+"""admitcheck.calibration.curve: the monotone fit, τ from the quality goal, budget kinds, the bootstrap (where the
+next runs go and the protocol's coverage: tests/test_design.py)."""
 
 from __future__ import annotations
 
