@@ -416,6 +416,7 @@ def screen(
         from admitcheck.config import ScreenConfig
         from admitcheck.errors import EngineError
         from admitcheck.report import to_json, write_reports
+        from admitcheck.validation import logs_against_protocol
 
         cfg = io.load_config(config, ScreenConfig)
         _check_dashboard(dashboard)
@@ -424,7 +425,7 @@ def screen(
                                                                           "format": log_format}  # fmt: skip
             cfg = ScreenConfig.model_validate(cfg.model_dump() | {"source": "logs", "logs": logs_section})
         logs = _pipeline_logs(from_logs, log_format) if from_logs is not None else None
-        logged = _logged_quantity(cfg, strict=strict, file=str(config)) if cfg.source == "logs" else None
+        logged = logs_against_protocol(cfg, strict=strict, file=str(config)) if cfg.source == "logs" else None
         failure = None
         try:
             result = run_screen(cfg, config_file=str(config), candidates=candidate or None, progress=progress())
@@ -447,37 +448,6 @@ def screen(
         return result.exit_code
 
     _guard(body)
-
-
-def _logged_quantity(cfg: Any, *, strict: bool, file: str) -> dict[str, Any]:
-    """What a screen's logs measure (`logs.logged_quantity`) beside the budget's protocol; each difference is a
-    warning, or with `strict` a ConfigError (exit 2)."""
-    from admitcheck.calibration.artifact import load_calibration
-    from admitcheck.errors import ConfigError
-    from admitcheck.measurement.logs import logged_quantity, protocol_differences, read_logs
-
-    quantity = logged_quantity(read_logs(cfg.logs.path, format=cfg.logs.format))
-    protocol = load_calibration(cfg.calibration).data["protocol"]
-    try:
-        diffs = protocol_differences(quantity, protocol, step=cfg.logs.step)
-    except ConfigError as exc:
-        raise ConfigError(exc.message, file=file, field=exc.field) from None
-    probe, sampling = protocol.get("probe", {}), protocol.get("sampling", {})
-    quantity["budget_protocol"] = {
-        "prompts": f"{probe.get('num_prompts')} probe prompts", "x": protocol.get("x", "start"),
-        "max_new_tokens": probe.get("max_new_tokens"), "sampling": sampling,
-    }  # fmt: skip
-    quantity["differences"] = diffs
-    quantity["step"] = cfg.logs.step
-    if diffs and strict:
-        raise ConfigError(
-            "the logs measure another quantity than the budget's protocol (--strict): " + "; ".join(diffs),
-            file=file,
-            field="logs.path",
-        )
-    for d in diffs:
-        warnings.warn(AdmitcheckWarning(f"logs vs the budget's protocol: {d}"), stacklevel=2)
-    return quantity
 
 
 def _screen_dashboards(framework: str, result, logs) -> dict:
@@ -519,62 +489,18 @@ def validate(
     strict: StrictOpt = False,
 ) -> None:
     """Check a config of any kind: schema, files, layers, lengths, calibration compatibility (pair, protocol,
-    objective, a budget that can admit). Loads no model: exit 2 wherever `screen` would refuse before loading one."""
+    objective, a budget that can admit). Loads no model: exit 2 wherever `screen` would refuse before loading one.
+    Prints every error found (`admitcheck.validation.validate`), one panel each."""
 
     def body() -> int:
-        from admitcheck import io
-        from admitcheck.config import CONFIG_KINDS, config_kind, schema_for
-        from admitcheck.errors import ConfigError
+        from admitcheck.validation import validate as validate_config
 
-        data = io.read_yaml(config)
-        name, how = (kind, "named by --kind") if kind else config_kind(data)
-        if name not in CONFIG_KINDS:
-            raise ConfigError(f"unknown config kind {name!r} (known: {', '.join(CONFIG_KINDS)})", file=str(config),
-                              field="--kind" if kind else "kind")  # fmt: skip
-        cfg = io.load_config(config, schema_for(name))
-        if name in ("backtest", "plan"):
-            if name == "plan":
-                from admitcheck.admission.plan import validate as validate_other
-            else:
-                from admitcheck.admission.backtest import validate as validate_other
-
-            info = {"kind": name, "kind_from": how, **validate_other(cfg, config_file=str(config))}
-            if as_json:
-                print(json.dumps(info, indent=2, default=str))
-            else:
-                terminal.render_validate(config, info)
-            return 0
-        if (Path(cfg.pair.student) / "config.json").is_file():  # else the pair check below names it
-            from admitcheck.rollout.fits import check_config_rollouts
-
-            check_config_rollouts(cfg, file=str(config))
-        if name == "screen":
-            from admitcheck.admission.checks import validate as validate_screen
-
-            info = validate_screen(cfg, config_file=str(config), candidates=candidate or None)
-            if cfg.source == "logs":  # what the logs measure, beside the budget's protocol (warned, or refused)
-                info["logged"] = _logged_quantity(cfg, strict=strict, file=str(config))
-            if cfg.policy.reject_only:
-                info["gate"] = "reject-only (policy.reject_only): no candidate can be admitted by the bound"
-        else:
-            from admitcheck.pairs.load import check_pair
-            from admitcheck.rollout.limits import check_limits
-
-            check_limits(cfg, file=str(config))  # before the tokenizers load: lengths, memory, vLLM kept sets
-            check_pair(cfg.pair, file=str(config))
-            prompt_sets = [("probe.prompts", cfg.probe.prompts)]
-            if hasattr(cfg, "train"):
-                prompt_sets += [("train.prompts", cfg.train.prompts), ("eval.prompts", cfg.eval.prompts)]
-            counts = {f: len(io.read_prompts(p, field=f)) for f, p in prompt_sets}
-            info = {"pair": cfg.pair.name or Path(cfg.pair.student).name, "prompts": counts}
-            if name == "recipe":  # the search screens with these fields (one ScreenSession): the same refusals
-                from admitcheck.calibration.artifact import load_calibration
-                from admitcheck.calibration.compatibility import check_compatibility
-
-                calibration = load_calibration(cfg.calibration)
-                check_compatibility(cfg, calibration, config_file=str(config))
-                info["calibration"] = str(calibration.path)
-        info = {"kind": name, "kind_from": how, **info}
+        result = validate_config(config, kind=kind, candidates=candidate or None, strict=strict)
+        for exc in result.errors:
+            terminal.render_error(f"admitcheck: {type(exc).__name__}", str(exc))
+        if result.errors:
+            return max(exc.exit_code for exc in result.errors)
+        info = {"kind": result.kind, "kind_from": result.kind_from, **result.info}
         if as_json:
             print(json.dumps(info, indent=2, default=str))
         else:

@@ -38,3 +38,29 @@ class EngineError(AdmitcheckError):
 
 class AdmitcheckWarning(UserWarning):
     """Something a user should know that does not stop the command (the CLI prints it in yellow on stderr)."""
+
+
+class Collected:
+    """One independent check of a `validate` that collects every error (torchtune's pattern):
+
+        with Collected(errors) as inputs:
+            check_inputs(...)
+        if inputs.ok:  # the checks that need the inputs
+            ...
+
+    With a list, the check's AdmitcheckError joins it and the code after the block runs on (`ok` is False); with
+    None, the error is raised as it is (the first error stops, as in a command). Other exceptions always pass."""
+
+    def __init__(self, errors: list[AdmitcheckError] | None) -> None:
+        self.errors = errors
+        self.ok = True
+
+    def __enter__(self) -> Collected:
+        return self
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        if exc is None or self.errors is None or not isinstance(exc, AdmitcheckError):
+            return False
+        self.errors.append(exc)
+        self.ok = False
+        return True

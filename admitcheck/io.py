@@ -145,14 +145,19 @@ def resolve_model_ref(ref: str | Path, *, file: str | None = None, field: str = 
 
 def validation_error(exc: ValidationError, file: str) -> ConfigError:
     """The first pydantic error as one ConfigError naming the dotted field path."""
-    err = exc.errors()[0]
+    errors = exc.errors()
+    return schema_error(errors[0], file, more=len(errors) - 1)
+
+
+def schema_error(err: Any, file: str, *, more: int = 0) -> ConfigError:
+    """One pydantic error (an item of `ValidationError.errors()`) as a ConfigError naming the dotted field path;
+    `more` > 0 adds "(and N more errors)"."""
     loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
     msg = err["msg"]
     if err["type"] == "extra_forbidden":
         msg = "unknown key (check the spelling; see the config reference in README.md)"
     elif err["type"] == "missing":
         msg = "required field is missing"
-    more = len(exc.errors()) - 1
     if more:
         msg += f" (and {more} more error{'s' if more > 1 else ''})"
     return ConfigError(msg, file=file, field=loc)
@@ -175,6 +180,17 @@ def config_from_data(data: Any, model: type[M], *, base: Path, file: str) -> M:
         return model.model_validate(_resolve_paths(data, base))
     except ValidationError as exc:
         raise validation_error(exc, file) from None
+
+
+def config_errors(data: Any, model: type[M], *, base: Path, file: str) -> tuple[M | None, list[ConfigError]]:
+    """`config_from_data` that returns every schema error, each naming its field (the config is None when there
+    is one), instead of raising the first."""
+    if not isinstance(data, dict):
+        return None, [ConfigError("expected a mapping of sections at the top level", file=file)]
+    try:
+        return model.model_validate(_resolve_paths(data, base)), []
+    except ValidationError as exc:
+        return None, [schema_error(err, file) for err in exc.errors()]
 
 
 def read_prompts(path: str | Path, limit: int | None = None, *, field: str = "probe.prompts") -> list[dict]:

@@ -157,6 +157,7 @@ def test_the_plot_draws_every_family(report) -> None:
     assert png is not None and png[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_interrupted_backtest_resumes_to_the_identical_report(setup, report, tmp_path, monkeypatch) -> None:
     root, _ = setup
     cfg_path = write_backtest_config(root / "resume.yaml", tmp_path / "tiny.backtest.yaml")

@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench" / "fp8_speed.py"
 
 
+@pytest.mark.slow
 def test_dry_run_writes_every_variant(tmp_path):
     out = tmp_path / "fp8.json"
     env = os.environ | {"OMP_NUM_THREADS": "1"}
@@ -64,6 +65,7 @@ print(worst)
 """
 
 
+@pytest.mark.slow
 def test_triton_decode_kernel_matches_sdpa_in_the_interpreter():
     pytest.importorskip("triton")
     env = os.environ | {"TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
@@ -73,6 +75,7 @@ def test_triton_decode_kernel_matches_sdpa_in_the_interpreter():
     assert float(run.stdout.strip().splitlines()[-1]) < 0.01  # tf32-like rounding of tl.dot
 
 
+@pytest.mark.slow
 def test_every_variant_runs_at_the_smollm2_shape_on_cpu():
     """One SmolLM2-135M layer, batch 16, context 32: the FP8 GEMM variants (torch._scaled_mm, where this torch build
     has it on CPU) and the e4m3 cache give the BF16 output within FP8 rounding — the GPU run's shapes and layouts."""

@@ -279,6 +279,7 @@ def test_held_out_levels_are_predicted_not_fitted() -> None:
 # ------------------------------------------------------------------------------------------------ resume, jobs
 
 
+@pytest.mark.slow
 def test_interrupted_calibration_resumes_to_the_identical_artifact(pair, reference, tmp_path, monkeypatch) -> None:
     _, want = reference
     out = tmp_path / "tiny.yaml"

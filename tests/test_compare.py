@@ -111,6 +111,7 @@ def _artifact(tmp_path: Path, name: str, **changes) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_compare_command_prints_both_budgets_and_the_ratio(tmp_path) -> None:
     a = _artifact(tmp_path, "a", recipe__loss="pg", budget__bootstrap={})  # no draws: the MOVER path
     b = _artifact(tmp_path, "b", recipe__loss="grpo", budget__value=0.004, budget__interval=[0.002, 0.008],
@@ -125,12 +126,14 @@ def test_compare_command_prints_both_budgets_and_the_ratio(tmp_path) -> None:
     assert out["ratio_interval"][0] < out["ratio"] < out["ratio_interval"][1]
 
 
+@pytest.mark.slow
 def test_compare_refuses_budgets_on_different_scales(tmp_path) -> None:
     a = _artifact(tmp_path, "a")
     b = _artifact(tmp_path, "b", protocol__probe__max_new_tokens=32)
     assert_user_error(CliRunner().invoke(app, ["compare", str(a), str(b)]), "max_new_tokens")
 
 
+@pytest.mark.slow
 def test_compare_command_prints_a_bound_as_a_bound(tmp_path) -> None:
     a = _artifact(tmp_path, "a", budget__kind="upper_bound", budget__value=1e-4, budget__interval=[0.0, 1e-4])
     b = _artifact(tmp_path, "b")

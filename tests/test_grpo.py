@@ -215,6 +215,7 @@ def test_grpo_train_runs_resyncs_and_is_deterministic(tmp_path) -> None:
     assert runs[0] == runs[1]
 
 
+@pytest.mark.slow
 def test_a_grpo_calibration_fits_the_task_error_with_cost_baseline_reward_minus_run_reward(tmp_path) -> None:
     import numpy as np
 

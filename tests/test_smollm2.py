@@ -69,6 +69,7 @@ def test_float32_engine_reproduces_the_scorer(slice_model):
     assert (r.logprobs - ref.logprobs)[r.mask].abs().max() <= 1e-5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "rollout",
     [
@@ -91,6 +92,7 @@ def test_recipes_run_at_real_width(slice_model, rollout):
     assert m.values["k3"] > 0
 
 
+@pytest.mark.slow
 def test_kv_skip_layers_change_only_what_they_skip(slice_model):
     """FP8 KV with every layer skipped is the BF16 engine exactly (same seed, same tokens, same log-probs)."""
     plain = engine(slice_model, dtype="bfloat16").sample(prompts(), T1, seed=2, max_new_tokens=5)

@@ -95,6 +95,7 @@ def test_generate_and_reverse_kl_on_an_untrained_model():
 # ----------------------------------------------------------------------------------------------- cache, determinism
 
 
+@pytest.mark.slow
 def test_cache_force_and_determinism(tmp_path):
     d = tmp_path / "pair"
     first = toy.build_toy_pair(d, seed=0, recipe=TINY)

@@ -71,6 +71,7 @@ HEAVY = lambda rng, n: 0.02 * rng.standard_t(3, n) / np.sqrt(3.0)  # noqa: E731 
 RULE = TruthConfig(replicates=4, step=4, max_replicates=16)  # the shipped toy backtest's rule
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("noise", [NORMAL, HEAVY], ids=["normal", "t3"])
 def test_wrong_side_rate_is_at_most_half_alpha(noise) -> None:
     """At the boundary (true cost = τ, and just above it) each wrong label happens ≤ α/2 = 2.5% of the time."""

@@ -21,7 +21,7 @@ from admitcheck.admission.sequential import (
 )
 from admitcheck.calibration.compatibility import check_compatibility
 from admitcheck.config import CandidateConfig, RolloutConfig, ScreenConfig
-from admitcheck.errors import AdmitcheckWarning, CalibrationError, ConfigError, EngineError
+from admitcheck.errors import AdmitcheckError, AdmitcheckWarning, CalibrationError, Collected, ConfigError, EngineError
 
 # Re-exported: the verdict and the look plan were defined here before `admission` (cli, report, bench use them).
 
@@ -145,22 +145,37 @@ def check_engines(chosen: list[CandidateConfig], file: str | None) -> None:
 
 
 def validate(
-    config: ScreenConfig, *, config_file: str | None = None, candidates: list[str] | None = None
+    config: ScreenConfig,
+    *,
+    config_file: str | None = None,
+    candidates: list[str] | None = None,
+    errors: list[AdmitcheckError] | None = None,
 ) -> dict[str, Any]:
     """Inputs on disk, calibration compatibility, engine support, logs file; no model loads. Returns what a screen
-    would run."""
-    chosen = select_candidates(config, candidates)
-    check_inputs(config, chosen, config_file)
-    calibration = load_checked_calibration(config, config_file=config_file, behaviour=False)
+    would run. With `errors`, each check's error joins that list and the independent checks run on (the
+    calibration's, which hashes the inputs, only when they are there); without, the first error is raised."""
+    chosen = select_candidates(config, candidates)  # an unknown name: nothing to check the rest against
+    with Collected(errors) as inputs:
+        check_inputs(config, chosen, config_file)
+    calibration = None
+    if inputs.ok:
+        with Collected(errors):
+            calibration = load_checked_calibration(config, config_file=config_file, behaviour=False)
+    probes = None
     if config.source == "logs":
         from admitcheck.measurement.logs import read_logs
 
-        logs = read_logs(config.logs.path, format=config.logs.format)
-        looks, probes = 1, logs.num_sequences
+        with Collected(errors):
+            logs = read_logs(config.logs.path, format=config.logs.format)
+            looks, probes = 1, logs.num_sequences
     else:
-        check_engines(chosen, config_file)
-        probes = len(probe_prompts(config, config_file))
-        looks = looks_plan(config, probes)[2]
+        with Collected(errors):
+            check_engines(chosen, config_file)
+        if inputs.ok:  # check_inputs has read the probe prompts
+            probes = len(probe_prompts(config, config_file))
+            looks = looks_plan(config, probes)[2]
+    if calibration is None or probes is None:
+        return {}  # the errors say why
     return {
         "calibration": calibration_summary(calibration),
         "candidates": [c.name for c in chosen],
