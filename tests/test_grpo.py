@@ -215,6 +215,26 @@ def test_grpo_train_runs_resyncs_and_is_deterministic(tmp_path) -> None:
     assert runs[0] == runs[1]
 
 
+def test_grpo_stops_after_the_first_steps_of_its_schedule(tmp_path) -> None:
+    """stop_after holds for GRPO as for OPD (the one loop), so a stale student of an RL recipe is θk, not the end of
+    a full run (grpo.train ignored stop_after before issue 26: an RL staleness level measured θ0 against θ_steps)."""
+    from admitcheck import io
+    from admitcheck.config import PairConfig
+    from admitcheck.pairs.load import load_pair_tokenizer, tokenize_prompts
+    from admitcheck.rollout.engines.hf import HFEngine
+    from tests.test_opd import make_tiny_pair
+
+    root = make_tiny_pair(tmp_path)
+    tokens = load_pair_tokenizer(PairConfig(student=str(root / "student"), teacher=str(root / "teacher")))
+    ids = tokenize_prompts(tokens, io.read_prompts(root / "prompts" / "train.jsonl"))
+    cfg = TrainConfig(prompts="-", loss="grpo", steps=3, batch_size=8, max_new_tokens=6, grpo={"group_size": 4})
+    student = io.load_causal_lm(root / "student")
+    engine = HFEngine(student, RolloutConfig(dtype="float32"), eos_token_id=2, pad_token_id=0)
+    steps = []
+    result = opd.train(student, None, engine, ids, cfg, seed=3, stop_after=1, on_step=lambda k, _m: steps.append(k))
+    assert steps == [1] and len(result.steps) == 1
+
+
 def test_a_grpo_calibration_fits_the_task_error_with_cost_baseline_reward_minus_run_reward(tmp_path) -> None:
     import numpy as np
 

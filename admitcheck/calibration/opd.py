@@ -156,8 +156,6 @@ def train(
     every sync, scaled to the current weights) instead of a fresh draw after every sync.
     """
     objective = objective_for(cfg, teacher, prompt_ids)
-    if cfg.loss == "grpo":  # grpo.train ran every step whatever stop_after said: kept bit-identical for now
-        stop_after = None
     sampling = SamplingConfig(temperature=cfg.temperature)
     student.eval()  # no dropout: training mode is only about gradients here
     params = [p for p in student.parameters() if p.requires_grad]
