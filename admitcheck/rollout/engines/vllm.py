@@ -143,7 +143,7 @@ def kept_set_problem(sampling: SamplingConfig, vocab_size: int) -> str | None:
 
 
 def _text_config(model_dir: Path) -> dict:
-    from admitcheck.rollout.capacity import text_config
+    from admitcheck.io import text_config
 
     return text_config(json.loads((model_dir / "config.json").read_text(encoding="utf-8")))
 
