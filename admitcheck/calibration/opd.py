@@ -229,45 +229,9 @@ def cast_parameters(model: torch.nn.Module, dtype: str) -> torch.nn.Module:
     return model
 
 
-def stale_student(
+def first_steps(
     student0: torch.nn.Module,
-    teacher: torch.nn.Module,
-    prompt_ids: list[list[int]],
-    cfg: TrainConfig,
-    rollout: RolloutConfig,
-    staleness: int,
-    seed: int,
-    tokens,  # measure.PairTokens
-) -> torch.nn.Module:
-    """A float32 copy of `student0` after `staleness` real OPD steps of recipe `cfg` (seed `seed`) whose rollouts
-    all came from θ0 (an engine k steps behind holds θ0 for the first k steps): the θk of KL(π_θ0 ‖ π_θk).
-
-    The first k steps of the run itself: its learning-rate schedule over its full `cfg.steps` (stopped after k), not
-    a schedule of length k — a cosine of length 2 gives multipliers [1, 0.5] instead of ≈ [1, 1] and understated
-    every staleness mismatch with k ≥ 2."""
-    from admitcheck.rollout.engines.hf import HFEngine
-
-    student = cast_parameters(copy.deepcopy(student0), "float32")
-    engine = HFEngine(student, rollout, eos_token_id=tokens.eos_token_id, pad_token_id=tokens.pad_token_id)
-    try:
-        train(
-            student,
-            teacher,
-            engine,
-            prompt_ids,
-            cfg,
-            staleness=staleness,
-            seed=seed,
-            stop_after=staleness,
-        )
-    finally:
-        engine.close()
-    return student
-
-
-def run_mismatch(
-    student0: torch.nn.Module,
-    teacher: torch.nn.Module,
+    teacher: torch.nn.Module | None,
     prompt_ids: list[list[int]],
     cfg: TrainConfig,
     rollout: RolloutConfig,
@@ -275,14 +239,10 @@ def run_mismatch(
     steps: int,
     staleness: int = 0,
     seed: int,
-    tokens,  # measure.PairTokens
-) -> float:
-    """The run-averaged mismatch x_run of a rollout engine (`rollout`, rollouts `staleness` steps behind): the mean
-    engine-vs-trainer k3 (nats/token) over the first `steps` real OPD steps of recipe `cfg` from `student0`.
-
-    A calibration fitted on x_run (artifact `budget.x: run`) measured it exactly so, on the first
-    `levels.run_window` steps of each run (replicate 0 has the seed `levels.replicate_seed(recipe seed, 0)`);
-    a screen calls this with the same recipe, window and seed to measure the same quantity. `student0` is copied."""
+    tokens,  # pairs.load.PairTokens
+) -> tuple[torch.nn.Module, OPDResult]:
+    """(student, result) after the first `steps` real steps of recipe `cfg` (its schedule over the full `cfg.steps`,
+    stopped) on a float32 copy of `student0`, through an HF engine of `rollout` `staleness` steps behind."""
     from admitcheck.rollout.engines.hf import HFEngine
 
     student = cast_parameters(copy.deepcopy(student0), "float32")
@@ -291,4 +251,47 @@ def run_mismatch(
         result = train(student, teacher, engine, prompt_ids, cfg, staleness=staleness, seed=seed, stop_after=steps)
     finally:
         engine.close()
+    return student, result
+
+
+def stale_student(
+    student0: torch.nn.Module,
+    teacher: torch.nn.Module | None,
+    prompt_ids: list[list[int]],
+    cfg: TrainConfig,
+    rollout: RolloutConfig,
+    staleness: int,
+    seed: int,
+    tokens,  # pairs.load.PairTokens
+) -> torch.nn.Module:
+    """A float32 copy of `student0` after `staleness` real OPD steps of recipe `cfg` (seed `seed`) whose rollouts
+    all came from θ0 (an engine k steps behind holds θ0 for the first k steps): the θk of KL(π_θ0 ‖ π_θk).
+
+    The first k steps of the run itself: its learning-rate schedule over its full `cfg.steps` (stopped after k), not
+    a schedule of length k — a cosine of length 2 gives multipliers [1, 0.5] instead of ≈ [1, 1] and understated
+    every staleness mismatch with k ≥ 2."""
+    kw = {"steps": staleness, "staleness": staleness, "seed": seed, "tokens": tokens}
+    return first_steps(student0, teacher, prompt_ids, cfg, rollout, **kw)[0]
+
+
+def run_mismatch(
+    student0: torch.nn.Module,
+    teacher: torch.nn.Module | None,
+    prompt_ids: list[list[int]],
+    cfg: TrainConfig,
+    rollout: RolloutConfig,
+    *,
+    steps: int,
+    staleness: int = 0,
+    seed: int,
+    tokens,  # pairs.load.PairTokens
+) -> float:
+    """The run-averaged mismatch x_run of a rollout engine (`rollout`, rollouts `staleness` steps behind): the mean
+    engine-vs-trainer k3 (nats/token) over the first `steps` real OPD steps of recipe `cfg` from `student0`.
+
+    A calibration fitted on x_run (artifact `budget.x: run`) measured it exactly so, on the first
+    `levels.run_window` steps of each run (replicate 0 has the seed `levels.replicate_seed(recipe seed, 0)`);
+    a screen calls this with the same recipe, window and seed to measure the same quantity. `student0` is copied."""
+    kw = {"steps": steps, "staleness": staleness, "seed": seed, "tokens": tokens}
+    _, result = first_steps(student0, teacher, prompt_ids, cfg, rollout, **kw)
     return sum(s.k3 for s in result.steps) / max(len(result.steps), 1)
