@@ -342,6 +342,15 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
 # ----------------------------------------------------------------------------------------------- models
 
 
+def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The language model's part of a config.json dict, the one rule every reader of config.json uses: for a
+    multimodal wrapper (Qwen-VL, Gemma 3, Llava, …: a `text_config` dict and no `hidden_size` of its own) its
+    `text_config`, the wrapper's keys filling what it lacks (a `tie_word_embeddings` kept at the top, …); else the
+    config itself."""
+    inner = cfg.get("text_config")
+    return {**cfg, **inner} if isinstance(inner, dict) and "hidden_size" not in cfg else cfg
+
+
 def model_layout(path: str | Path, *, file: str | None = None, field: str = "pair.student") -> tuple[int, list[str]]:
     """(decoder layers, module names) of an HF model dir, from config.json and the safetensors headers: no torch,
     no weights read. Module names are the tensor names without their last part ("model.layers.0.mlp.up_proj");
@@ -351,8 +360,8 @@ def model_layout(path: str | Path, *, file: str | None = None, field: str = "pai
         cfg = read_json(path / "config.json")
     except ConfigError:
         raise ConfigError(f"not a model dir (no readable config.json): {path}", file=file, field=field) from None
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
-    layers = int(text.get("num_hidden_layers") or cfg.get("num_hidden_layers") or 0)
+    text = text_config(cfg)
+    layers = int(text.get("num_hidden_layers") or 0)
     names: set[str] = set()
     for f in sorted(path.glob("*.safetensors")):
         try:
@@ -361,7 +370,7 @@ def model_layout(path: str | Path, *, file: str | None = None, field: str = "pai
         except (OSError, ValueError) as exc:
             raise ConfigError(f"unreadable safetensors header: {exc}", file=str(f), field=field) from None
         names |= {k.rpartition(".")[0] for k in header if k != "__metadata__"}
-    if names and (text.get("tie_word_embeddings") or cfg.get("tie_word_embeddings")):
+    if names and text.get("tie_word_embeddings"):
         names.add("lm_head")
     return layers, sorted(names)
 

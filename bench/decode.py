@@ -27,8 +27,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from admitcheck.config import RolloutConfig, SamplingConfig
-from admitcheck.measurement.scorer import left_pad, position_ids
 from admitcheck.rollout.engines.hf import HFEngine
+from admitcheck.rollout.layout import left_pad, position_ids
 
 
 def tiny_student(vocab: int = 32, seed: int = 0) -> torch.nn.Module:

@@ -150,7 +150,7 @@ def _time_engine(engine: HFEngine, ids: list[list[int]], new_tokens: int, repeat
 
 
 def _time_generate(model, ids: list[list[int]], new_tokens: int, repeats: int, static: bool) -> dict:
-    from admitcheck.measurement.scorer import left_pad
+    from admitcheck.rollout.layout import left_pad
 
     input_ids, mask = left_pad(ids, 0, "cuda")
     kw = {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_new_tokens": new_tokens,

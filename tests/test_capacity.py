@@ -140,3 +140,18 @@ def test_moe_parameter_count() -> None:
     }
     assert count_parameters(qwen3_30b_a3b) == pytest.approx(30.5e9, rel=0.01)
     assert kv_bytes_per_token(qwen3_30b_a3b, CapacitySpec()) == 48 * 2 * 4 * 128 * 2
+
+
+def test_a_multimodal_wrapper_is_read_through_its_text_config() -> None:
+    """io.text_config, the one rule every config.json reader uses: a wrapper without `hidden_size` of its own is its
+    `text_config`, the top level filling the keys it lacks; a config with `hidden_size` is itself."""
+    from admitcheck.io import text_config
+
+    inner = {k: v for k, v in QWEN25_7B.items() if k != "tie_word_embeddings"}
+    wrapper = {"model_type": "qwen2_vl", "text_config": inner, "tie_word_embeddings": False, "vision_config": {}}
+    assert text_config(wrapper)["hidden_size"] == 3584 and text_config(wrapper)["model_type"] == "qwen2"
+    assert text_config(wrapper)["tie_word_embeddings"] is False  # from the top level
+    assert count_parameters(wrapper) == count_parameters(QWEN25_7B)
+    assert kv_bytes_per_token(wrapper, CapacitySpec()) == kv_bytes_per_token(QWEN25_7B, CapacitySpec())
+    both = {**QWEN25_7B, "text_config": {**QWEN25_7B, "num_hidden_layers": 1}}
+    assert text_config(both) is both and text_config(QWEN25_7B) is QWEN25_7B

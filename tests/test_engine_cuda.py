@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from admitcheck.config import KVCacheConfig, NoiseConfig, RolloutConfig, SamplingConfig, WeightsRecipe
-from admitcheck.measurement.scorer import left_pad, score
+from admitcheck.measurement.scorer import score
 from admitcheck.rollout.engines.cuda_graph import CapturedDecoder, DecodeShape, bucket
 from admitcheck.rollout.engines.hf import HFEngine
 from admitcheck.rollout.kv_fp8 import KVRecipe
+from admitcheck.rollout.layout import left_pad
 from admitcheck.rollout.sampling import draw_uniforms
 from tests.test_engine_hf import prompts
 from tests.tiny import EOS, PAD, tiny_llama

@@ -74,7 +74,7 @@ MODES = [
 @pytest.mark.parametrize("cfg", MODES, ids=lambda c: f"{c.correction}-{c.correction_level}-{c.clip_ratio_high}")
 def test_grpo_loss_gradient_equals_the_closed_form(cfg: GRPOConfig) -> None:
     logits, tokens, mask, lp, mu, ell, adv = _batch()
-    loss, _ = grpo.grpo_loss(cfg, lp, mu, adv, mask)
+    loss, _ = grpo.GRPO(cfg).loss(lp, mu, adv, mask)
     (grad,) = torch.autograd.grad(loss, logits)
     n = int(mask.sum())
     p = torch.softmax(logits.detach(), -1)  # (B, T, V)
@@ -110,7 +110,7 @@ def test_on_policy_the_loss_is_the_plain_policy_gradient() -> None:
     logits, _tokens, mask, lp, _, _, adv = _batch(2)
     grads = []
     for cfg in MODES:
-        loss, stats = grpo.grpo_loss(cfg, lp, lp.detach(), adv, mask)
+        loss, stats = grpo.GRPO(cfg).loss(lp, lp.detach(), adv, mask)
         grads.append(torch.autograd.grad(loss, logits, retain_graph=True)[0])
         assert stats["clipped"] == 0 and stats["masked"] == 0
     for g in grads[1:]:
@@ -208,11 +208,31 @@ def test_grpo_train_runs_resyncs_and_is_deterministic(tmp_path) -> None:
     for _ in range(2):
         student = io.load_causal_lm(root / "student")
         engine = HFEngine(student, RolloutConfig(dtype="float32"), eos_token_id=2, pad_token_id=0)
-        result = opd.train(student, None, engine, ids, cfg, seed=3)  # dispatches to grpo.train
+        result = opd.train(student, None, engine, ids, cfg, seed=3)  # the one loop, objective grpo.GRPO
         assert all(isinstance(s, grpo.GRPOStepLog) for s in result.steps) and len(result.steps) == 2
         assert max(s.k3 for s in result.steps) < 1e-6  # float32 engine re-synced from the trainer: no mismatch
         runs.append([s.loss for s in result.steps] + [float(p.detach().sum()) for p in student.parameters()])
     assert runs[0] == runs[1]
+
+
+def test_grpo_stops_after_the_first_steps_of_its_schedule(tmp_path) -> None:
+    """stop_after holds for GRPO as for OPD (the one loop), so a stale student of an RL recipe is θk, not the end of
+    a full run (grpo.train ignored stop_after before issue 26: an RL staleness level measured θ0 against θ_steps)."""
+    from admitcheck import io
+    from admitcheck.config import PairConfig
+    from admitcheck.pairs.load import load_pair_tokenizer, tokenize_prompts
+    from admitcheck.rollout.engines.hf import HFEngine
+    from tests.test_opd import make_tiny_pair
+
+    root = make_tiny_pair(tmp_path)
+    tokens = load_pair_tokenizer(PairConfig(student=str(root / "student"), teacher=str(root / "teacher")))
+    ids = tokenize_prompts(tokens, io.read_prompts(root / "prompts" / "train.jsonl"))
+    cfg = TrainConfig(prompts="-", loss="grpo", steps=3, batch_size=8, max_new_tokens=6, grpo={"group_size": 4})
+    student = io.load_causal_lm(root / "student")
+    engine = HFEngine(student, RolloutConfig(dtype="float32"), eos_token_id=2, pad_token_id=0)
+    steps = []
+    result = opd.train(student, None, engine, ids, cfg, seed=3, stop_after=1, on_step=lambda k, _m: steps.append(k))
+    assert steps == [1] and len(result.steps) == 1
 
 
 @pytest.mark.slow

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from admitcheck.config import KVCacheConfig, RolloutConfig, SamplingConfig, WeightsRecipe
-from admitcheck.measurement.scorer import left_pad, position_ids
 from admitcheck.rollout.engines.cuda_graph import CapturedDecoder, DecodeShape
 from admitcheck.rollout.engines.hf import HFEngine
 from admitcheck.rollout.kv_fp8 import KVRecipe, calibrate_scales, percentile_rank
+from admitcheck.rollout.layout import left_pad, position_ids
 from admitcheck.rollout.precision import fake_quant_fp8_per_group, fake_quant_fp8_per_token
 from admitcheck.rollout.sampling import draw_uniforms
 from tests.test_engine_hf import prompts

@@ -209,12 +209,6 @@ AGAINST_THE_FLOW = {
     ("admitcheck.admission.backtest", "admitcheck.plots"): "backtest draws its chart (schemas helper, issue 26)",
     ("admitcheck.calibration.artifact", "admitcheck.plots"): "writing the artifact draws its chart: the artifact <-> "
     "plots circle (schemas helper, issue 26)",
-    ("admitcheck.rollout.engines.hf", "admitcheck.measurement.scorer"): "the token layout (left_pad, position_ids) "
-    "lives in the scorer (training-loop helper, issue 26: one home for it beside the rollout)",
-    ("admitcheck.rollout.engines.cuda_graph", "admitcheck.measurement.scorer"): "the token layout (position_ids), "
-    "as engines/hf.py",
-    ("admitcheck.rollout.engines.vllm", "admitcheck.measurement.scorer"): "the token layout (left_pad, "
-    "position_ids), as engines/hf.py",
     ("admitcheck.pairs.smollm2", "admitcheck.rollout.engines.hf"): "building the SmolLM2 pair samples the converted "
     "models to check them (no owner in issue 26 yet)",
     ("admitcheck.pairs.smollm2", "admitcheck.measurement.scorer"): "building the SmolLM2 pair scores the converted "

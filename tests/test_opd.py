@@ -1,5 +1,5 @@
-"""admitcheck.calibration.opd: the OPD losses (closed forms), the loop's sync / staleness / determinism, quality
-evaluation.
+"""admitcheck.calibration.opd and .objectives: the OPD losses (closed forms), the loop's sync / staleness /
+determinism, quality evaluation.
 
 Tiny models built in-process (`make_tiny_pair`, shared with test_calibrate.py): a 2-layer, 64-wide teacher with a
 sharpened lm_head and a 2-layer, 32-wide student over the toy pair's 16-token vocabulary, both untrained.
@@ -17,6 +17,7 @@ import torch
 
 from admitcheck import io
 from admitcheck.calibration import opd
+from admitcheck.calibration.objectives import FullVocabReverseKL, SampledTokenPG
 from admitcheck.config import EvalConfig, NoiseConfig, PairConfig, RolloutConfig, SamplingConfig, TrainConfig
 from admitcheck.pairs.load import load_pair_tokenizer, tokenize_prompts
 from admitcheck.rollout.engines.hf import HFEngine
@@ -98,7 +99,7 @@ def test_pg_loss_gradient_is_the_importance_weighted_policy_gradient(student_log
     lp = full.gather(-1, tokens[..., None])[..., 0]  # (B, T)
     teacher_lp = teacher_full.gather(-1, tokens[..., None])[..., 0]
     cfg = _cfg(student_logprobs=student_logprobs, tis_cap=tis_cap)
-    (grad,) = torch.autograd.grad(opd.opd_loss(cfg, lp, mu, teacher_lp, mask), logits, retain_graph=True)
+    (grad,) = torch.autograd.grad(SampledTokenPG(cfg).loss(lp, mu, teacher_lp, mask), logits, retain_graph=True)
     # closed form: −Σ_t w_t A_t ∇log π_θ(y_t) / N with w = min(π/μ, C), A = −(log π_S − log π_T)
     own = lp.detach() if student_logprobs == "trainer" else mu
     w = torch.exp(lp.detach() - mu)
@@ -109,10 +110,9 @@ def test_pg_loss_gradient_is_the_importance_weighted_policy_gradient(student_log
 
 
 def test_gkd_loss_is_the_exact_reverse_kl() -> None:
-    logits, teacher_full, tokens, mask, mu = _random_batch(1)
+    logits, teacher_full, _tokens, mask, _mu = _random_batch(1)
     full = torch.log_softmax(logits, -1)
-    lp = full.gather(-1, tokens[..., None])[..., 0]
-    loss = opd.opd_loss(_cfg(loss="gkd_reverse_kl"), lp, mu, lp, mask, full, teacher_full)
+    loss = FullVocabReverseKL().loss(full, teacher_full, mask)
     p = full.exp()
     want = ((p * (full - teacher_full)).sum(-1)[mask]).mean()
     torch.testing.assert_close(loss, want)
@@ -132,7 +132,7 @@ def test_pg_gradient_estimates_the_reverse_kl_gradient() -> None:
     lp = full.expand(n, 1, 5).gather(-1, tokens[..., None])[..., 0]  # (n, 1)
     t_lp = teacher.expand(n, 1, 5).gather(-1, tokens[..., None])[..., 0]
     mask = torch.ones(n, 1, dtype=torch.bool)
-    (pg,) = torch.autograd.grad(opd.opd_loss(_cfg(), lp, lp.detach(), t_lp, mask), logits, retain_graph=True)
+    (pg,) = torch.autograd.grad(SampledTokenPG(_cfg()).loss(lp, lp.detach(), t_lp, mask), logits, retain_graph=True)
     (exact,) = torch.autograd.grad((full.exp() * (full - teacher)).sum(), logits)
     torch.testing.assert_close(pg, exact, atol=0.03, rtol=0.1)
 
@@ -282,14 +282,13 @@ def test_stale_student_trains_with_the_runs_own_schedule(tiny) -> None:
 def test_gkd_reverse_kl_has_finite_gradients_on_truncated_rows() -> None:
     """Rows with −inf entries (tokens outside a top-k/top-p kept set): the loss and its gradient stay finite
     (`torch.where(p > 0, p·(s − t), 0)` gave nan gradients: 0·(−inf) in the discarded branch)."""
-    logits, teacher_full, tokens, mask, mu = _random_batch(2)
+    logits, teacher_full, _tokens, mask, _mu = _random_batch(2)
     logits = logits.clone().requires_grad_(True)
     cut = torch.zeros_like(logits, dtype=torch.bool)
     cut[..., -2:] = True  # the last two tokens are outside the kept set everywhere
     masked = logits.masked_fill(cut, -math.inf)
     full = torch.log_softmax(masked, -1)
-    lp = full.gather(-1, tokens.clamp(max=logits.shape[-1] - 3)[..., None])[..., 0]
-    loss = opd.opd_loss(_cfg(loss="gkd_reverse_kl"), lp, mu, lp, mask, full, teacher_full)
+    loss = FullVocabReverseKL().loss(full, teacher_full, mask)
     (grad,) = torch.autograd.grad(loss, logits)
     assert torch.isfinite(loss) and torch.isfinite(grad).all()
     p = full.exp()

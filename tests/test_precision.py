@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from admitcheck.config import NoiseConfig, RolloutConfig, WeightsRecipe
+from admitcheck.rollout.capacity import layer_index
 from admitcheck.rollout.precision import (
     apply_noise,
     apply_rollout_recipe,
@@ -13,7 +14,6 @@ from admitcheck.rollout.precision import (
     fake_quant_fp8,
     fake_quant_fp8_per_token,
     fake_quant_int8,
-    layer_index,
     quantize_kv,
     quantized_linear_names,
     recipe_state_dict,

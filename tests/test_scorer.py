@@ -7,7 +7,8 @@ import torch
 from transformers import LlamaForCausalLM
 
 from admitcheck.config import SamplingConfig
-from admitcheck.measurement.scorer import Scores, left_pad, position_ids, response_logprobs, score
+from admitcheck.measurement.scorer import Scores, response_logprobs, score
+from admitcheck.rollout.layout import left_pad, position_ids
 from admitcheck.rollout.sampling import process_logits
 from tests.tiny import VOCAB, tiny_llama
 

@@ -191,6 +191,40 @@ def test_verdicts(result):
 
 
 @pytest.mark.slow
+def test_a_screen_loads_the_pair_once(setup, tmp_path, toy_pair_dir, monkeypatch):
+    """The compatibility check, the reference, every stale candidate and the prefix-shift diagnostic share one
+    `LoadedPair`: each (model, dtype, device) is read once outside the engines (which load their own copy), each
+    tokenizer once."""
+    import inspect
+
+    from admitcheck.admission.screen import screen
+
+    loads, tokenizers = [], []
+    real_model, real_tokenizer = io.load_causal_lm, io.load_tokenizer
+
+    def load_causal_lm(path, dtype="float32", device="cpu", **kw):
+        caller = inspect.stack()[1].filename
+        if "engines" not in caller:
+            loads.append((str(path), dtype, device))
+        return real_model(path, dtype, device, **kw)
+
+    def load_tokenizer(path, **kw):
+        tokenizers.append(str(path))
+        return real_tokenizer(path, **kw)
+
+    monkeypatch.setattr(io, "load_causal_lm", load_causal_lm)
+    monkeypatch.setattr(io, "load_tokenizer", load_tokenizer)
+    _, cal = setup
+    cands = [BF16, {"name": "stale1", "staleness": 1}, {"name": "stale2", "staleness": 2}]
+    p = write_config(tmp_path / "s.yaml", toy_pair_dir, cal, cands, diagnostics=["prefix_shift"],
+                     probe={"min_prompts": 16, "num_prompts": 16})  # fmt: skip
+    result = screen(io.load_config(p, ScreenConfig), config_file=str(p))
+    assert len(result.verdicts) == 3 and "prefix_shift" in result.diagnostics["bf16"]
+    assert sorted(loads) == sorted(set(loads)) and len(loads) == 2  # student and teacher, float32 on CPU
+    assert sorted(tokenizers) == sorted({str(toy_pair_dir / "student"), str(toy_pair_dir / "teacher")})
+
+
+@pytest.mark.slow
 def test_marginal_follows_policy(setup, tmp_path, toy_pair_dir):
     from admitcheck.admission.screen import screen
 

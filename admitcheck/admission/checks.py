@@ -60,12 +60,15 @@ def check_inputs(config: ScreenConfig, chosen: list[CandidateConfig], file: str 
         raise ConfigError(f"file not found: {cap}", file=file, field="capacity.model_config_path")
 
 
-def load_checked_calibration(config: ScreenConfig, *, config_file: str | None = None, behaviour: bool = True):
+def load_checked_calibration(
+    config: ScreenConfig, *, config_file: str | None = None, behaviour: bool = True, pair: Any = None
+):
     """`artifact.load_calibration(config.calibration)` after `check_compatibility`. When the strict fingerprints
-    differ and `behaviour` is set, both models are loaded (float32, CPU) and their log-probs on the calibration's
-    fixed sequences compared (`fingerprint.check_behaviour`: CalibrationError when they drifted); the strict
-    differences are then issued as `PairRewrittenWarning`s."""
+    differ and `behaviour` is set, both models are loaded (float32, CPU; from `pair`, the screen's `LoadedPair`, when
+    given) and their log-probs on the calibration's fixed sequences compared (`fingerprint.check_behaviour`:
+    CalibrationError when they drifted); the strict differences are then issued as `PairRewrittenWarning`s."""
     from admitcheck.calibration.artifact import load_calibration
+    from admitcheck.pairs.load import LoadedPair
 
     calibration = load_calibration(config.calibration)
     if calibration.x_measure != "start":  # the screen's probe measurement is at the start weights (a stale candidate
@@ -86,8 +89,8 @@ def load_checked_calibration(config: ScreenConfig, *, config_file: str | None = 
                 file=config_file,
                 field="pair",
             )
-        student = io.load_causal_lm(config.pair.student, "float32", "cpu", file=config_file, field="pair.student")
-        teacher = io.load_causal_lm(config.pair.teacher, "float32", "cpu", file=config_file, field="pair.teacher")
+        pair = pair if pair is not None else LoadedPair(config.pair, file=config_file)
+        student, teacher = pair.student("float32", "cpu"), pair.teacher("float32", "cpu")
         drift = fingerprint.check_behaviour(stored, student, teacher, budget=calibration.budget.value, file=config_file)
         del student, teacher
         warnings.warn(

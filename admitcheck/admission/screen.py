@@ -81,8 +81,9 @@ class ScreenResult:
         }
 
 
-def _diagnostics(config: ScreenConfig, chosen: list[CandidateConfig], config_file: str | None) -> dict:
-    """`diagnostics: [prefix_shift]`: coupled sampling of each hf rollout candidate against the reference."""
+def _diagnostics(config: ScreenConfig, chosen: list[CandidateConfig], config_file: str | None, pair) -> dict:
+    """`diagnostics: [prefix_shift]`: coupled sampling of each hf rollout candidate against the reference (the
+    screen's `LoadedPair`: no model loaded again)."""
     if "prefix_shift" not in config.diagnostics:
         return {}
     from admitcheck.measurement.prefix_shift import load_prefix_shift_inputs, prefix_shift_for
@@ -90,7 +91,7 @@ def _diagnostics(config: ScreenConfig, chosen: list[CandidateConfig], config_fil
     coupled = [c for c in chosen if c.rollout is not None and c.rollout.engine == "hf"]
     if not coupled:
         return {}
-    inputs = load_prefix_shift_inputs(config, config_file=config_file)  # the pair once, for every candidate
+    inputs = load_prefix_shift_inputs(config, config_file=config_file, pair=pair)  # once, for every candidate
     return {
         c.name: {"prefix_shift": prefix_shift_for(config, c.rollout, config_file=config_file, inputs=inputs).to_dict()}
         for c in coupled
@@ -141,7 +142,7 @@ def screen(
         setup,
         time.perf_counter() - t0,
         failures,
-        _diagnostics(config, chosen, config_file) if config.source == "engine" else {},
+        _diagnostics(config, chosen, config_file, session.pair) if config.source == "engine" else {},
     )
     if failures:
         raise _partial_failure(result, config_file)

@@ -28,6 +28,7 @@ from admitcheck.admission.sequential import (
 from admitcheck.admission.staleness import stale_reference
 from admitcheck.config import CandidateConfig, RolloutConfig, ScreenConfig
 from admitcheck.errors import EngineError
+from admitcheck.pairs.load import LoadedPair
 
 # Re-exported: the verdict and the look plan were defined here before `admission` (cli, report, bench use them).
 
@@ -42,9 +43,17 @@ class ScreenSession:
         v = session.screen_candidate(CandidateConfig(name="fp8_kv", rollout=...))   # a Verdict
     """
 
-    def __init__(self, config: ScreenConfig, *, config_file: str | None = None, calibration: Any = None) -> None:
+    def __init__(
+        self,
+        config: ScreenConfig,
+        *,
+        config_file: str | None = None,
+        calibration: Any = None,
+        pair: LoadedPair | None = None,
+    ) -> None:
         self.config, self.file = config, config_file
-        self.calibration = calibration or load_checked_calibration(config, config_file=config_file)
+        self.pair = pair if pair is not None else LoadedPair(config.pair, file=config_file)  # read once, shared
+        self.calibration = calibration or load_checked_calibration(config, config_file=config_file, pair=self.pair)
         self.metric = self.calibration.metric  # the budget's scale; `admission.decision_estimator` measures it
         self.tokens: Any = None
         self.prompt_ids: list[list[int]] = []
@@ -56,19 +65,19 @@ class ScreenSession:
 
     def prepare(self) -> None:
         """Tokenizer, probe prompts, look plan and the reference model (once)."""
-        from admitcheck.pairs.load import check_devices, load_pair_tokenizer, tokenize_prompts
+        from admitcheck.pairs.load import check_devices, tokenize_prompts
 
         if self.reference is not None:
             return
         cfg, file = self.config, self.file
         check_devices(cfg, file=file)
-        self.tokens = load_pair_tokenizer(cfg.pair, file=file)
+        self.tokens = self.pair.tokens
         prompts = probe_prompts(cfg, file)
         self.prompt_ids = tokenize_prompts(self.tokens, prompts, file=cfg.probe.prompts)
         self.plan = looks_plan(cfg, len(prompts))
         self.confidence = confidence_per_look(cfg.policy.confidence, self.plan[2])
         io.check_causal_lm(cfg.pair.teacher, file=file, field="pair.teacher")
-        self.reference = io.load_causal_lm(cfg.pair.student, cfg.reference.dtype, cfg.reference.device, file=file)
+        self.reference = self.pair.student(cfg.reference.dtype, cfg.reference.device)
 
     def _start_engine(self, rollout: RolloutConfig, name: str):
         from admitcheck.rollout.engines import build_engine
@@ -159,9 +168,13 @@ class ScreenSession:
         floor = self.floor(rollout, progress)
         t0 = time.perf_counter()
         if cand.staleness is not None:
-            start = self.reference if self.config.reference.dtype == "float32" else None
-            stale = partial(stale_reference, self.calibration, self.config, cand.staleness, reference=start)
+            stale = partial(stale_reference, self.calibration, self.config, cand.staleness, self.pair)
             reference = engine_call(cand.name, stale)
+            device = self.config.reference.device
+            if device != "cpu":  # the GPU's memory goes back to the engines: the float32 teacher (and θ0) are large
+                self.pair.release("teacher", "float32", device)
+                if self.config.reference.dtype != "float32":  # else θ0 is the reference, kept for every candidate
+                    self.pair.release("student", "float32", device)
         engine = self._start_engine(rollout, cand.name)
         try:
             run, state, looks = self._measure(cand.name, engine, reference, self.plan[1], True, progress)

@@ -1,33 +1,31 @@
 """Stale candidates for `screen`: the reference after `staleness` OPD steps with the calibration's training recipe.
 
-stale = stale_reference(calibration, screen_config, 2, reference=theta0)   # θ2, in the reference's precision
+stale = stale_reference(calibration, screen_config, 2, LoadedPair(screen_config.pair))   # θ2, reference precision
 """
 
 from __future__ import annotations
-
-import torch
 
 from admitcheck import io
 from admitcheck.calibration.levels import Level
 from admitcheck.calibration.opd import cast_parameters, stale_student
 from admitcheck.config import RolloutConfig, TrainConfig
-from admitcheck.pairs.load import load_pair_tokenizer, tokenize_prompts
+from admitcheck.pairs.load import LoadedPair, tokenize_prompts
 
 
-def stale_reference(calibration, config, staleness: int, *, reference: torch.nn.Module | None = None):
+def stale_reference(calibration, config, staleness: int, pair: LoadedPair):
     """For `screen`: the pair's student after `staleness` OPD steps with the calibration's recipe, and the seed a
     calibration level of that staleness uses (replicate 0), in the reference's precision. `config` is the screen's
-    (pair, reference); `reference` the loaded θ0 (optional)."""
+    (pair, reference); `pair` the screen's `LoadedPair` (θ0 and the teacher in float32 on the reference's device,
+    loaded once for every stale candidate; θ0 is the reference itself when that is float32)."""
 
     recipe = calibration.recipe
     path = calibration.train_prompts()
-    tokens = load_pair_tokenizer(config.pair, check_teacher=False)
+    tokens = pair.tokens
     ids = tokenize_prompts(tokens, io.read_prompts(path, field="recipe.prompts"), file=str(path))
     train_keys = set(TrainConfig.model_fields) - {"prompts"}
     cfg = TrainConfig(prompts=str(path), **{k: v for k, v in recipe.items() if k in train_keys})
     device = config.reference.device
-    teacher = io.load_causal_lm(config.pair.teacher, "float32", device, field="pair.teacher")
-    start = reference if reference is not None else io.load_causal_lm(config.pair.student, "float32", device)
+    teacher, start = pair.teacher("float32", device), pair.student("float32", device)
     seed = Level("stale", "staleness", staleness=staleness).seed(int(recipe["seed"]), 0)  # as the calibration
     stale = stale_student(start, teacher, ids, cfg, RolloutConfig(**recipe["rollout"]), staleness, seed, tokens)
     return cast_parameters(stale, config.reference.dtype)

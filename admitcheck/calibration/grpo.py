@@ -1,16 +1,17 @@
-"""The RL objective (`train.loss: grpo`): GRPO with a verifiable reward, trained through the same perturbed rollout
-engine as OPD, so that one calibration protocol gives an RL budget beside the OPD one (docs/rl.md).
+"""The RL objective (`train.loss: grpo`): GRPO with a verifiable reward, trained by the same loop through the same
+perturbed rollout engine as OPD (`opd.train`), so that one calibration protocol gives an RL budget beside the OPD
+one (docs/rl.md).
 
     cfg = TrainConfig(prompts="train.jsonl", loss="grpo", batch_size=128, grpo=GRPOConfig(group_size=8))
-    result = train(student, engine, train_ids, cfg, evaluator, seed=0)     # OPDResult, as opd.train gives
-    task_error(result.final)                                                # 1 − held-out exact-match reward
+    result = opd.train(student, None, engine, train_ids, cfg, evaluator, seed=0)   # the objective: GRPO(cfg.grpo)
+    task_error(result.final)                                                      # 1 − held-out exact-match reward
 
 One step: P = batch_size / G train prompts, each sampled G times by the rollout engine (its perturbation on) ->
 reward R_i ∈ {0, 1} per response (`toy_reversal`: exact match of the reversed digits, `toy.check_answer`) -> one
 advantage per response, normalised within its group: A_i = (R_i − mean_g) / (std_g + eps) with the unbiased std
 (torch.std), eps 1e-6, as verl's `compute_grpo_outcome_advantage`; a group whose rewards are all equal gets A = 0 ->
 the trainer (float32) re-scores the tokens with gradients -> the loss below -> one AdamW step (constant or cosine lr,
-grad-norm clip) -> the engine is re-synced and its perturbation re-applied, exactly as in `opd.train`.
+grad-norm clip) -> the engine is re-synced and its perturbation re-applied (the loop's, `opd.train`).
 
 The loss, token-mean over the batch's N response tokens (masked tokens stay in N, as prime-rl's loss scale):
     L = (1/N) Σ_t w_t · ppo(ρ_t, A_t),   ppo(ρ, A) = max(−Aρ, −A·clip(ρ, 1 − ε_low, 1 + ε_high)),
@@ -34,18 +35,14 @@ Quality of an RL run: the held-out task reward (exact match of the student's own
 
 from __future__ import annotations
 
-import math
-import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from admitcheck.calibration.runs import OPDResult, Quality, StepLog, derive_seed
-from admitcheck.config import GRPOConfig, SamplingConfig, TrainConfig
+from admitcheck.calibration.runs import Quality, StepLog
+from admitcheck.config import GRPOConfig, SamplingConfig
 from admitcheck.errors import ConfigError
-from admitcheck.measurement.scorer import response_logprobs
 from admitcheck.pairs import toy
 
 SAFETY_BOUND = 20.0  # |log ratio| clamp before exp, nats (verl rollout_corr_helper.SAFETY_BOUND)
@@ -129,33 +126,6 @@ def _ppo_clip(ratio: torch.Tensor, adv: torch.Tensor, cfg: GRPOConfig) -> torch.
     return torch.where(adv < 0, dual, clipped)
 
 
-def grpo_loss(
-    cfg: GRPOConfig,
-    student_lp: torch.Tensor,  # (B, T) log π_θ(y_t), with grad
-    rollout_lp: torch.Tensor,  # (B, T) log μ(y_t) from the engine
-    advantages: torch.Tensor,  # (B,) one per response
-    mask: torch.Tensor,  # (B, T) bool
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """The scalar loss of one batch and its stats (clipped: share of tokens the PPO clip zeroes; masked: share of
-    tokens with weight 0 from MIS)."""
-    m = mask.to(student_lp.dtype)
-    n = m.sum().clamp(min=1.0)
-    adv = advantages.to(student_lp.dtype)[:, None].expand_as(student_lp)  # (B, T)
-    if cfg.correction == "none":
-        ratio = torch.exp((student_lp - rollout_lp).clamp(-SAFETY_BOUND, SAFETY_BOUND))  # π_θ/μ
-    else:
-        ratio = torch.exp(student_lp - student_lp.detach())  # π_θ/π_old: value 1, gradient ∇log π_θ
-    w = correction_weights(cfg, student_lp.detach() - rollout_lp, mask)
-    loss = (_ppo_clip(ratio, adv, cfg) * w).sum() / n
-    g = gradient_coefficients(cfg, student_lp.detach(), rollout_lp, advantages, mask)
-    moving = mask & (adv != 0)
-    stats = {
-        "clipped": float(((g == 0) & moving & (w > 0)).sum() / moving.sum().clamp(min=1)),
-        "masked": float(((w == 0) & mask).sum() / n) if cfg.correction == "mis" else 0.0,
-    }
-    return loss, stats
-
-
 def gradient_coefficients(
     cfg: GRPOConfig, student_lp: torch.Tensor, rollout_lp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
 ) -> torch.Tensor:
@@ -173,7 +143,7 @@ def gradient_coefficients(
     return torch.where(pos | neg, r, torch.zeros_like(r)) * w
 
 
-# ------------------------------------------------------------------------------------------------ training
+# ------------------------------------------------------------------------------------------------ the objective
 
 
 @dataclass(frozen=True)
@@ -185,94 +155,59 @@ class GRPOStepLog(StepLog):
     masked: float = 0.0  # share of tokens MIS masked
 
 
-def _prompt_indices(n: int, prompts: int, seed: int, step: int) -> list[int]:
-    gen = torch.Generator().manual_seed(derive_seed(seed, "batch", step))
-    if prompts <= n:
-        return torch.randperm(n, generator=gen)[:prompts].tolist()
-    return torch.randint(n, (prompts,), generator=gen).tolist()
+class GRPO:
+    """`loss: grpo`, an objective of the training loop (`opd.train`, `objectives.Objective`): each drawn prompt is
+    sampled `group_size` times, rewarded, its advantages normalised within the group; the loss is the clipped
+    surrogate above. `prompt_ids`: the train prompts, checked readable by the reward (a ConfigError)."""
 
+    full_vocab = False
+    log_type = GRPOStepLog
 
-def train(
-    student: torch.nn.Module,
-    engine,
-    prompt_ids: list[list[int]],
-    cfg: TrainConfig,
-    evaluator: Callable[[torch.nn.Module, int], Quality] | None = None,
-    *,
-    eval_every: int = 0,
-    staleness: int = 0,
-    seed: int = 0,
-    on_step: Callable[[int, torch.nn.Module], None] | None = None,
-    redraw_noise: bool = True,
-) -> OPDResult:
-    """`cfg.steps` GRPO steps on `student` in place; the contract of `opd.train` (which dispatches here)."""
-    g = cfg.grpo if cfg.grpo is not None else GRPOConfig()
-    check_reward_prompts(g.reward, prompt_ids)
-    reward = REWARDS[g.reward]
-    sampling = SamplingConfig(temperature=cfg.temperature)
-    student.eval()
-    params = [p for p in student.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    if cfg.lr_schedule == "cosine":
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1.0 + math.cos(math.pi * s / cfg.steps)))
-    history: deque[dict[str, torch.Tensor]] = deque(maxlen=staleness + 1)
-    if staleness:
-        history.append({k: v.detach().clone() for k, v in student.state_dict().items()})
-    evals = [evaluator(student, 0)] if evaluator else []
-    logs: list[StepLog] = []
-    per_step = cfg.batch_size // g.group_size
-    for step in range(cfg.steps):
-        t0 = time.perf_counter()
-        chosen = _prompt_indices(len(prompt_ids), per_step, seed, step)
-        batch = [prompt_ids[i] for i in chosen for _ in range(g.group_size)]  # groups are consecutive rows
-        ro = engine.sample(batch, sampling, derive_seed(seed, "rollout", step), cfg.max_new_tokens)
-        t1 = time.perf_counter()
-        rewards = torch.tensor([reward(p, r) for p, r in zip(batch, ro.responses())])  # (B,)
-        adv = group_advantages(rewards, g.group_size, std_normalize=g.std_normalize, eps=g.std_epsilon)
-        t2 = time.perf_counter()
-        lp, _ = response_logprobs(student, ro.prompt_ids, ro.token_ids, ro.mask, sampling)
-        dev = lp.device  # the engine hands back CPU tensors; the trainer may be on CUDA (as opd.train)
-        loss, stats = grpo_loss(g, lp, ro.logprobs.to(dev), adv.to(dev), ro.mask.to(dev))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        clip = cfg.grad_clip if cfg.grad_clip is not None else float("inf")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
-        opt.step()
-        if cfg.lr_schedule == "cosine":
-            sched.step()
-        t3 = time.perf_counter()
-        noise_step = step + 1 if redraw_noise else 0
-        if staleness:
-            history.append({k: v.detach().clone() for k, v in student.state_dict().items()})
-            engine.load_weights(history[0], noise_step=noise_step)
+    def __init__(self, cfg: GRPOConfig, prompt_ids: list[list[int]] | None = None) -> None:
+        if prompt_ids is not None:
+            check_reward_prompts(cfg.reward, prompt_ids)
+        self.cfg, self.group_size, self.reward = cfg, cfg.group_size, REWARDS[cfg.reward]
+
+    def targets(self, batch: list[list[int]], rollouts, sampling: SamplingConfig) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B,) rewards and (B,) group-normalised advantages of the batch's responses (groups: consecutive rows)."""
+        rewards = torch.tensor([self.reward(p, r) for p, r in zip(batch, rollouts.responses())])  # (B,)
+        g = self.cfg
+        return rewards, group_advantages(rewards, g.group_size, std_normalize=g.std_normalize, eps=g.std_epsilon)
+
+    def loss(
+        self,
+        student_lp: torch.Tensor,  # (B, T) log π_θ(y_t), with grad
+        rollout_lp: torch.Tensor,  # (B, T) log μ(y_t) from the engine
+        advantages: torch.Tensor,  # (B,) one per response
+        mask: torch.Tensor,  # (B, T) bool
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The scalar loss of one batch and its stats (clipped: share of tokens the PPO clip zeroes; masked: share of
+        tokens with weight 0 from MIS)."""
+        cfg = self.cfg
+        m = mask.to(student_lp.dtype)
+        n = m.sum().clamp(min=1.0)
+        adv = advantages.to(student_lp.dtype)[:, None].expand_as(student_lp)  # (B, T)
+        if cfg.correction == "none":
+            ratio = torch.exp((student_lp - rollout_lp).clamp(-SAFETY_BOUND, SAFETY_BOUND))  # π_θ/μ
         else:
-            engine.load_weights(student.state_dict(), noise_step=noise_step)
-        t4 = time.perf_counter()
-        ell = (lp.detach().cpu().double() - ro.logprobs.double())[ro.mask]  # (N,) log π_θ/μ
-        n = max(int(ro.mask.sum()), 1)
-        logs.append(
-            GRPOStepLog(
-                step + 1,
-                float(loss.detach()),
-                grad_norm,
-                float((torch.expm1(ell) - ell).sum()) / n,
-                float((-ell).sum()) / n,
-                float(ell.abs().sum()) / n,
-                int(ro.mask.sum()),
-                t1 - t0,
-                t2 - t1,  # "teacher" phase: the reward and advantages here
-                t3 - t2,
-                t4 - t3,
-                reward_mean=float(rewards.mean()),
-                clipped=stats["clipped"],
-                masked=stats["masked"],
-            )
-        )
-        if on_step is not None:
-            on_step(step + 1, student)
-        if evaluator and ((eval_every and (step + 1) % eval_every == 0) or step + 1 == cfg.steps):
-            evals.append(evaluator(student, step + 1))
-    return OPDResult(logs, evals)
+            ratio = torch.exp(student_lp - student_lp.detach())  # π_θ/π_old: value 1, gradient ∇log π_θ
+        w = correction_weights(cfg, student_lp.detach() - rollout_lp, mask)
+        loss = (_ppo_clip(ratio, adv, cfg) * w).sum() / n
+        g = gradient_coefficients(cfg, student_lp.detach(), rollout_lp, advantages, mask)
+        moving = mask & (adv != 0)
+        stats = {
+            "clipped": float(((g == 0) & moving & (w > 0)).sum() / moving.sum().clamp(min=1)),
+            "masked": float(((w == 0) & mask).sum() / n) if cfg.correction == "mis" else 0.0,
+        }
+        return loss, stats
+
+    def step_loss(
+        self, student_lp: torch.Tensor, student_full: torch.Tensor | None, rollouts, targets
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        rewards, adv = targets
+        dev = student_lp.device  # the engine hands back CPU tensors; the trainer may be on CUDA
+        loss, stats = self.loss(student_lp, rollouts.logprobs.to(dev), adv.to(dev), rollouts.mask.to(dev))
+        return loss, {"reward_mean": float(rewards.mean()), **stats}
 
 
 # ------------------------------------------------------------------------------------------------ quality

@@ -1,22 +1,19 @@
-"""The on-policy distillation (OPD) training loop and its quality evaluation (REFERENCE §1, §3.2).
+"""The one on-policy training loop, whatever its objective (OPD or GRPO), and its quality evaluation (REFERENCE
+§1, §3.2).
 
     engine = HFEngine(student, RolloutConfig(dtype="float32", noise=NoiseConfig(relative_std=0.05, seed=0)), ...)
     evaluator = QualityEvaluator(teacher, eval_ids, eval_answers, EvalConfig(prompts="eval.jsonl"), tokens)
     result = train(student, teacher, engine, train_ids, TrainConfig(prompts="train.jsonl"), evaluator, seed=0)
     result.evals[0].reverse_kl, result.final.reverse_kl      # nats/token, held out, lower is better
 
-One step: a batch of train prompts -> the rollout engine (running the level's perturbation) samples -> the teacher
-scores the sampled tokens -> the student (trainer, float32) re-scores them with gradients -> loss -> AdamW step ->
+One step: a batch of train prompts (each `group_size` times) -> the rollout engine (running the level's
+perturbation) samples -> the objective's targets (the teacher scores the sampled tokens; GRPO: rewards and group
+advantages) -> the student (trainer, float32) re-scores them with gradients -> the objective's loss -> AdamW step ->
 the engine is re-synced from the student and its perturbation re-applied (`noise_step` = step: a fresh noise draw
 per sync, the recipe re-quantized). With `staleness=k` the engine holds the weights of k steps earlier.
 
-Losses (`TrainConfig.loss`):
-- "pg": per-token reverse-KL advantage A_t = −(log π_S(y_t) − log π_T(y_t)), where log π_S is the trainer's
-  recompute (`student_logprobs: trainer`, verl) or the engine's log μ (`rollout`, Tinker: the mismatch enters the
-  reward), in the importance-sampling loss −Σ_t w_t·A_t/N with w_t = π_θ/μ (truncated at `tis_cap` when set; the
-  weight's value is detached, its gradient is that of log π_θ, so ∇ = −Σ min(r, C)·A·∇log π_θ / N).
-- "gkd_reverse_kl": the exact full-vocabulary reverse KL Σ_v π_θ(v)(log π_θ(v) − log π_T(v)) per position of the
-  engine-sampled prefixes, back-propagated directly (the mismatch enters only through which prefixes are seen).
+Objectives (`TrainConfig.loss`, calibration/objectives.py): "pg" `SampledTokenPG`, "gkd_reverse_kl"
+`FullVocabReverseKL`, "grpo" `grpo.GRPO`; each gives its loss and its step log's extra fields.
 
 The optimizer is AdamW at `lr` (constant, or cosine-decayed to 0 over the run), global grad-norm clip `grad_clip`.
 Quality (`QualityEvaluator`): the student samples `samples` responses per held-out prompt in reference precision
@@ -38,8 +35,10 @@ from collections.abc import Callable
 
 import torch
 
+from admitcheck.calibration.objectives import objective_for, reverse_kl_rows
 from admitcheck.calibration.runs import OPDResult, Quality, StepHook, StepLog, derive_seed
 from admitcheck.config import EvalConfig, ReferenceConfig, RolloutConfig, SamplingConfig, TrainConfig
+from admitcheck.measurement.metrics import k3_terms
 from admitcheck.measurement.scorer import response_logprobs, score
 
 
@@ -114,7 +113,7 @@ class QualityEvaluator:
             seed = derive_seed(self.cfg.seed, "eval", i)
             ro = self._engine.sample(chunk, self.sampling, seed, self.cfg.max_new_tokens, return_full=True)
             teacher = score(self.teacher, ro.prompt_ids, ro.token_ids, ro.mask, self.sampling, full=True)
-            kl = _reverse_kl_rows(ro.full_logprobs, teacher.full_logprobs)  # (B, T) nats
+            kl = reverse_kl_rows(ro.full_logprobs, teacher.full_logprobs)  # (B, T) nats
             kl_sum += float(kl[ro.mask].double().sum())
             n_tok += int(ro.mask.sum())
             responses += ro.responses()
@@ -122,18 +121,6 @@ class QualityEvaluator:
         if self.answers is not None:
             acc = exact_match(self.tokens.tokenizer, self.tokens.eos_token_id, responses, self.answers)
         return Quality(step, kl_sum / max(n_tok, 1), acc, n_tok)
-
-
-def _reverse_kl_rows(student_full: torch.Tensor, teacher_full: torch.Tensor) -> torch.Tensor:
-    """(B, T, V) log π_S, log π_T -> (B, T) KL(π_S ‖ π_T); tokens outside the student's kept set contribute 0.
-
-    The masked entries (log π_S = −inf) are replaced before the product, not after: `torch.where(p > 0, p·(s − t), 0)`
-    computes 0·(−inf) = nan in the branch it discards, and its gradient is nan all the same."""
-    kept = student_full > -math.inf  # (B, T, V)
-    safe_s = torch.where(kept, student_full, torch.zeros_like(student_full))
-    safe_t = torch.where(kept, teacher_full, torch.zeros_like(teacher_full))
-    terms = torch.where(kept, safe_s.exp() * (safe_s - safe_t), torch.zeros_like(student_full))
-    return terms.sum(-1)
 
 
 def _batch_indices(n: int, batch_size: int, seed: int, step: int) -> list[int]:
@@ -144,32 +131,9 @@ def _batch_indices(n: int, batch_size: int, seed: int, step: int) -> list[int]:
     return torch.randint(n, (batch_size,), generator=gen).tolist()
 
 
-def opd_loss(
-    cfg: TrainConfig,
-    student_lp: torch.Tensor,  # (B, T) log π_θ(y_t), with grad
-    rollout_lp: torch.Tensor,  # (B, T) log μ(y_t) from the engine
-    teacher_lp: torch.Tensor,  # (B, T) log π_T(y_t)
-    mask: torch.Tensor,  # (B, T) bool
-    student_full: torch.Tensor | None = None,  # (B, T, V) log π_θ, with grad (gkd only)
-    teacher_full: torch.Tensor | None = None,  # (B, T, V) log π_T (gkd only)
-) -> torch.Tensor:
-    """The scalar loss of one batch, a mean over its response tokens (see the module docstring)."""
-    m = mask.float()
-    n = m.sum().clamp(min=1.0)
-    if cfg.loss == "gkd_reverse_kl":
-        return (_reverse_kl_rows(student_full, teacher_full) * m).sum() / n
-    own = student_lp.detach() if cfg.student_logprobs == "trainer" else rollout_lp
-    advantage = -(own - teacher_lp)  # (B, T) nats
-    ratio = torch.exp(student_lp.detach() - rollout_lp)  # (B, T) π_θ/μ
-    if cfg.tis_cap is not None:
-        ratio = ratio.clamp(max=cfg.tis_cap)
-    surrogate = torch.exp(student_lp - student_lp.detach())  # value 1, gradient ∇log π_θ
-    return -(ratio * surrogate * advantage * m).sum() / n
-
-
 def train(
     student: torch.nn.Module,
-    teacher: torch.nn.Module,
+    teacher: torch.nn.Module | None,
     engine,
     prompt_ids: list[list[int]],
     cfg: TrainConfig,
@@ -182,7 +146,8 @@ def train(
     stop_after: int | None = None,
     redraw_noise: bool = True,
 ) -> OPDResult:
-    """Run `cfg.steps` OPD steps on `student` in place (see the module docstring); quality at 0, every, and the end.
+    """Run `cfg.steps` steps of the objective `cfg.loss` names on `student` in place (see the module docstring);
+    quality at 0, every `eval_every`, and the end. `teacher` may be None for GRPO (its reward needs none).
 
     `engine` must hold the student's starting weights with its perturbation applied at noise_step 0; `on_step(k,
     student)` is called after step k's optimizer step and engine sync (k = 1 … steps). `stop_after=n` runs only the
@@ -190,15 +155,9 @@ def train(
     keeps the engine's step-0 noise draw for the whole run (systematic, like FP8 rounding: the same direction at
     every sync, scaled to the current weights) instead of a fresh draw after every sync.
     """
-    if cfg.loss == "grpo":  # --- the RL objective lives in admitcheck.calibration.grpo (issue 15)
-        from admitcheck.calibration import grpo
-
-        return grpo.train(student, engine, prompt_ids, cfg, evaluator, eval_every=eval_every, staleness=staleness,
-                          seed=seed, on_step=on_step, redraw_noise=redraw_noise)  # fmt: skip
+    objective = objective_for(cfg, teacher, prompt_ids)
     sampling = SamplingConfig(temperature=cfg.temperature)
-    gkd = cfg.loss == "gkd_reverse_kl"
     student.eval()  # no dropout: training mode is only about gradients here
-    teacher.requires_grad_(False)
     params = [p for p in student.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     if cfg.lr_schedule == "cosine":  # the final iterate settles: less run-to-run noise in the final quality
@@ -208,19 +167,18 @@ def train(
         history.append(_snapshot(student))
     evals = [evaluator(student, 0)] if evaluator else []
     logs: list[StepLog] = []
+    group = objective.group_size  # rollouts per drawn prompt, consecutive rows
     for step in range(cfg.steps if stop_after is None else min(stop_after, cfg.steps)):
         t0 = time.perf_counter()
-        batch = [prompt_ids[i] for i in _batch_indices(len(prompt_ids), cfg.batch_size, seed, step)]
+        chosen = _batch_indices(len(prompt_ids), cfg.batch_size // group, seed, step)
+        batch = [prompt_ids[i] for i in chosen for _ in range(group)]
         ro = engine.sample(batch, sampling, derive_seed(seed, "rollout", step), cfg.max_new_tokens)
         t1 = time.perf_counter()
-        teacher_scores = score(teacher, ro.prompt_ids, ro.token_ids, ro.mask, sampling, full=gkd)
+        targets = objective.targets(batch, ro, sampling)  # teacher scores, or rewards and advantages (GRPO)
         t2 = time.perf_counter()
-        lp, full = response_logprobs(student, ro.prompt_ids, ro.token_ids, ro.mask, sampling, full=gkd)
-        dev = lp.device  # the engine and the scorer hand back CPU tensors; the trainer may be on CUDA
-        teacher_full = teacher_scores.full_logprobs.to(dev) if teacher_scores.full_logprobs is not None else None
-        loss = opd_loss(
-            cfg, lp, ro.logprobs.to(dev), teacher_scores.logprobs.to(dev), ro.mask.to(dev), full, teacher_full
-        )
+        full = objective.full_vocab
+        lp, full_lp = response_logprobs(student, ro.prompt_ids, ro.token_ids, ro.mask, sampling, full=full)
+        loss, fields = objective.step_loss(lp, full_lp, ro, targets)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         clip = cfg.grad_clip if cfg.grad_clip is not None else float("inf")
@@ -236,18 +194,9 @@ def train(
         else:
             engine.load_weights(student.state_dict(), noise_step=noise_step)
         t4 = time.perf_counter()
-        logs.append(
-            StepLog(
-                step + 1,
-                float(loss.detach()),
-                grad_norm,
-                *_in_run_mismatch(lp.detach().cpu(), ro),
-                t1 - t0,
-                t2 - t1,
-                t3 - t2,
-                t4 - t3,
-            )
-        )
+        mismatch = _in_run_mismatch(lp.detach().cpu(), ro)
+        seconds = (t1 - t0, t2 - t1, t3 - t2, t4 - t3)
+        logs.append(objective.log_type(step + 1, float(loss.detach()), grad_norm, *mismatch, *seconds, **fields))
         if on_step is not None:
             on_step(step + 1, student)
         due = (eval_every and (step + 1) % eval_every == 0) or step + 1 == cfg.steps
@@ -268,7 +217,7 @@ def _in_run_mismatch(trainer_lp: torch.Tensor, ro) -> tuple[float, float, float,
     m = ro.mask
     ell = (trainer_lp.double() - ro.logprobs.double())[m]  # (N,) log r
     n = max(int(m.sum()), 1)
-    k3 = float((torch.expm1(ell) - ell).sum()) / n
+    k3 = float(k3_terms(ell).sum()) / n
     return k3, float((-ell).sum()) / n, float(ell.abs().sum()) / n, int(m.sum())
 
 
@@ -280,45 +229,9 @@ def cast_parameters(model: torch.nn.Module, dtype: str) -> torch.nn.Module:
     return model
 
 
-def stale_student(
+def first_steps(
     student0: torch.nn.Module,
-    teacher: torch.nn.Module,
-    prompt_ids: list[list[int]],
-    cfg: TrainConfig,
-    rollout: RolloutConfig,
-    staleness: int,
-    seed: int,
-    tokens,  # measure.PairTokens
-) -> torch.nn.Module:
-    """A float32 copy of `student0` after `staleness` real OPD steps of recipe `cfg` (seed `seed`) whose rollouts
-    all came from θ0 (an engine k steps behind holds θ0 for the first k steps): the θk of KL(π_θ0 ‖ π_θk).
-
-    The first k steps of the run itself: its learning-rate schedule over its full `cfg.steps` (stopped after k), not
-    a schedule of length k — a cosine of length 2 gives multipliers [1, 0.5] instead of ≈ [1, 1] and understated
-    every staleness mismatch with k ≥ 2."""
-    from admitcheck.rollout.engines.hf import HFEngine
-
-    student = cast_parameters(copy.deepcopy(student0), "float32")
-    engine = HFEngine(student, rollout, eos_token_id=tokens.eos_token_id, pad_token_id=tokens.pad_token_id)
-    try:
-        train(
-            student,
-            teacher,
-            engine,
-            prompt_ids,
-            cfg,
-            staleness=staleness,
-            seed=seed,
-            stop_after=staleness,
-        )
-    finally:
-        engine.close()
-    return student
-
-
-def run_mismatch(
-    student0: torch.nn.Module,
-    teacher: torch.nn.Module,
+    teacher: torch.nn.Module | None,
     prompt_ids: list[list[int]],
     cfg: TrainConfig,
     rollout: RolloutConfig,
@@ -326,14 +239,10 @@ def run_mismatch(
     steps: int,
     staleness: int = 0,
     seed: int,
-    tokens,  # measure.PairTokens
-) -> float:
-    """The run-averaged mismatch x_run of a rollout engine (`rollout`, rollouts `staleness` steps behind): the mean
-    engine-vs-trainer k3 (nats/token) over the first `steps` real OPD steps of recipe `cfg` from `student0`.
-
-    A calibration fitted on x_run (artifact `budget.x: run`) measured it exactly so, on the first
-    `levels.run_window` steps of each run (replicate 0 has the seed `levels.replicate_seed(recipe seed, 0)`);
-    a screen calls this with the same recipe, window and seed to measure the same quantity. `student0` is copied."""
+    tokens,  # pairs.load.PairTokens
+) -> tuple[torch.nn.Module, OPDResult]:
+    """(student, result) after the first `steps` real steps of recipe `cfg` (its schedule over the full `cfg.steps`,
+    stopped) on a float32 copy of `student0`, through an HF engine of `rollout` `staleness` steps behind."""
     from admitcheck.rollout.engines.hf import HFEngine
 
     student = cast_parameters(copy.deepcopy(student0), "float32")
@@ -342,4 +251,47 @@ def run_mismatch(
         result = train(student, teacher, engine, prompt_ids, cfg, staleness=staleness, seed=seed, stop_after=steps)
     finally:
         engine.close()
+    return student, result
+
+
+def stale_student(
+    student0: torch.nn.Module,
+    teacher: torch.nn.Module | None,
+    prompt_ids: list[list[int]],
+    cfg: TrainConfig,
+    rollout: RolloutConfig,
+    staleness: int,
+    seed: int,
+    tokens,  # pairs.load.PairTokens
+) -> torch.nn.Module:
+    """A float32 copy of `student0` after `staleness` real OPD steps of recipe `cfg` (seed `seed`) whose rollouts
+    all came from θ0 (an engine k steps behind holds θ0 for the first k steps): the θk of KL(π_θ0 ‖ π_θk).
+
+    The first k steps of the run itself: its learning-rate schedule over its full `cfg.steps` (stopped after k), not
+    a schedule of length k — a cosine of length 2 gives multipliers [1, 0.5] instead of ≈ [1, 1] and understated
+    every staleness mismatch with k ≥ 2."""
+    kw = {"steps": staleness, "staleness": staleness, "seed": seed, "tokens": tokens}
+    return first_steps(student0, teacher, prompt_ids, cfg, rollout, **kw)[0]
+
+
+def run_mismatch(
+    student0: torch.nn.Module,
+    teacher: torch.nn.Module | None,
+    prompt_ids: list[list[int]],
+    cfg: TrainConfig,
+    rollout: RolloutConfig,
+    *,
+    steps: int,
+    staleness: int = 0,
+    seed: int,
+    tokens,  # pairs.load.PairTokens
+) -> float:
+    """The run-averaged mismatch x_run of a rollout engine (`rollout`, rollouts `staleness` steps behind): the mean
+    engine-vs-trainer k3 (nats/token) over the first `steps` real OPD steps of recipe `cfg` from `student0`.
+
+    A calibration fitted on x_run (artifact `budget.x: run`) measured it exactly so, on the first
+    `levels.run_window` steps of each run (replicate 0 has the seed `levels.replicate_seed(recipe seed, 0)`);
+    a screen calls this with the same recipe, window and seed to measure the same quantity. `student0` is copied."""
+    kw = {"steps": steps, "staleness": staleness, "seed": seed, "tokens": tokens}
+    _, result = first_steps(student0, teacher, prompt_ids, cfg, rollout, **kw)
     return sum(s.k3 for s in result.steps) / max(len(result.steps), 1)

@@ -49,6 +49,7 @@ from typing import Any, Literal
 import numpy as np
 
 from admitcheck.errors import ConfigError
+from admitcheck.measurement.metrics import k3_terms
 
 POSITIVE_TOLERANCE = 1e-4  # nats; log-probs up to this above 0 are float rounding, beyond it a bug upstream
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -289,7 +290,7 @@ def fake_truncation_k3(rollout_logprobs: Any, trainer_logprobs: Any, mask: Any) 
     mu, pi = _as_f64(rollout_logprobs), _as_f64(trainer_logprobs)  # (B, T)
     m = np.asarray(mask, dtype=bool) & np.isfinite(mu) & np.isfinite(pi)  # (B, T)
     ell = (pi - mu)[m]  # (N,)
-    k3 = np.expm1(ell) - ell  # (N,)
+    k3 = k3_terms(ell)  # (N,)
     n = max(ell.size, 1)
     nonzero = int(np.count_nonzero(ell))
     return {
@@ -335,7 +336,7 @@ def _warnings(mu, pi, mask, fmt: str, rows: list, sampling: dict) -> list[str]:
         zero = mask & (mu == 0.0) & (pi < 0.0)  # (B, T) rollout log-prob exactly 0.0: what TRL writes on tool tokens
         if zero.any():
             ell = (pi - mu)[zero]
-            k3 = float((np.expm1(ell) - ell).sum() / mask.sum())
+            k3 = float(k3_terms(ell).sum() / mask.sum())
             out.append(
                 f"{int(zero.sum())} tokens have rollout log-prob exactly 0.0, as TRL writes on tool-result tokens, "
                 f"and no tool_mask was logged: they add {k3:.3g} nats/token to k3. Dump tool_mask beside "

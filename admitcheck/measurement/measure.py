@@ -24,7 +24,7 @@ from admitcheck.config import MeasureConfig, ProbeConfig, ReferenceConfig, Rollo
 from admitcheck.errors import ConfigError
 from admitcheck.measurement.metrics import MismatchMetrics
 from admitcheck.measurement.probe import ProbeRun, probe_batches
-from admitcheck.pairs.load import PairTokens, check_devices, load_pair_tokenizer, tokenize_prompts
+from admitcheck.pairs.load import LoadedPair, PairTokens, check_devices, tokenize_prompts
 from admitcheck.rollout.floor import floor_rollout
 
 Progress = Callable[[str, int, int], None]  # (label, done, total)
@@ -144,7 +144,8 @@ def measure(
     """The candidate's mismatch metrics beside the noise floor, on `config.probe`."""
     t0 = time.perf_counter()
     check_devices(config, file=config_file)
-    tokens = load_pair_tokenizer(config.pair, file=config_file)
+    pair = LoadedPair(config.pair, file=config_file)  # read once: the reference and the diagnostics share it
+    tokens = pair.tokens
     prompts = io.read_prompts(config.probe.prompts, limit=config.probe.num_prompts)
     prompt_ids = tokenize_prompts(tokens, prompts, file=config.probe.prompts)
     if config.rollout.weights_from and not Path(config.rollout.weights_from).is_dir():
@@ -152,9 +153,7 @@ def measure(
             f"checkpoint dir not found: {config.rollout.weights_from}", file=config_file, field="rollout.weights_from"
         )
     io.check_causal_lm(config.pair.teacher, file=config_file, field="pair.teacher")
-    reference_model = io.load_causal_lm(
-        config.pair.student, config.reference.dtype, config.reference.device, file=config_file, field="pair.student"
-    )
+    reference_model = pair.student(config.reference.dtype, config.reference.device)
     common = dict(full=config.full_logprobs, confidence=config.confidence, progress=progress)
     candidate = measure_rollout(
         "candidate",
@@ -182,9 +181,10 @@ def measure(
         )
     diagnostics = {}
     if "prefix_shift" in config.diagnostics:
-        from admitcheck.measurement.prefix_shift import prefix_shift_for
+        from admitcheck.measurement.prefix_shift import load_prefix_shift_inputs, prefix_shift_for
 
-        diagnostics["prefix_shift"] = prefix_shift_for(config, config_file=config_file).to_dict()
+        inputs = load_prefix_shift_inputs(config, config_file=config_file, pair=pair)
+        diagnostics["prefix_shift"] = prefix_shift_for(config, config_file=config_file, inputs=inputs).to_dict()
     return MismatchReport(
         candidate, floor, config.sampling, config.probe, config.reference, time.perf_counter() - t0, diagnostics
     )

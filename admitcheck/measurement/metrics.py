@@ -106,6 +106,14 @@ class MismatchMetrics(PooledMetrics):
         return out
 
 
+def k3_terms(ell: Any) -> Any:
+    """Per-token k3 = r − 1 − ℓ = expm1(ℓ) − ℓ ≥ 0 of log ratios ℓ (expm1, not exp − 1: ℓ = 0 gives exactly 0).
+
+    The one home of the formula: a numpy array is computed by numpy (the probe metrics, the log readers), a torch
+    tensor by torch (a training step's in-run mismatch), each in its own library so their numbers stay as shipped."""
+    return ell.expm1() - ell if hasattr(ell, "expm1") else np.expm1(ell) - ell
+
+
 def ratio_interval(sums: Any, counts: Any, confidence: float = 0.95) -> tuple[float, float, float]:
     """Ratio estimator Σs/Σn over independent units with a delta-method t interval -> (mean, lo, hi).
 
@@ -189,7 +197,7 @@ def _terms(rollout_logprobs, reference_logprobs, mask, rollout_full, reference_f
         terms = {
             "k1": lmu - lpi,  # −ℓ
             "k2": 0.5 * ell * ell,
-            "k3": np.expm1(ell) - ell,  # r − 1 − ℓ ≥ 0
+            "k3": k3_terms(ell),  # r − 1 − ℓ ≥ 0
             "abs_diff_mean": np.abs(ell),
             "mult_prob_error": np.exp(np.abs(ell)),
             "chi2_token": np.expm1(2.0 * ell),  # r² − 1

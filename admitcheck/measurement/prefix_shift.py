@@ -231,17 +231,16 @@ class PrefixShiftInputs:
     teacher: torch.nn.Module
 
 
-def load_prefix_shift_inputs(config, *, config_file: str | None = None) -> PrefixShiftInputs:
-    """The pair and probe prompts of a measure or screen config, for `prefix_shift_for` (one load per config)."""
+def load_prefix_shift_inputs(config, *, config_file: str | None = None, pair=None) -> PrefixShiftInputs:
+    """The pair and probe prompts of a measure or screen config, for `prefix_shift_for` (one load per config); the
+    command's `LoadedPair` when given (its tokenizer and float32 CPU models, shared with the rest of the command)."""
     from admitcheck import io
-    from admitcheck.pairs.load import load_pair_tokenizer, tokenize_prompts
+    from admitcheck.pairs.load import LoadedPair, tokenize_prompts
 
-    tokens = load_pair_tokenizer(config.pair, file=config_file)
+    pair = pair if pair is not None else LoadedPair(config.pair, file=config_file)
     prompts = io.read_prompts(config.probe.prompts, limit=config.probe.num_prompts)
-    prompt_ids = tokenize_prompts(tokens, prompts, file=config.probe.prompts)
-    student = io.load_causal_lm(config.pair.student, "float32", "cpu", file=config_file, field="pair.student")
-    teacher = io.load_causal_lm(config.pair.teacher, "float32", "cpu", file=config_file, field="pair.teacher")
-    return PrefixShiftInputs(tokens, prompt_ids, student, teacher)
+    prompt_ids = tokenize_prompts(pair.tokens, prompts, file=config.probe.prompts)
+    return PrefixShiftInputs(pair.tokens, prompt_ids, pair.student("float32", "cpu"), pair.teacher("float32", "cpu"))
 
 
 def prefix_shift_for(

@@ -4,10 +4,10 @@
     scores.logprobs          # (B, T) float32 on CPU, 0 where mask is False
     lp, full = response_logprobs(student, prompt_ids, token_ids, mask, sampling)   # keeps the autograd graph
 
-Layout (shared with the HF engine, which imports `left_pad` and `position_ids` from here): prompts left-padded to
-the longest prompt, the response right after them, explicit position ids = cumsum(attention mask) - 1. So a
-response token sits at the same position, with the same keys visible to it, as when the engine sampled it, and the
-engine in the reference's configuration reproduces these log-probs to float32 rounding (<= 1e-6 nats, 1 ulp).
+Layout: the engines' (`rollout/layout.py`: prompts left-padded to the longest prompt, the response right after them,
+explicit position ids = cumsum(attention mask) - 1). So a response token sits at the same position, with the same
+keys visible to it, as when the engine sampled it, and the engine in the reference's configuration reproduces these
+log-probs to float32 rounding (<= 1e-6 nats, 1 ulp).
 The logits that predict response token t are those at position P - 1 + t; only those T rows go through the
 lm_head (`logits_to_keep`) and the sampling transform, never the (B, L, V) block over the prompt.
 """
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from admitcheck.config import SamplingConfig
+from admitcheck.rollout.layout import left_pad, position_ids
 from admitcheck.rollout.sampling import process_logits
 
 
@@ -28,23 +29,6 @@ class Scores:
 
     logprobs: torch.Tensor  # (B, T) float32, log π(y_t | h_t) under the processed distribution; 0 where mask False
     full_logprobs: torch.Tensor | None = None  # (B, T, V) float32 processed log-probs; 0 where mask False
-
-
-def left_pad(
-    prompts: list[list[int]], pad_token_id: int, device: torch.device | str
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """B prompts -> (ids (B, P) long, attention mask (B, P) long), left-padded to the longest prompt P."""
-    if not prompts or any(len(p) == 0 for p in prompts):
-        raise ValueError("every prompt needs at least one token")
-    P = max(len(p) for p in prompts)
-    ids = torch.tensor([[pad_token_id] * (P - len(p)) + list(p) for p in prompts], dtype=torch.long)
-    attn = torch.tensor([[0] * (P - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long)
-    return ids.to(device), attn.to(device)
-
-
-def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
-    """(B, L) 0/1 mask -> (B, L) positions counting real tokens only (left padding sits at position 0)."""
-    return (attention_mask.cumsum(-1) - 1).clamp_(min=0)
 
 
 def model_device(model: torch.nn.Module) -> torch.device:

@@ -159,7 +159,7 @@ class SensitivityReport:
 
 
 def num_layers_of(student_dir: str | Path) -> int:
-    from admitcheck.rollout.capacity import text_config
+    from admitcheck.io import text_config
 
     cfg = json.loads((Path(student_dir) / "config.json").read_text(encoding="utf-8"))
     return int(text_config(cfg)["num_hidden_layers"])

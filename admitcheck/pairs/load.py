@@ -1,7 +1,10 @@
-"""Loading a pair for measurement: its shared tokenizer, tokenized prompt sets, and checks that load no weights.
+"""Loading a pair for measurement: its shared tokenizer, tokenized prompt sets, checks that load no weights, and the
+pair of one command loaded once (`LoadedPair`).
 
 tokens = load_pair_tokenizer(config.pair, file=config_file)      # PairTokens: tokenizer, eos, pad, vocab size
 ids = tokenize_prompts(tokens, io.read_prompts(config.probe.prompts))
+pair = LoadedPair(config.pair, file=config_file)                   # nothing read yet
+pair.tokens, pair.student("bfloat16", "cuda"), pair.teacher()     # each read on first use, then shared
 """
 
 from __future__ import annotations
@@ -72,3 +75,40 @@ def check_pair(pair: PairConfig, *, file: str | None = None) -> PairTokens:
     io.check_causal_lm(pair.student, file=file, field="pair.student")
     io.check_causal_lm(pair.teacher, file=file, field="pair.teacher")
     return load_pair_tokenizer(pair, file=file)
+
+
+class LoadedPair:
+    """The pair of one command (a screen: its compatibility check, reference, stale candidates and diagnostics),
+    each part read once on first use and then shared: the tokenizer facts (the teacher's vocabulary checked) and the
+    student and teacher per (dtype, device). No consumer changes a model's weights in place (engines and the
+    trainer work on copies), so sharing gives the numbers separate loads gave."""
+
+    def __init__(self, pair: PairConfig, *, file: str | None = None) -> None:
+        self.config, self.file = pair, file
+        self._tokens: PairTokens | None = None
+        self._models: dict[tuple[str, str, str], torch.nn.Module] = {}
+
+    @property
+    def tokens(self) -> PairTokens:
+        if self._tokens is None:
+            self._tokens = load_pair_tokenizer(self.config, file=self.file)
+        return self._tokens
+
+    def student(self, dtype: str = "float32", device: str = "cpu") -> torch.nn.Module:
+        """The student in `dtype` on `device` (`io.load_causal_lm`: eval mode), loaded once per (dtype, device)."""
+        return self._model("student", dtype, device)
+
+    def teacher(self, dtype: str = "float32", device: str = "cpu") -> torch.nn.Module:
+        """The teacher in `dtype` on `device`, loaded once per (dtype, device)."""
+        return self._model("teacher", dtype, device)
+
+    def release(self, role: str, dtype: str, device: str) -> None:
+        """Forget a loaded model (its memory goes once no one else holds it); a later use loads it again."""
+        self._models.pop((role, dtype, device), None)
+
+    def _model(self, role: str, dtype: str, device: str) -> torch.nn.Module:
+        if (role, dtype, device) not in self._models:
+            path = self.config.student if role == "student" else self.config.teacher
+            model = io.load_causal_lm(path, dtype, device, file=self.file, field=f"pair.{role}")
+            self._models[role, dtype, device] = model
+        return self._models[role, dtype, device]

@@ -17,15 +17,33 @@ Not modelled: MLA (DeepSeek) and sliding-window layers, vision towers, CUDA-grap
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
+
+from admitcheck.io import text_config
 
 if TYPE_CHECKING:
     from admitcheck.config import CapacityConfig, RolloutConfig
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1, "int8": 1}
 DEFAULT_ACTIVATION_RESERVE = 2**30  # bytes: activation peak + non-torch overhead (vLLM profiles ~1-4 GiB at 7-8B)
+_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)(?:\.|$)")
+
+
+def layer_index(module_name: str) -> int | None:
+    """Decoder layer index in a name like "model.layers.12.mlp.up_proj" (12); None outside the decoder layers."""
+    match = _LAYER.search(module_name)
+    return int(match.group(1)) if match else None
+
+
+def recipe_excludes(module_name: str, exclude: Iterable[str], exclude_layers: Collection[int]) -> bool:
+    """Whether a weight recipe keeps this module in the engine dtype: a glob of `exclude` matches its name (fnmatch,
+    case-sensitive), or its decoder layer is in `exclude_layers`. The one rule of the HF engine's recipes
+    (`precision`), of vLLM's ignore list (through them) and of the capacity count."""
+    return any(fnmatchcase(module_name, g) for g in exclude) or layer_index(module_name) in exclude_layers
 
 
 @dataclass(frozen=True)
@@ -77,13 +95,6 @@ class KVCapacity:
     def max_sequences(self, tokens_per_sequence: int) -> int:
         """Sequences of this length (prompt + response, tokens) that fit at once, whole blocks per sequence."""
         return self.num_blocks // math.ceil(tokens_per_sequence / self.block_size)
-
-
-def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
-    """The language model's part of a config.json: its `text_config` for multimodal wrappers (Qwen-VL, Gemma 3, …)
-    that carry no `hidden_size` themselves, else the config itself. The one rule every reader of config.json uses."""
-    inner = cfg.get("text_config")
-    return inner if isinstance(inner, dict) and "hidden_size" not in cfg else cfg
 
 
 def _head_dim(cfg: dict[str, Any]) -> int:
@@ -150,13 +161,9 @@ def weight_bytes(model_config: dict[str, Any], spec: CapacitySpec) -> tuple[int,
     if spec.weight_format is None:
         return total * engine, 0
     skip_layers = set(spec.exclude_layers)
-
-    def excluded(name: str) -> bool:  # the semantics of recipes._groups: a glob, or a decoder index in the name
-        layer = int(name.split(".")[2]) if name.startswith("model.layers.") else None
-        return layer in skip_layers or any(fnmatchcase(name, pat) for pat in spec.exclude)
-
     candidates = groups + ([[t] for t in tables] if spec.include_embeddings else [])
-    quantized = sum(sum(n for _, n in g) for g in candidates if not any(excluded(m) for m, _ in g))
+    kept = [g for g in candidates if not any(recipe_excludes(m, spec.exclude, skip_layers) for m, _ in g)]
+    quantized = sum(sum(n for _, n in g) for g in kept)
     return quantized * DTYPE_BYTES[spec.weight_format] + (total - quantized) * engine, quantized
 
 

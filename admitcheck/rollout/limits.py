@@ -13,7 +13,6 @@ from typing import Any
 
 from admitcheck import io
 from admitcheck.errors import ConfigError
-from admitcheck.rollout.capacity import text_config
 
 # Bytes per (sequence, position, vocabulary entry) a probe batch holds in float32 full rows: the engine's processed
 # log-probs, the reference's, and the logits each is computed from.
@@ -35,9 +34,9 @@ def check_limits(config: Any, *, file: str | None = None) -> None:
         model = io.read_json_as_is(cfg_path)
     except (OSError, ValueError):
         return  # unreadable: the pair check names it
-    text = text_config(model)
-    max_pos = text.get("max_position_embeddings") or model.get("max_position_embeddings")
-    vocab = int(text.get("vocab_size") or model.get("vocab_size") or 0)
+    text = io.text_config(model)
+    max_pos = text.get("max_position_embeddings")
+    vocab = int(text.get("vocab_size") or 0)
     lengths = [("probe", config.probe.prompts, config.probe.max_new_tokens, config.probe.num_prompts)]
     if getattr(config, "train", None) is not None:
         lengths.append(("train", config.train.prompts, config.train.max_new_tokens, None))

@@ -24,9 +24,7 @@ pre-hooks and cannot be written into a checkpoint: `recipe_state_dict` covers no
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import hashlib
-import re
 from collections.abc import Collection, Iterator, Sequence
 
 import torch
@@ -34,6 +32,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from admitcheck.config import NoiseConfig, RolloutConfig, WeightsRecipe
+from admitcheck.rollout.capacity import recipe_excludes
 from admitcheck.rollout.fits import (  # noqa: F401  (moved to rollout/fits.py, torch-free; still importable here)
     check_config_rollouts,
     check_rollout_fits,
@@ -44,7 +43,6 @@ from admitcheck.rollout.fits import (  # noqa: F401  (moved to rollout/fits.py, 
 _FP8 = {"fp8_e4m3": (torch.float8_e4m3fn, 448.0), "fp8_e5m2": (torch.float8_e5m2, 57344.0)}  # dtype, largest finite
 _FUSED = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # vLLM's merged layers, in concatenation order
 _EMBEDDING_LEAVES = ("embed_tokens", "lm_head")  # state-dict fallback for HF Llama/Qwen naming
-_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)(?:\.|$)")
 
 
 def _fp8(fmt: str) -> tuple[torch.dtype, float]:
@@ -152,12 +150,6 @@ def _round_toward_zero(x32: torch.Tensor, fp8_dtype: torch.dtype, fmax: float) -
     return down.to(torch.float32) * x32.sign()
 
 
-def layer_index(module_name: str) -> int | None:
-    """Decoder layer index in a name like "model.layers.12.mlp.up_proj" (12); None outside the decoder layers."""
-    match = _LAYER.search(module_name)
-    return int(match.group(1)) if match else None
-
-
 def weight_module_names(model: nn.Module) -> tuple[list[str], list[str]]:
     """(Linear module names, embedding-like module names: every nn.Embedding plus the output embedding lm_head).
     Works on a meta-device model too, so a caller holding only a state dict can get the real names cheaply."""
@@ -185,10 +177,7 @@ def _groups(linear: Sequence[str], embedding: Sequence[str], recipe: WeightsReci
         members = [f"{parent}.{m}" if parent else m for m in fused]
         groups.setdefault("|".join(members), [m for m in members if m in present])  # first member keys the group
 
-    def excluded(name: str) -> bool:
-        return any(fnmatch.fnmatchcase(name, g) for g in recipe.exclude) or layer_index(name) in recipe.exclude_layers
-
-    return [g for g in groups.values() if not any(excluded(n) for n in g)]
+    return [g for g in groups.values() if not any(recipe_excludes(n, recipe.exclude, recipe.exclude_layers) for n in g)]
 
 
 def quantized_linear_names(model: nn.Module, recipe: WeightsRecipe) -> list[str]:

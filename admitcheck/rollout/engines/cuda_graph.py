@@ -33,8 +33,8 @@ from dataclasses import dataclass
 
 import torch
 
-from admitcheck.measurement.scorer import position_ids
 from admitcheck.rollout.kv_fp8 import KVRecipe
+from admitcheck.rollout.layout import position_ids
 from admitcheck.rollout.precision import noised
 from admitcheck.rollout.sampling import process_logits, sample_inverse_cdf
 

@@ -12,9 +12,10 @@ batch 64, it was only 1.1-1.4x slower than this loop; see bench/decode.py.) Here
 handful of (B, V) ops: `process_logits` (the shared sampling transform, so μ is exactly the distribution sampled
 from), inverse-CDF sampling with the uniforms `draw_uniforms(B, max_new_tokens, seed)` (column t at step t,
 consumed by every row, finished or not, so a row's draws do not depend on when others end), and writes into
-preallocated outputs. The token layout (left-padded prompts, explicit position ids) is the scorer's, so the engine
-in the reference's configuration reproduces the reference's log-probs to float32 rounding (<= 1e-6 nats: the
-1-token decode and the teacher-forced forward run different kernel shapes, so they agree to an ulp, not bitwise).
+preallocated outputs. The token layout (`rollout/layout.py`: left-padded prompts, explicit position ids) is the
+scorer's too, so the engine in the reference's configuration reproduces the reference's log-probs to float32
+rounding (<= 1e-6 nats: the 1-token decode and the teacher-forced forward run different kernel shapes, so they
+agree to an ulp, not bitwise).
 
 The engine owns a copy of the student in `rollout.dtype` on `rollout.device` and a float32 CPU copy of the clean
 weights; `load_weights` replaces the clean weights and re-applies the rollout recipe (noise, weight quantization,
@@ -46,10 +47,10 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from admitcheck.config import RolloutConfig, SamplingConfig
-from admitcheck.measurement.scorer import left_pad, position_ids
 from admitcheck.rollout.engines.base import Rollouts
 from admitcheck.rollout.engines.cuda_graph import COMPILE_OPTIONS, CapturedDecoder, DecodeShape, add_noise_on_device
 from admitcheck.rollout.kv_fp8 import KVRecipe, calibrate_scales, use_query_quant
+from admitcheck.rollout.layout import left_pad, position_ids
 from admitcheck.rollout.sampling import draw_uniforms, process_logits, sample_inverse_cdf
 
 

@@ -143,7 +143,7 @@ def kept_set_problem(sampling: SamplingConfig, vocab_size: int) -> str | None:
 
 
 def _text_config(model_dir: Path) -> dict:
-    from admitcheck.rollout.capacity import text_config
+    from admitcheck.io import text_config
 
     return text_config(json.loads((model_dir / "config.json").read_text(encoding="utf-8")))
 
@@ -338,9 +338,9 @@ class VLLMEngine:
         float32 weights and these prompts, the first after a weight sync), set in every worker's attention layers."""
         if self._scales_stale:
             from admitcheck.io import load_causal_lm
-            from admitcheck.measurement.scorer import left_pad, position_ids
             from admitcheck.rollout.engines.hf import cache_kwarg
             from admitcheck.rollout.kv_fp8 import calibrate_scales
+            from admitcheck.rollout.layout import left_pad, position_ids
 
             w = self._trainer_weights
             if self._trainer is None or isinstance(w, (str, Path)):
