@@ -21,3 +21,18 @@ def test_readme_and_docs_quote_the_shipped_smollm2_budget():
     assert factor in readme and factor in docs
     runs = cal["budget"]["protocol"]["runs"]
     assert f"{runs} runs" in readme and f"{runs} runs" in docs
+
+
+def test_readme_and_docs_quote_the_two_reproducibility_seeds():
+    """Issue 23: the seeds' budgets as README and docs/smollm2.md quote them, and within ±20% of the shipped one."""
+    shipped = yaml.safe_load((ROOT / "calibrations" / "smollm2.yaml").read_text())["budget"]["value"]
+    readme = (ROOT / "README.md").read_text()
+    docs = (ROOT / "docs" / "smollm2.md").read_text()
+    for seed, text in ((1000, "0.142 [0.0595, ∞)"), (2000, "0.145 [0.0553, ∞)")):
+        budget = yaml.safe_load((ROOT / "calibrations" / f"smollm2-seed{seed}.yaml").read_text())["budget"]
+        lo, hi = budget["interval"]
+        assert hi == float("inf")  # an open upper bound, as the texts say
+        assert text == f"{budget['value']:.3g} [{lo:.3g}, ∞)"
+        assert text in readme
+        assert f"**{budget['value']:.3g}**" in docs and f"[{lo:.3g}, ∞)" in docs
+        assert abs(budget["value"] / shipped - 1) <= 0.2
