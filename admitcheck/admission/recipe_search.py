@@ -40,7 +40,7 @@ class SearchStep:
     budget: float
     ratio_vs_bf16: float | None  # KV-capacity tokens against plain BF16 (capacity settings of the config)
     reason: str
-    estimator: str = "k3"  # what decided (admission.decision_estimator)
+    estimator: str = "k3"  # what decided (sequential.decision_estimator)
     mismatch: float = float("nan")  # the estimator's value, nats/token
     mismatch_interval: tuple[float, float] = (float("nan"), float("nan"))
     error_control: bool = True  # False when policy.undecided = admit decided

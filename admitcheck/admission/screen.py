@@ -18,7 +18,7 @@ verdict) is `admitcheck.admission.sequential`, pure; the measurement is the one 
 probe prompts [i·bs, (i+1)·bs) with seed probe.seed + i, as `measure` does; after the batch that reaches
 probe.min_prompts and after every later one, the studentized-bootstrap interval of the decision estimator (kl_exact
 where the engine gives full rows, else the calibration's metric) over all sequences so far is one look of
-`admission.look`, until decided or probe.num_prompts. A staleness-k candidate's mismatch is KL(π_θ0 ‖ π_θk) on
+`sequential.look`, until decided or probe.num_prompts. A staleness-k candidate's mismatch is KL(π_θ0 ‖ π_θk) on
 tokens the start weights sample, θk = the student after k real OPD steps with the calibration's recipe. One
 reference model and one noise floor per engine kind (on the first-look probes) serve every candidate.
 

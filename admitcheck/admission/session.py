@@ -54,7 +54,7 @@ class ScreenSession:
         self.config, self.file = config, config_file
         self.pair = pair if pair is not None else LoadedPair(config.pair, file=config_file)  # read once, shared
         self.calibration = calibration or load_checked_calibration(config, config_file=config_file, pair=self.pair)
-        self.metric = self.calibration.metric  # the budget's scale; `admission.decision_estimator` measures it
+        self.metric = self.calibration.metric  # the budget's scale; `sequential.decision_estimator` measures it
         self.tokens: Any = None
         self.prompt_ids: list[list[int]] = []
         self.reference: Any = None

@@ -57,7 +57,7 @@ def check_compatibility(config: ScreenConfig, calibration: Any, *, config_file: 
 
     Weight hashes that differ are not refused here: a re-saved or rebuilt pair can be the same pair.
     `load_checked_calibration` then compares the models' behaviour (`fingerprint.check_behaviour`). The metric
-    is the calibration's, whatever it is: the screen measures on its scale (`admission.decision_estimator`).
+    is the calibration's, whatever it is: the screen measures on its scale (`sequential.decision_estimator`).
     """
 
     logs = getattr(config, "source", "engine") == "logs"
