@@ -15,10 +15,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from admitcheck import io
 from admitcheck.errors import CalibrationError, ConfigError
+
+if TYPE_CHECKING:
+    from admitcheck.calibration.schema import CalibrationArtifact
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -36,7 +39,7 @@ EXIT_RULE = (
 @dataclass(frozen=True)
 class DemoResult:
     toy: Any  # toy.ToyPairSummary
-    calibration: Any  # artifact.Calibration
+    calibration: CalibrationArtifact
     screen: Any  # screen.ScreenResult
     reused_calibration: bool
     report_paths: list[Path]

@@ -214,15 +214,10 @@ def render_calibration(cal) -> None:
     runs = Table(title="calibration runs (mismatch and quality in nats/token)")
     for c in ("level", "seed", "mismatch", "95% CI", "quality", "quality cost"):
         runs.add_column(c, justify="right" if c != "level" else "left")
-    for r in cal.run_rows():
-        runs.add_row(
-            str(r["level"]),
-            str(r["seed"]),
-            fmt(r["mismatch"]),
-            fmt_interval(r.get("mismatch_interval")),
-            fmt(r["quality"]),
-            fmt(r["quality_cost"]),
-        )
+    for r in cal.runs:
+        interval = list(r.mismatch_interval) if r.mismatch_interval is not None else None
+        runs.add_row(str(r.level), str(r.seed), fmt(r.mismatch), fmt_interval(interval), fmt(r.quality),
+                     fmt(r.quality_cost))  # fmt: skip
     out.print(runs)
     summary = Table(title=f"mismatch budget: {cal.path}")
     summary.add_column("field")
@@ -236,47 +231,47 @@ def render_calibration(cal) -> None:
 
 
 def render_backtest(bt) -> None:
-    data = bt.data
-    rows = Table(title=f"backtest: {bt.path} (cost in nats/token; τ {fmt(data['calibration']['tolerance'])})")
+    """`admitcheck backtest`'s tables (`admission.backtest_report.BacktestReport`)."""
+    rows = Table(title=f"backtest: {bt.path} (cost in nats/token; τ {fmt(bt.calibration.tolerance)})")
     for c in ("candidate", "family", "verdict", "screen mismatch [CI]", "x in runs", "predicted cost",
               "observed cost [CI]", "pairs", "truth", "agrees"):  # fmt: skip
         rows.add_column(c, justify="left" if c in ("candidate", "family", "verdict", "truth") else "right")
     for r in bt.rows:
-        v, t = r["verdict"], r["truth"]
+        v, t = r.verdict, r.truth
         rows.add_row(
-            r["name"],
-            r["family"],
-            v["decision"] + (" (marginal)" if v["marginal"] else ""),
-            f"{fmt(v['mismatch'])} {fmt_interval(v['mismatch_interval'])}",
-            fmt(r["x"]),
-            fmt(r["predicted_cost"]),
-            f"{fmt(t['cost'])} {fmt_interval(t['interval'])}",
-            str(t["n"]),
-            t["label"],
-            {True: "yes", False: "[red]no[/red]", None: "-"}[r["agrees"]],
+            r.name,
+            r.family,
+            v.decision + (" (marginal)" if v.marginal else ""),
+            f"{fmt(v.mismatch)} {fmt_interval(list(v.mismatch_interval))}",
+            fmt(r.x),
+            fmt(r.predicted_cost),
+            f"{fmt(t.cost)} {fmt_interval(list(t.interval))}",
+            str(t.n),
+            t.label,
+            {True: "yes", False: "[red]no[/red]", None: "-"}[r.agrees],
         )
     out.print(rows)
-    a = data["agreement"]
-    m = a["confusion"]
+    a = bt.agreement
+    m = a.confusion
     conf = Table(title="verdict × truth")
     for c in ("verdict", "admit", "reject", "ambiguous"):
         conf.add_column(c)
     for v in ("ADMIT", "REJECT"):
         conf.add_row(v, *(str(m[v][t]) for t in ("admit", "reject", "ambiguous")))
     out.print(conf)
-    frac = "-" if a["fraction"] is None else f"{a['fraction']:.0%}"
-    out.print(f"agreement on decided truths: {a['agree']}/{a['decided_truths']} = {frac} "
-              f"(95% CI {fmt_interval(tuple(a['interval']))}); {a['ambiguous']} ambiguous")  # fmt: skip
+    frac = "-" if a.fraction is None else f"{a.fraction:.0%}"
+    out.print(f"agreement on decided truths: {a.agree}/{a.decided_truths} = {frac} "
+              f"(95% CI {fmt_interval(tuple(a.interval))}); {a.ambiguous} ambiguous")  # fmt: skip
     fams = Table(title="residual by source family (observed − predicted cost, nats/token)")
     for c in ("family", "candidates", "mean residual [95% CI]", "agree/disagree/ambiguous"):
         fams.add_column(c)
-    for name, f in data["families"].items():
-        fams.add_row(name, str(f["candidates"]), f"{fmt(f['mean'])} {fmt_interval(tuple(f['interval']))}",
-                     f"{f['agree']}/{f['disagree']}/{f['ambiguous']}")  # fmt: skip
+    for name, f in bt.families.items():
+        fams.add_row(name, str(f.candidates), f"{fmt(f.mean)} {fmt_interval(tuple(f.interval))}",
+                     f"{f.agree}/{f.disagree}/{f.ambiguous}")  # fmt: skip
     out.print(fams)
     for r in bt.rows:
-        if r["agrees"] is False:
-            out.print(f"[red]disagreement[/red] {r['name']}: {escape(r['why'])}")
+        if r.agrees is False:
+            out.print(f"[red]disagreement[/red] {r.name}: {escape(r.why)}")
     out.print(f"report: {bt.path.with_suffix('.md')}, plot: {bt.path.with_suffix('.png')}")
 
 
@@ -290,8 +285,7 @@ def render_compare(cmp, cal_a, cal_b, levels: list[dict]) -> None:
     for side in (cmp.first, cmp.second):
         table.add_column(side.label)
     rows = [("objective (recipe.loss)", lambda s, c: s.objective),
-            ("baseline quality", lambda s, c: f"{fmt(c.data['quality']['baseline_mean'])} ± "
-                                              f"{fmt(c.data['quality']['baseline_std'])}"),
+            ("baseline quality", lambda s, c: f"{fmt(c.quality.baseline_mean)} ± {fmt(c.quality.baseline_std)}"),
             ("tolerance τ", lambda s, c: fmt(s.tolerance)),
             ("budget", lambda s, c: fmt(s.value) + ("" if s.kind == "point" else f" ({s.kind})")),
             (f"{100 * cmp.confidence:.0f}% interval", lambda s, c: fmt_interval(s.interval))]  # fmt: skip

@@ -20,6 +20,7 @@ from admitcheck.admission.sequential import (
     looks_plan,
 )
 from admitcheck.calibration.compatibility import check_compatibility
+from admitcheck.calibration.schema import CalibrationArtifact
 from admitcheck.config import CandidateConfig, RolloutConfig, ScreenConfig
 from admitcheck.errors import AdmitcheckWarning, CalibrationError, ConfigError, EngineError
 
@@ -60,7 +61,9 @@ def check_inputs(config: ScreenConfig, chosen: list[CandidateConfig], file: str 
         raise ConfigError(f"file not found: {cap}", file=file, field="capacity.model_config_path")
 
 
-def load_checked_calibration(config: ScreenConfig, *, config_file: str | None = None, behaviour: bool = True):
+def load_checked_calibration(
+    config: ScreenConfig, *, config_file: str | None = None, behaviour: bool = True
+) -> CalibrationArtifact:
     """`artifact.load_calibration(config.calibration)` after `check_compatibility`. When the strict fingerprints
     differ and `behaviour` is set, both models are loaded (float32, CPU) and their log-probs on the calibration's
     fixed sequences compared (`fingerprint.check_behaviour`: CalibrationError when they drifted); the strict
@@ -79,7 +82,7 @@ def load_checked_calibration(config: ScreenConfig, *, config_file: str | None = 
         )
     notes = check_compatibility(config, calibration, config_file=config_file)
     if notes and behaviour:
-        stored = calibration.behaviour
+        stored = calibration.pair.behaviour
         if stored is None:
             raise CalibrationError(
                 f"{notes[0]}; the calibration stores no behavioural fingerprint to settle it: re-run calibrate",
@@ -88,7 +91,9 @@ def load_checked_calibration(config: ScreenConfig, *, config_file: str | None = 
             )
         student = io.load_causal_lm(config.pair.student, "float32", "cpu", file=config_file, field="pair.student")
         teacher = io.load_causal_lm(config.pair.teacher, "float32", "cpu", file=config_file, field="pair.teacher")
-        drift = fingerprint.check_behaviour(stored, student, teacher, budget=calibration.budget.value, file=config_file)
+        drift = fingerprint.check_behaviour(
+            stored.model_dump(), student, teacher, budget=calibration.budget.value, file=config_file
+        )
         del student, teacher
         warnings.warn(
             PairRewrittenWarning(
@@ -200,15 +205,15 @@ def candidate_capacity(config: ScreenConfig, cand: CandidateConfig) -> dict[str,
         ) from None
 
 
-def calibration_summary(calibration) -> dict[str, Any]:
+def calibration_summary(calibration: CalibrationArtifact) -> dict[str, Any]:
     b, r = calibration.budget, calibration.recipe
     return {
         "path": str(calibration.path),
-        "pair": calibration.pair_name,
+        "pair": calibration.name,
         "metric": calibration.metric,
         "budget": b.value,
         "budget_interval": tuple(b.interval),
         "budget_kind": b.kind,
-        "tolerance": b.tolerance,
-        "recipe": {k: r.get(k) for k in ("loss", "student_logprobs", "lr", "tis_cap", "temperature")},
+        "tolerance": calibration.tau,
+        "recipe": {k: getattr(r, k) for k in ("loss", "student_logprobs", "lr", "tis_cap", "temperature")},
     }

@@ -10,11 +10,13 @@ import torch
 from admitcheck import io
 from admitcheck.calibration.levels import Level
 from admitcheck.calibration.opd import cast_parameters, stale_student
-from admitcheck.config import RolloutConfig, TrainConfig
+from admitcheck.calibration.schema import CalibrationArtifact
 from admitcheck.pairs.load import load_pair_tokenizer, tokenize_prompts
 
 
-def stale_reference(calibration, config, staleness: int, *, reference: torch.nn.Module | None = None):
+def stale_reference(
+    calibration: CalibrationArtifact, config, staleness: int, *, reference: torch.nn.Module | None = None
+):
     """For `screen`: the pair's student after `staleness` OPD steps with the calibration's recipe, and the seed a
     calibration level of that staleness uses (replicate 0), in the reference's precision. `config` is the screen's
     (pair, reference); `reference` the loaded θ0 (optional)."""
@@ -23,11 +25,10 @@ def stale_reference(calibration, config, staleness: int, *, reference: torch.nn.
     path = calibration.train_prompts()
     tokens = load_pair_tokenizer(config.pair, check_teacher=False)
     ids = tokenize_prompts(tokens, io.read_prompts(path, field="recipe.prompts"), file=str(path))
-    train_keys = set(TrainConfig.model_fields) - {"prompts"}
-    cfg = TrainConfig(prompts=str(path), **{k: v for k, v in recipe.items() if k in train_keys})
+    cfg = recipe.train_config(str(path))
     device = config.reference.device
     teacher = io.load_causal_lm(config.pair.teacher, "float32", device, field="pair.teacher")
     start = reference if reference is not None else io.load_causal_lm(config.pair.student, "float32", device)
-    seed = Level("stale", "staleness", staleness=staleness).seed(int(recipe["seed"]), 0)  # as the calibration
-    stale = stale_student(start, teacher, ids, cfg, RolloutConfig(**recipe["rollout"]), staleness, seed, tokens)
+    seed = Level("stale", "staleness", staleness=staleness).seed(recipe.seed, 0)  # as the calibration
+    stale = stale_student(start, teacher, ids, cfg, recipe.rollout, staleness, seed, tokens)
     return cast_parameters(stale, config.reference.dtype)

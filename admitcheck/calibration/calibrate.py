@@ -29,6 +29,7 @@ import json
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +38,9 @@ import numpy as np
 from admitcheck import fingerprint, io
 from admitcheck.calibration.artifact import (  # re-exported: the public calibration API lives here
     SCHEMA_VERSION,
-    Calibration,
     fingerprint_pair,
     load_calibration,
+    plain,
     protocol_of_screen,
     recipe_of,
     write_calibration,
@@ -58,11 +59,13 @@ from admitcheck.calibration.levels import (
     run_task,
 )
 from admitcheck.calibration.opd import quality_definition
+from admitcheck.calibration.record import RunRecord
+from admitcheck.calibration.schema import CalibrationArtifact, RunEntry
 from admitcheck.config import CalibrateConfig
 from admitcheck.errors import CalibrationError, ConfigError
 
 __all__ = [
-    "Calibration",
+    "CalibrationArtifact",
     "calibrate",
     "fingerprint_pair",
     "load_calibration",
@@ -97,8 +100,9 @@ def calibrate(
     executor: str = "local",
     ray_address: str | None = None,
     progress: Progress | None = None,
-) -> Calibration:
-    """Run (or resume) the calibration `config` describes and write its artifact; see the module docstring.
+) -> CalibrationArtifact:
+    """Run (or resume) the calibration `config` describes and write its artifact and its chart (`<stem>.png`, with
+    matplotlib); see the module docstring.
 
     executor "local" runs in this process (jobs=1) or `jobs` spawned processes; "ray" runs each run as a Ray task
     on the cluster at `ray_address` (else RAY_ADDRESS, else a local instance) asking `config.resources`."""
@@ -124,25 +128,38 @@ def calibrate(
         ledger.append({"kind": "grid", "relative_std": stds, "mismatch": ks, "seed": config.seed})
     levels = resolve_levels(config, ledger.grid)
     try:
-        runs, fitted, rounds, stop = _rounds(config, config_file, levels, ledger, runner, progress)
+        placed, fitted, rounds, stop = _rounds(config, config_file, levels, ledger, runner, progress)
     finally:
         runner.close()
-    data = build_artifact(
-        config, config_file, out, levels, runs, ledger.grid, pair_fp | {"behaviour": behaviour}, fitted
-    )
-    data["budget"]["protocol"] = {
+    adaptive = {
         "replicates": config.levels.replicates,
         "rounds": rounds,
         "stopped": stop,
         "interval_factor": config.levels.interval_factor,
         "max_runs": config.levels.max_runs,
-        "runs": len(runs),
+        "runs": len(placed),
         "added_levels": [lv.name for lv in levels if lv.name.startswith("noise-added-")],
     }
-    data["budget"]["warnings"] = budget_warnings(fitted["estimate"], config.levels.interval_factor, len(runs), stop)
-    data["provenance"]["seconds"] = round(time.perf_counter() - t0, 1)
-    data["provenance"]["run_cpu_seconds"] = round(sum(r.get("cpu_seconds", 0.0) for r in runs), 1)
-    return write_calibration(data, out)
+    warnings = budget_warnings(fitted.estimate, config.levels.interval_factor, len(placed), stop)
+    timings = {
+        "seconds": round(time.perf_counter() - t0, 1),
+        "run_cpu_seconds": round(sum(p.record.cpu_seconds for p in placed), 1),
+    }
+    cal = build_artifact(config, out, levels, fitted, ledger.grid, pair_fp | {"behaviour": behaviour},
+                         adaptive=adaptive, warnings=warnings, timings=timings)  # fmt: skip
+    cal = write_calibration(cal, out)
+    write_calibration_chart(cal)
+    return cal
+
+
+def write_calibration_chart(cal: CalibrationArtifact) -> None:
+    """`plots.plot_calibration` beside the artifact (`<stem>.png`), when matplotlib is installed."""
+    from admitcheck.plots import plot_calibration
+
+    assert cal.path is not None
+    png = plot_calibration(cal)
+    if png is not None:
+        io.write_bytes_atomic(cal.path.with_suffix(".png"), png)
 
 
 def _rounds(config, config_file, levels: list[Level], ledger: Ledger, runner: Executor, progress):
@@ -164,24 +181,24 @@ def _rounds(config, config_file, levels: list[Level], ledger: Ledger, runner: Ex
             done += 1
             if progress:
                 progress(f"runs (round {rounds})", done, len(tasks))
-        runs = [ledger.runs[run_key(lv, s)] | {"level": lv.name, "kind": lv.kind, "in_fit": lv.fit,
-                "replicate": r} for lv, s, r in _with_replicates(config, levels, counts)]  # fmt: skip
-        fitted = fit_runs(config, levels, runs)
-        fit_x = {lv.name: float(np.mean([r["fit_x"] for r in runs if r["level"] == lv.name])) for lv in levels
+        placed = [PlacedRun(lv, r, ledger.runs[run_key(lv, s)])
+                  for lv, s, r in _with_replicates(config, levels, counts)]  # fmt: skip
+        fitted = fit_runs(config, levels, placed)
+        fit_x = {lv.name: float(np.mean([e.fit_x for e in fitted.runs if e.level == lv.name])) for lv in levels
                  if lv.kind != "baseline" and lv.fit}  # fmt: skip
-        plan = plan_round(fitted["estimate"], _fit_counts(levels, counts), config.levels.interval_factor, 2, fit_x)
-        added = _added_levels(levels, _measured_grid(levels, runs) or ledger.grid, plan.new_levels)
+        plan = plan_round(fitted.estimate, _fit_counts(levels, counts), config.levels.interval_factor, 2, fit_x)
+        added = _added_levels(levels, _measured_grid(levels, fitted.runs) or ledger.grid, plan.new_levels)
         if plan.new_levels and not added:  # no σ for a new level: more pairs where B is decided instead
-            want = wanted_replicates(fitted["estimate"], _fit_counts(levels, counts), config.levels.interval_factor, 2)
+            want = wanted_replicates(fitted.estimate, _fit_counts(levels, counts), config.levels.interval_factor, 2)
             plan = RoundPlan(replicates=tuple(want))
         grown = dict(counts) | {lv.name: config.levels.replicates for lv in added}
         for name in plan.replicates:
             grown[name] += config.levels.pairs_per_round
         grown["baseline"] = max(grown.values())
         if plan.done:
-            return runs, fitted, rounds, "interval narrower than the factor"
+            return placed, fitted, rounds, "interval narrower than the factor"
         if len(planned_tasks(config, levels + added, grown)) > config.levels.max_runs:
-            return runs, fitted, rounds, "run cap"
+            return placed, fitted, rounds, "run cap"
         levels.extend(added)
         counts, rounds = grown, rounds + 1
 
@@ -202,12 +219,12 @@ def budget_warnings(est: Estimate, factor: float, runs: int, stop: str) -> list[
     return out
 
 
-def _measured_grid(levels: list[Level], runs: list[dict[str, Any]]) -> dict[str, list[float]] | None:
+def _measured_grid(levels: list[Level], runs: tuple[RunEntry, ...]) -> dict[str, list[float]] | None:
     """(σ, mean start-weights x) of the noise levels run so far, as a grid for `noise_for_mismatch`: the levels'
     own measurements (several replicates each) place a new level better than the one-seed grid measured before
     training. None with fewer than two noise levels."""
-    pts = sorted({(lv.relative_std, float(np.mean([r["x_start"] for r in runs if r["level"] == lv.name])))
-                  for lv in levels if lv.kind == "noise" and any(r["level"] == lv.name for r in runs)})  # fmt: skip
+    pts = sorted({(lv.relative_std, float(np.mean([r.x_start for r in runs if r.level == lv.name])))
+                  for lv in levels if lv.kind == "noise" and any(r.level == lv.name for r in runs)})  # fmt: skip
     if len(pts) < 2:
         return None
     return {"relative_std": [p[0] for p in pts], "mismatch": [p[1] for p in pts]}
@@ -239,40 +256,63 @@ def _fit_counts(levels: list[Level], counts: dict[str, int]) -> dict[str, int]:
 
 def _execute(config: CalibrateConfig, config_file: str | None, todo: list, runner: Executor, progress=None):
     """Finished run records of one batch, as they finish, from the executor (this process, local workers or Ray
-    tasks); the caller closes the executor after its last batch."""
+    tasks), filed under their run keys; the caller closes the executor after its last batch."""
     tasks = [Task(run_key(lv, s), f"{lv.name}/seed {s}", run_task, (config, config_file, lv, s)) for lv, s in todo]
     status = getattr(progress, "status", None)  # the CLI's bar shows the runs in flight, retried and failed
     for task, record in runner.run(tasks, on_status=(lambda text: status("runs", text)) if status else None):
-        yield record | {"kind": "run", "key": task.key}
+        yield record.keyed(task.key)
 
 
 # --------------------------------------------------------------------------------------------------- fit + artifact
 
 
-def run_x(config: CalibrateConfig, run: dict[str, Any], which: str) -> float:
+@dataclass(frozen=True)
+class PlacedRun:
+    """A ledger record where it sits in a calibration: its level and replicate (seed `levels.replicate_seed`)."""
+
+    level: Level
+    replicate: int
+    record: RunRecord
+
+
+@dataclass(frozen=True)
+class Fit:
+    """What `fit_runs` derives from the finished runs: the estimate under the chosen x, why that x, the budget under
+    each x (`budget.by_x`), the baseline's quality per replicate, and every run as the artifact's entry."""
+
+    estimate: Estimate
+    x: str  # "start" | "run"
+    x_reason: str
+    by_x: dict[str, dict[str, Any]]
+    baseline: dict[int, float]  # replicate -> baseline quality
+    runs: tuple[RunEntry, ...]  # in the order of the placed runs
+
+
+def run_x(config: CalibrateConfig, run: RunRecord, which: str) -> float:
     """A run's mismatch x: "start" (the probe measurement at the start weights, `config.metric`) or "run" (the mean
     engine-vs-trainer k3 over the first `levels.run_window` steps), nats/token; floored at 1e-12 (log axis)."""
     if which == "start":
-        return max(float(run["mismatch"]), 1e-12)
-    window = run["in_run_k3"][: config.levels.run_window]
+        return max(float(run.mismatch), 1e-12)
+    window = run.in_run_k3[: config.levels.run_window]
     return max(float(np.mean(window)), 1e-12)
 
 
-def _level_data(config, levels: list[Level], runs: list[dict[str, Any]], which: str, keep) -> list[LevelData]:
-    by = {lv.name: [r for r in runs if r["level"] == lv.name] for lv in levels}
-    return [LevelData(lv.name, tuple(run_x(config, r, which) for r in by[lv.name]),
-                      tuple(r["quality_cost"] for r in by[lv.name]))
+def _level_data(config, levels: list[Level], placed: list[PlacedRun], costs: list[float], which: str,
+                keep) -> list[LevelData]:  # fmt: skip
+    by = {lv.name: [(p, c) for p, c in zip(placed, costs) if p.level.name == lv.name] for lv in levels}
+    return [LevelData(lv.name, tuple(run_x(config, p.record, which) for p, _ in by[lv.name]),
+                      tuple(c for _, c in by[lv.name]))
             for lv in levels if lv.kind != "baseline" and keep(lv)]  # fmt: skip
 
 
-def _one_scale_score(config, levels, runs, which: str, tol: Tolerance) -> dict[str, Any] | None:
+def _one_scale_score(config, levels, placed, costs, which: str, tol: Tolerance) -> dict[str, Any] | None:
     """How far the non-noise levels (staleness, rollout configs; fitted or held out) fall from the curve fitted on
     the noise levels alone, under x = `which`: mean squared z = (mean paired cost − curve) / its standard error."""
-    noise = _level_data(config, levels, runs, which, lambda lv: lv.kind == "noise" and lv.fit)
-    others = _level_data(config, levels, runs, which, lambda lv: lv.kind != "noise")
+    noise = _level_data(config, levels, placed, costs, which, lambda lv: lv.kind == "noise" and lv.fit)
+    others = _level_data(config, levels, placed, costs, which, lambda lv: lv.kind != "noise")
     if len(noise) < 2 or not others:
         return None
-    tau = tol.of(float(np.mean([r["quality"] for r in runs if r["level"] == "baseline"])))
+    tau = tol.of(float(np.mean([p.record.quality for p in placed if p.level.name == "baseline"])))
     fit = fit_levels([np.mean(d.x) for d in noise], [np.mean(d.cost) for d in noise], [len(d.x) for d in noise],
                      OFFSET_SHARE * tau if tau > 0 else 0.0)  # fmt: skip
     z = {}
@@ -283,17 +323,16 @@ def _one_scale_score(config, levels, runs, which: str, tol: Tolerance) -> dict[s
     return {"mean_z2": float(np.mean([v * v for v in z.values()])), "z": z}
 
 
-def fit_runs(config: CalibrateConfig, levels: list[Level], runs: list[dict[str, Any]]) -> dict[str, Any]:
+def fit_runs(config: CalibrateConfig, levels: list[Level], placed: list[PlacedRun]) -> Fit:
     """Paired costs, τ, x chosen, the monotone fit and the budget with its bootstrap, from the finished runs.
 
-    Adds quality_cost (paired: the run's quality minus its baseline replicate's), x_start, x_run, fit_x and
-    predicted_cost to every run; levels with fit false (held-out checks) are not fitted, only compared."""
-    base = {r["replicate"]: r["quality"] for r in runs if r["kind"] == "baseline"}
-    for r in runs:
-        r["quality_cost"] = r["quality"] - base[r["replicate"]]
+    Every run's entry carries its quality_cost (paired: its quality minus its baseline replicate's), x_start, x_run,
+    fit_x and predicted_cost; levels with fit false (held-out checks) are not fitted, only compared."""
+    base = {p.replicate: p.record.quality for p in placed if p.level.kind == "baseline"}
+    costs = [p.record.quality - base[p.replicate] for p in placed]
     tol = Tolerance(config.tolerance.relative, config.tolerance.absolute)
     choices = ["start", "run"] if config.metric == "k3" else ["start"]
-    scores = {w: _one_scale_score(config, levels, runs, w, tol) for w in choices}
+    scores = {w: _one_scale_score(config, levels, placed, costs, w, tol) for w in choices}
     if config.levels.x != "auto":
         which, reason = config.levels.x, "set in the config (levels.x)"
         if which == "run" and config.metric != "k3":
@@ -305,68 +344,86 @@ def fit_runs(config: CalibrateConfig, levels: list[Level], runs: list[dict[str, 
     else:
         which = "start"
         reason = "no non-noise level to compare sources with: the start-weights x (what screens measure)"
-    fitted_levels = _level_data(config, levels, runs, which, lambda lv: lv.fit)
+    fitted_levels = _level_data(config, levels, placed, costs, which, lambda lv: lv.fit)
     if not fitted_levels:
         raise CalibrationError("no fitted level: nothing to fit", field="levels")
     est = estimate(fitted_levels, list(base.values()), tol, n_boot=config.bootstrap, seed=config.seed,
                    confidence=config.confidence)  # fmt: skip
     alt = {}
     for w in choices:  # the budget under each x, for the report
-        e = est if w == which else estimate(_level_data(config, levels, runs, w, lambda lv: lv.fit),
+        e = est if w == which else estimate(_level_data(config, levels, placed, costs, w, lambda lv: lv.fit),
                                             list(base.values()), tol, n_boot=config.bootstrap, seed=config.seed,
                                             confidence=config.confidence)  # fmt: skip
         alt[w] = {"value": e.budget.value, "kind": e.budget.kind, "interval": list(e.budget.interval),
                   "score": scores[w]}  # fmt: skip
-    for r in runs:
-        if r["kind"] == "baseline":  # paired with itself: cost 0 by construction, x not measured
-            r["x_start"] = r["x_run"] = r["fit_x"] = None
-            r["predicted_cost"] = 0.0
-            continue
-        r["x_start"] = run_x(config, r, "start")
-        r["x_run"] = run_x(config, r, "run") if config.metric == "k3" else None
-        r["fit_x"] = r["x_start"] if which == "start" else r["x_run"]
-        r["predicted_cost"] = float(est.fit.predict(r["fit_x"]))
-    return {"estimate": est, "x": which, "x_reason": reason, "by_x": alt, "baseline": base}
+    entries = tuple(_entry(config, p, c, which, est) for p, c in zip(placed, costs))
+    return Fit(est, which, reason, alt, base, entries)
 
 
-def build_artifact(config, config_file, out: Path, levels, runs, grid, pair_fp, f=None) -> dict[str, Any]:
-    """The artifact dict (schema in `admitcheck.calibration.artifact`)."""
-    f = f or fit_runs(config, levels, runs)
-    est: Estimate = f["estimate"]
+def _entry(config: CalibrateConfig, p: PlacedRun, cost: float, which: str, est: Estimate) -> RunEntry:
+    """A run's artifact entry: its record's kept measurements, its place, and the fit's x and costs."""
+    r, lv = p.record, p.level
+    if lv.kind == "baseline":  # paired with itself: cost 0 by construction, x not measured
+        x_start = x_run = fit_x = None
+        predicted = 0.0
+    else:
+        x_start = run_x(config, r, "start")
+        x_run = run_x(config, r, "run") if config.metric == "k3" else None
+        fit_x = x_start if which == "start" else x_run
+        predicted = float(est.fit.predict(fit_x))
+    return RunEntry(
+        level=lv.name, kind=lv.kind, replicate=p.replicate, seed=r.seed, in_fit=lv.fit, relative_std=r.relative_std,
+        staleness=r.staleness, mismatch=r.mismatch, mismatch_interval=r.mismatch_interval, kl_exact=r.kl_exact,
+        x_start=x_start, x_run=x_run, in_run_k3_mean=r.in_run_k3_mean, fit_x=fit_x, quality=r.quality,
+        reverse_kl=r.reverse_kl, quality_cost=cost, predicted_cost=predicted, quality_start=r.quality_start,
+        accuracy=r.accuracy, accuracy_start=r.accuracy_start, steps=r.steps,
+    )  # fmt: skip
+
+
+def build_artifact(config, out: Path, levels, f: Fit, grid, pair_fp, *, adaptive=None, warnings=None,
+                   timings=None) -> CalibrationArtifact:  # fmt: skip
+    """The artifact (schema in `admitcheck.calibration.schema`) of the fit `f`; `adaptive` (how the rounds
+    stopped), `warnings` and `timings` (provenance seconds) when the caller has them."""
+    est: Estimate = f.estimate
     b, tol = est.budget, config.tolerance
-    base_q = np.array(list(f["baseline"].values()))
-    start = float(np.mean([r["quality_start"] for r in runs if r["kind"] == "baseline"]))
+    runs = f.runs
+    base_q = np.array(list(f.baseline.values()))
+    start = float(np.mean([r.quality_start for r in runs if r.kind == "baseline"]))
     draws = np.asarray(est.draws)
     qs = [0.005, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.975, 0.995]
     report = []
     for lv in levels:
-        rs = [r for r in runs if r["level"] == lv.name]
-        c = np.array([r["quality_cost"] for r in rs])
+        rs = [r for r in runs if r.level == lv.name]
+        c = np.array([r.quality_cost for r in rs])
         k = est.names.index(lv.name) if lv.name in est.names else None
         report.append({
             "level": lv.name, "kind": lv.kind, "in_fit": lv.fit, "replicates": len(rs),
-            "x": float(np.mean([r["fit_x"] for r in rs])) if lv.kind != "baseline" else None,
-            "x_start": float(np.mean([r["x_start"] for r in rs])) if lv.kind != "baseline" else None,
-            "x_run": float(np.mean([r["x_run"] for r in rs])) if rs[0].get("x_run") is not None else None,
+            "x": float(np.mean([r.fit_x for r in rs])) if lv.kind != "baseline" else None,
+            "x_start": float(np.mean([r.x_start for r in rs])) if lv.kind != "baseline" else None,
+            "x_run": float(np.mean([r.x_run for r in rs])) if rs[0].x_run is not None else None,
             "paired_cost": float(c.mean()),
             "paired_cost_interval": list(est.level_intervals[k]) if k is not None else None,
             "paired_cost_sd": float(c.std(ddof=1)) if c.size > 1 else None,
-            "fitted_cost": float(np.mean([r["predicted_cost"] for r in rs])),
+            "fitted_cost": float(np.mean([r.predicted_cost for r in rs])),
             "decided_budget": lv.name in est.decided_by,
         })  # fmt: skip
     budget = {
         "value": b.value, "kind": b.kind, "interval": [b.interval[0], b.interval[1]],
-        "confidence": config.confidence, "n_boot": b.n_boot, "x": f["x"], "x_reason": f["x_reason"],
-        "rule": (f"monotone (isotonic) fit of mean paired cost on log x ({f['x']}); B where it reaches τ "
+        "confidence": config.confidence, "n_boot": b.n_boot, "x": f.x, "x_reason": f.x_reason,
+        "rule": (f"monotone (isotonic) fit of mean paired cost on log x ({f.x}); B where it reaches τ "
                  f"(linear in log x on log(cost + {OFFSET_SHARE:g} τ) between the bracketing levels); percentile "
                  "bootstrap over replicate pairs and baseline replicates, τ re-estimated in each resample, cost "
                  "spreads t-scaled, x resampled with its own spread"),
         "decided_by": list(est.decided_by), "width_factor": est.width_factor if math.isfinite(est.width_factor)
-        else None, "by_x": f["by_x"],
+        else None, "by_x": f.by_x,
         "bootstrap": {"quantiles": {str(q): _order_quantile(draws, q) for q in qs} if draws.size else {},
                       "draws": [float(v) for v in draws]},
     }  # fmt: skip
-    return {
+    if adaptive is not None:
+        budget["protocol"] = adaptive
+    if warnings is not None:
+        budget["warnings"] = warnings
+    data = {
         "schema_version": SCHEMA_VERSION,
         "name": config.pair.name or Path(config.pair.student).name,
         "metric": config.metric,
@@ -376,7 +433,7 @@ def build_artifact(config, config_file, out: Path, levels, runs, grid, pair_fp, 
             "sampling": config.sampling.model_dump(mode="json"),
             "probe": config.probe.model_dump(mode="json", exclude={"prompts"}),
             "reference": {"dtype": config.reference.dtype},
-            "x": f["x"],
+            "x": f.x,
             "run_window": config.levels.run_window,
         },
         "recipe": {**recipe_of(config), "prompts": _relpath(config.train.prompts, out.parent)},
@@ -393,25 +450,17 @@ def build_artifact(config, config_file, out: Path, levels, runs, grid, pair_fp, 
         "levels": [lv.to_dict() for lv in levels],
         "level_report": report,
         "auto_noise": {k: grid[k] for k in ("relative_std", "mismatch")} if grid else None,
-        "runs": [_run_entry(r) for r in runs],
-        "curve": est.fit.to_dict() | {"x_measure": f["x"], "points": len(est.names)},
+        "runs": [r.model_dump(mode="json") for r in runs],
+        "curve": est.fit.to_dict() | {"x_measure": f.x, "points": len(est.names)},
         "budget": budget,
-        "provenance": _provenance(config, out),
+        "provenance": _provenance(config, out) | (timings or {}),
     }
-
-
-_RUN_KEYS = ("level", "kind", "replicate", "seed", "in_fit", "relative_std", "staleness", "mismatch",
-             "mismatch_interval", "kl_exact", "x_start", "x_run", "in_run_k3_mean", "fit_x", "quality", "reverse_kl",
-             "quality_cost", "predicted_cost", "quality_start", "accuracy", "accuracy_start", "steps")  # fmt: skip
+    return CalibrationArtifact.model_validate(plain(data))
 
 
 def _order_quantile(values: np.ndarray, q: float) -> float:
     """The q-quantile by order statistic (inf-safe: no interpolation between an inf and a number)."""
     return float(np.sort(values)[min(round(q * (values.size - 1)), values.size - 1)])
-
-
-def _run_entry(r: dict[str, Any]) -> dict[str, Any]:
-    return {k: r.get(k) for k in _RUN_KEYS}
 
 
 def _relpath(path: str, base: Path) -> str:
