@@ -164,9 +164,9 @@ def test_artifact_round_trips(reference, pair) -> None:
     again = load_calibration(cal.path)
     assert again == cal and again.dump() == cal.dump()
     assert again.budget == cal.budget and again.protocol.flat() == cal.protocol.flat()
-    pair = cal.dump()["pair"]
-    assert again.pair_fingerprint == {**{k: pair[k] for k in ("student", "teacher", "tokenizer")},
-                                      "probe_prompts": pair["prompts"]["probe"]}  # fmt: skip
+    stored = cal.dump()["pair"]
+    assert again.pair_fingerprint == {**{k: stored[k] for k in ("student", "teacher", "tokenizer")},
+                                      "probe_prompts": stored["prompts"]["probe"]}  # fmt: skip
     assert again.predict_cost(0.05) == cal.predict_cost(0.05)
     rows = dict(again.summary_rows())
     assert "budget (k3)" in rows and "tolerance τ" in rows
