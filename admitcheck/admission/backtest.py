@@ -9,10 +9,11 @@ For each candidate: the verdict `screen` gives (the screen config's probe, sampl
 backtest's candidates), and the truth: full OPD runs with the candidate's engine as the rollout engine, with the
 calibration's recipe, eval and seeds (`levels.run_one` on a level of kind "rollout" or "staleness"), each paired with
 the baseline's run of the same seed and looked at by `truth.sequential_truth` (more pairs until decided or
-`truth.max_replicates`). Runs go to `<output stem>.ledger.jsonl` under the calibration ledger's header and run keys
-(`ledger.Ledger`, `calibrate.run_key`): resumable, and parallel (`--jobs`, Ray) exactly like `calibrate`. Runs the
-calibration's ledger already holds (its baseline, a level equal to a candidate) are reused when this machine has the
-torch and transformers the calibration was made with (runs are then bit-identical), else run again.
+`truth.max_replicates`). Runs go to `<output stem>.ledger.jsonl` under the calibration ledger's header and run keys,
+made by `calibration.campaign` (the runner `calibrate` uses): resumable, and parallel (`--jobs`, Ray) exactly like
+`calibrate`. Runs the calibration's ledger already holds (its baseline, a level equal to a candidate) are reused when
+this machine has the torch and transformers the calibration was made with (runs are then bit-identical), else run
+again.
 
 The report: per candidate the verdict, the measured mismatch, the cost the calibration curve predicts at it, the
 observed cost with its interval, the truth and whether they agree (with why not); the confusion matrix and the
@@ -34,11 +35,10 @@ from admitcheck import fingerprint, io
 from admitcheck.admission import truth
 from admitcheck.admission.backtest_report import SCHEMA_VERSION, BacktestReport, dump_backtest, load_backtest
 from admitcheck.calibration.artifact import plain, recipe_of
-from admitcheck.calibration.calibrate import run_key
+from admitcheck.calibration.campaign import Campaign, check_jobs, open_executor, run_key
 from admitcheck.calibration.compatibility import calibration_matches
-from admitcheck.calibration.executors import Task, make_executor
 from admitcheck.calibration.ledger import Ledger, ledger_header, ledger_path, read_run
-from admitcheck.calibration.levels import Level, load_context, replicate_seed, run_task
+from admitcheck.calibration.levels import Level, load_context, replicate_seed
 from admitcheck.calibration.record import RunRecord
 from admitcheck.calibration.schema import CalibrationArtifact
 from admitcheck.config import BacktestConfig, CalibrateConfig, CandidateConfig, ScreenConfig
@@ -181,13 +181,10 @@ def backtest(
     from admitcheck.admission.screen import screen
 
     t0 = time.perf_counter()
-    if jobs < 1:
-        raise ConfigError(f"jobs must be >= 1, got {jobs}", file=config_file, field="--jobs")
+    check_jobs(jobs, config_file)
     inputs = load_inputs(config, config_file)
     cal_cfg, calibration = inputs.calibrate, inputs.calibration
-    res = cal_cfg.resources
-    runner = make_executor(executor, jobs=jobs, address=ray_address, num_cpus=res.num_cpus, num_gpus=res.num_gpus)
-    runner.start()
+    runner = open_executor(cal_cfg.resources, jobs=jobs, executor=executor, ray_address=ray_address)
     out = output_path(config, calibration)
     verdicts = screen(inputs.screen, config_file=inputs.screen_file, progress=progress).verdicts
     load_context(cal_cfg, inputs.calibrate_file)  # checks the pair, prompts and engine before anything runs
@@ -195,7 +192,7 @@ def backtest(
     ledger = Ledger.open(ledger_path(out), header)
     reusable = _reusable_runs(calibration, header)
     try:
-        counts = _rounds(inputs, ledger, reusable, runner, config, progress)
+        counts = _rounds(inputs, Campaign(cal_cfg, inputs.calibrate_file, ledger, runner, progress), reusable, config)
     finally:
         runner.close()
     rows = _rows(inputs, config, ledger, counts, verdicts)
@@ -223,11 +220,12 @@ def _reusable_runs(calibration: CalibrationArtifact, header: dict[str, Any]) -> 
     if not records or any(records[0].get(k) != header[k] for k in ("ledger_version", "pair", "config")):
         return {}
     runs = [read_run(r, path, i) for i, r in enumerate(records[1:], start=1) if r.get("kind") == "run"]
-    return {r.key: r for r in runs}
+    return {r.key: r.reused(path.name) for r in runs}
 
 
-def _rounds(inputs: Inputs, ledger: Ledger, reusable: dict, runner, config: BacktestConfig, progress) -> dict:
+def _rounds(inputs: Inputs, campaign: Campaign, reusable: dict[str, RunRecord], config: BacktestConfig) -> dict:
     """Run pairs until every candidate's truth is settled; returns the pairs each candidate needed."""
+    ledger = campaign.ledger
     cands = list(config.candidates)
     counts = {c.name: truth.look_counts(config.truth)[0] for c in cands}
     baseline = Level("baseline", "baseline")
@@ -236,22 +234,7 @@ def _rounds(inputs: Inputs, ledger: Ledger, reusable: dict, runner, config: Back
     while True:
         wanted = [(candidate_level(c), r) for c in cands for r in range(counts[c.name])]
         wanted += [(baseline, r) for r in range(max(counts.values()))]
-        keys = {run_key(lv, _seed(inputs, r)): (lv, r) for lv, r in wanted}
-        for key in keys:
-            if key not in ledger.runs and key in reusable:
-                ledger.append(reusable[key].reused(str(ledger_path(inputs.calibration.path).name)))
-        todo = [(lv, _seed(inputs, r)) for key, (lv, r) in keys.items() if key not in ledger.runs]
-        label = f"truth runs (round {rounds})"
-        done = len(keys) - len(todo)
-        if progress:
-            progress(label, done, len(keys))
-        tasks = [Task(run_key(lv, s), f"{lv.name}/seed {s}", run_task, (inputs.calibrate, inputs.calibrate_file,
-                      lv, s)) for lv, s in todo]  # fmt: skip
-        for task, record in runner.run(tasks):
-            ledger.append(record.keyed(task.key))
-            done += 1
-            if progress:
-                progress(label, done, len(keys))
+        campaign.run_round([(lv, _seed(inputs, r)) for lv, r in wanted], f"truth runs (round {rounds})", reusable)
         grown = False
         for c in cands:
             verdict, needed = truth.sequential_truth(_diffs(inputs, ledger, c, counts[c.name]), tau, config.truth)

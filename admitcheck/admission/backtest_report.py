@@ -16,10 +16,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 
-from admitcheck import io
-from admitcheck.errors import AdmitcheckError, CalibrationError
+from admitcheck.calibration.artifact import check_version, dump_yaml, read_output, validated
+from admitcheck.errors import CalibrationError
 
 SCHEMA_VERSION = 1
 
@@ -161,28 +161,13 @@ class BacktestReport(Section):
 def load_backtest(path: str | Path) -> BacktestReport:
     """Read a backtest report; a CalibrationError naming the file and the first missing or bad field."""
     path = Path(path)
-    try:
-        data = io.read_yaml(path)
-    except AdmitcheckError as exc:
-        raise CalibrationError(exc.message, file=str(path)) from None
-    if not isinstance(data, dict) or data.get("kind") != "backtest":
+    data = read_output(path, "backtest report")
+    if data.get("kind") != "backtest":
         raise CalibrationError("not a backtest report (kind: backtest)", file=str(path), field="kind")
-    if data.get("schema_version") != SCHEMA_VERSION:
-        raise CalibrationError(
-            f"unsupported schema_version {data.get('schema_version')!r} (this admitcheck reads {SCHEMA_VERSION})",
-            file=str(path),
-            field="schema_version",
-        )
-    try:
-        return BacktestReport.model_validate(data).at(path)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        msg = {"missing": "required field is missing", "extra_forbidden": "unknown key"}.get(err["type"], err["msg"])
-        raise CalibrationError(msg, file=str(path), field=".".join(str(p) for p in err["loc"])) from None
+    check_version(data.get("schema_version"), SCHEMA_VERSION, path)
+    return validated(BacktestReport, data, path)
 
 
 def dump_backtest(report: BacktestReport) -> str:
     """The report's YAML (`artifact.dump_yaml`: key order kept)."""
-    from admitcheck.calibration.artifact import dump_yaml
-
     return dump_yaml(report.dump())

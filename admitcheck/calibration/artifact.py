@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from admitcheck import fingerprint, io
 from admitcheck.calibration.schema import (
@@ -30,6 +30,7 @@ from admitcheck.config import CalibrateConfig, PairConfig, ProbeConfig
 from admitcheck.errors import AdmitcheckError, CalibrationError
 
 __all__ = ["SCHEMA_VERSION", "CalibrationArtifact", "protocol_keys"]
+M = TypeVar("M", bound=BaseModel)
 # Recipe fields that define the training recipe a budget belongs to (steps, levels and seeds are effort, not recipe).
 RECIPE_KEYS = ("loss", "student_logprobs", "lr", "lr_schedule", "tis_cap", "temperature", "grad_clip",
                "weight_decay", "max_new_tokens")  # fmt: skip
@@ -76,15 +77,38 @@ def schema_error(exc: ValidationError, file: str) -> CalibrationError:
     return CalibrationError(msg, file=file, field=".".join(loc) or "(top level)")
 
 
-def load_calibration(path: str | Path) -> CalibrationArtifact:
-    """Read and check an artifact; a CalibrationError naming the file and the first missing or bad field."""
-    path = Path(path)
+def read_output(path: Path, what: str) -> dict[str, Any]:
+    """An output's YAML mapping (an artifact, a backtest report); a CalibrationError naming the file otherwise."""
     try:
         data = io.read_yaml(path)
     except AdmitcheckError as exc:
         raise CalibrationError(exc.message, file=str(path)) from None
     if not isinstance(data, dict):
-        raise CalibrationError("not a calibration artifact (expected a mapping)", file=str(path), field="(top level)")
+        raise CalibrationError(f"not a {what} (expected a mapping)", file=str(path), field="(top level)")
+    return data
+
+
+def check_version(found: Any, supported: int, path: Path) -> None:
+    if found != supported:
+        raise CalibrationError(
+            f"unsupported schema_version {found!r} (this admitcheck reads {supported})",
+            file=str(path),
+            field="schema_version",
+        )
+
+
+def validated(model: type[M], data: dict[str, Any], path: Path) -> M:
+    """`model.model_validate(data)` living at `path`; a CalibrationError naming the file and the first bad field."""
+    try:
+        return model.model_validate(data).at(path)  # type: ignore[attr-defined]
+    except ValidationError as exc:
+        raise schema_error(exc, str(path)) from None
+
+
+def load_calibration(path: str | Path) -> CalibrationArtifact:
+    """Read and check an artifact; a CalibrationError naming the file and the first missing or bad field."""
+    path = Path(path)
+    data = read_output(path, "calibration artifact")
     version = data.get("schema_version")
     if version == 1:
         raise CalibrationError(
@@ -94,16 +118,9 @@ def load_calibration(path: str | Path) -> CalibrationArtifact:
             file=str(path),
             field="schema_version",
         )
-    if version is not None and version != SCHEMA_VERSION:
-        raise CalibrationError(
-            f"unsupported schema_version {version!r} (this admitcheck reads {SCHEMA_VERSION})",
-            file=str(path),
-            field="schema_version",
-        )
-    try:
-        return CalibrationArtifact.model_validate(data).at(path)
-    except ValidationError as exc:
-        raise schema_error(exc, str(path)) from None
+    if version is not None:  # missing: the schema names it
+        check_version(version, SCHEMA_VERSION, path)
+    return validated(CalibrationArtifact, data, path)
 
 
 def prompt_hashes(config: CalibrateConfig) -> dict[str, str]:

@@ -25,7 +25,6 @@ thread, in this process (`jobs=1`) or in workers (`jobs>1`, Ray), so all give bi
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
@@ -45,9 +44,9 @@ from admitcheck.calibration.artifact import (  # re-exported: the public calibra
     recipe_of,
     write_calibration,
 )
+from admitcheck.calibration.campaign import Campaign, check_jobs, open_executor, run_key
 from admitcheck.calibration.curve import OFFSET_SHARE, Estimate, LevelData, Tolerance, estimate, fit_levels
 from admitcheck.calibration.design import RoundPlan, plan_round, wanted_replicates
-from admitcheck.calibration.executors import Executor, Task, make_executor
 from admitcheck.calibration.ledger import Ledger, ledger_header, ledger_path
 from admitcheck.calibration.levels import (
     GRID_STDS,
@@ -56,13 +55,12 @@ from admitcheck.calibration.levels import (
     measure_grid,
     noise_for_mismatch,
     resolve_levels,
-    run_task,
 )
 from admitcheck.calibration.opd import quality_definition
 from admitcheck.calibration.record import RunRecord
 from admitcheck.calibration.schema import CalibrationArtifact, RunEntry
 from admitcheck.config import CalibrateConfig
-from admitcheck.errors import CalibrationError, ConfigError
+from admitcheck.errors import CalibrationError
 
 __all__ = [
     "CalibrationArtifact",
@@ -70,6 +68,7 @@ __all__ = [
     "fingerprint_pair",
     "load_calibration",
     "protocol_of_screen",
+    "run_key",
 ]
 Progress = Callable[[str, int, int], None]  # (label, done, total)
 
@@ -80,13 +79,6 @@ def output_path(config: CalibrateConfig, config_file: str | None = None) -> Path
         return Path(config.output)
     name = config.pair.name or Path(config.pair.student).name
     return (Path(config_file).resolve().parent if config_file else Path.cwd()) / "calibrations" / f"{name}.yaml"
-
-
-# --------------------------------------------------------------------------------------------------- ledger
-
-
-def run_key(level: Level, seed: int) -> str:
-    return json.dumps({"level": level.spec(), "seed": seed}, sort_keys=True)
 
 
 # --------------------------------------------------------------------------------------------------- the flow
@@ -107,11 +99,9 @@ def calibrate(
     executor "local" runs in this process (jobs=1) or `jobs` spawned processes; "ray" runs each run as a Ray task
     on the cluster at `ray_address` (else RAY_ADDRESS, else a local instance) asking `config.resources`."""
     t0 = time.perf_counter()
-    if jobs < 1:
-        raise ConfigError(f"jobs must be >= 1, got {jobs}", file=config_file, field="--jobs")
-    res = config.resources
-    runner = make_executor(executor, jobs=jobs, address=ray_address, num_cpus=res.num_cpus, num_gpus=res.num_gpus)
-    runner.start()  # connects before anything is loaded or written: a cluster that does not answer leaves no trace
+    # connects before anything is loaded or written: a cluster that does not answer leaves no trace
+    check_jobs(jobs, config_file)
+    runner = open_executor(config.resources, jobs=jobs, executor=executor, ray_address=ray_address)
     out = output_path(config, config_file)
     # checks the pair, prompts and engine before anything runs; the behaviour fingerprint is taken on CPU (float32),
     # so a finished ledger of GPU runs fits into the same artifact on a machine without one
@@ -128,7 +118,7 @@ def calibrate(
         ledger.append({"kind": "grid", "relative_std": stds, "mismatch": ks, "seed": config.seed})
     levels = resolve_levels(config, ledger.grid)
     try:
-        placed, fitted, rounds, stop = _rounds(config, config_file, levels, ledger, runner, progress)
+        placed, fitted, rounds, stop = _rounds(Campaign(config, config_file, ledger, runner, progress), levels)
     finally:
         runner.close()
     adaptive = {
@@ -162,27 +152,18 @@ def write_calibration_chart(cal: CalibrationArtifact) -> None:
         io.write_bytes_atomic(cal.path.with_suffix(".png"), png)
 
 
-def _rounds(config, config_file, levels: list[Level], ledger: Ledger, runner: Executor, progress):
+def _rounds(campaign: Campaign, levels: list[Level]):
     """Round 0 runs every level's first replicates; each later round follows `design.plan_round`: one more pair at the
     levels bracketing τ, or a new noise level below the grid (when the budget's interval reaches 0) or between the
     bracketing levels, until the interval is narrower than `levels.interval_factor` or the next round would pass
     `levels.max_runs` (decided from the ledger alone: resumable, the added levels included). `levels` grows in
     place with the added levels."""
+    config, ledger = campaign.config, campaign.ledger
     counts = {lv.name: config.levels.replicates for lv in levels}
     rounds = 0
     while True:
-        tasks = planned_tasks(config, levels, counts)
-        todo = [(lv, s) for lv, s in tasks if run_key(lv, s) not in ledger.runs]
-        done = len(tasks) - len(todo)
-        if progress:
-            progress(f"runs (round {rounds})", done, len(tasks))
-        for record in _execute(config, config_file, todo, runner, progress):
-            ledger.append(record)
-            done += 1
-            if progress:
-                progress(f"runs (round {rounds})", done, len(tasks))
-        placed = [PlacedRun(lv, r, ledger.runs[run_key(lv, s)])
-                  for lv, s, r in _with_replicates(config, levels, counts)]  # fmt: skip
+        campaign.run_round(planned_tasks(config, levels, counts), f"runs (round {rounds})")
+        placed = [PlacedRun(lv, r, campaign.record(lv, s)) for lv, s, r in _with_replicates(config, levels, counts)]
         fitted = fit_runs(config, levels, placed)
         fit_x = {lv.name: float(np.mean([e.fit_x for e in fitted.runs if e.level == lv.name])) for lv in levels
                  if lv.kind != "baseline" and lv.fit}  # fmt: skip
@@ -252,15 +233,6 @@ def planned_tasks(config: CalibrateConfig, levels: list[Level], counts: dict[str
 
 def _fit_counts(levels: list[Level], counts: dict[str, int]) -> dict[str, int]:
     return {lv.name: counts[lv.name] for lv in levels if lv.kind != "baseline" and lv.fit}
-
-
-def _execute(config: CalibrateConfig, config_file: str | None, todo: list, runner: Executor, progress=None):
-    """Finished run records of one batch, as they finish, from the executor (this process, local workers or Ray
-    tasks), filed under their run keys; the caller closes the executor after its last batch."""
-    tasks = [Task(run_key(lv, s), f"{lv.name}/seed {s}", run_task, (config, config_file, lv, s)) for lv, s in todo]
-    status = getattr(progress, "status", None)  # the CLI's bar shows the runs in flight, retried and failed
-    for task, record in runner.run(tasks, on_status=(lambda text: status("runs", text)) if status else None):
-        yield record.keyed(task.key)
 
 
 # --------------------------------------------------------------------------------------------------- fit + artifact
