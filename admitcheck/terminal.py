@@ -15,7 +15,7 @@ import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -24,6 +24,10 @@ from rich.table import Table
 
 from admitcheck.errors import AdmitcheckWarning
 from admitcheck.formatting import fmt, fmt_interval
+
+if TYPE_CHECKING:
+    from admitcheck.admission.backtest_report import BacktestReport
+    from admitcheck.calibration.schema import CalibrationArtifact
 
 # Not a terminal (a CI log, a pipe): rich would cut tables to 80 columns and every number to "0.…"; render at the
 # tables' natural width instead (NO_WIDTH: wide enough for any table, and tables never stretch to fill it).
@@ -210,13 +214,12 @@ def render_toy(summary, *, reused: bool = False) -> None:
 # --------------------------------------------------------------------------------------------------- calibrate
 
 
-def render_calibration(cal) -> None:
+def render_calibration(cal: CalibrationArtifact) -> None:
     runs = Table(title="calibration runs (mismatch and quality in nats/token)")
     for c in ("level", "seed", "mismatch", "95% CI", "quality", "quality cost"):
         runs.add_column(c, justify="right" if c != "level" else "left")
     for r in cal.runs:
-        interval = list(r.mismatch_interval) if r.mismatch_interval is not None else None
-        runs.add_row(str(r.level), str(r.seed), fmt(r.mismatch), fmt_interval(interval), fmt(r.quality),
+        runs.add_row(str(r.level), str(r.seed), fmt(r.mismatch), fmt_interval(r.mismatch_interval), fmt(r.quality),
                      fmt(r.quality_cost))  # fmt: skip
     out.print(runs)
     summary = Table(title=f"mismatch budget: {cal.path}")
@@ -230,7 +233,7 @@ def render_calibration(cal) -> None:
 # --------------------------------------------------------------------------------------------------- backtest
 
 
-def render_backtest(bt) -> None:
+def render_backtest(bt: BacktestReport) -> None:
     """`admitcheck backtest`'s tables (`admission.backtest_report.BacktestReport`)."""
     rows = Table(title=f"backtest: {bt.path} (cost in nats/token; τ {fmt(bt.calibration.tolerance)})")
     for c in ("candidate", "family", "verdict", "screen mismatch [CI]", "x in runs", "predicted cost",
@@ -242,10 +245,10 @@ def render_backtest(bt) -> None:
             r.name,
             r.family,
             v.decision + (" (marginal)" if v.marginal else ""),
-            f"{fmt(v.mismatch)} {fmt_interval(list(v.mismatch_interval))}",
+            f"{fmt(v.mismatch)} {fmt_interval(v.mismatch_interval)}",
             fmt(r.x),
             fmt(r.predicted_cost),
-            f"{fmt(t.cost)} {fmt_interval(list(t.interval))}",
+            f"{fmt(t.cost)} {fmt_interval(t.interval)}",
             str(t.n),
             t.label,
             {True: "yes", False: "[red]no[/red]", None: "-"}[r.agrees],
@@ -278,7 +281,7 @@ def render_backtest(bt) -> None:
 # --------------------------------------------------------------------------------------------------- compare
 
 
-def render_compare(cmp, cal_a, cal_b, levels: list[dict]) -> None:
+def render_compare(cmp, cal_a: CalibrationArtifact, cal_b: CalibrationArtifact, levels: list[dict]) -> None:
     """Two calibrations' budgets side by side, their ratio, and `levels` (`calibration.compare.level_rows`)."""
     table = Table(title=f"mismatch budgets ({cal_a.metric}, nats/token)")
     table.add_column("")

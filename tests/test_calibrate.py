@@ -20,8 +20,9 @@ import yaml
 from admitcheck import io
 from admitcheck.calibration import opd
 from admitcheck.calibration.artifact import load_calibration
-from admitcheck.calibration.calibrate import PlacedRun, calibrate, fit_runs
+from admitcheck.calibration.calibrate import calibrate
 from admitcheck.calibration.compatibility import calibration_matches
+from admitcheck.calibration.fit import PlacedRun, fit_runs
 from admitcheck.calibration.ledger import ledger_path
 from admitcheck.calibration.levels import Level, noise_for_mismatch
 from admitcheck.calibration.record import RunRecord

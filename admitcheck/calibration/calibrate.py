@@ -1,4 +1,4 @@
-# long module: the driver (levels -> rounds -> fit_runs -> artifact); the fit stays by its rounds
+# long module: the driver (levels -> rounds -> artifact) and the artifact it assembles; the fit is fit.py
 """Calibrate: levels -> short real OPD runs (resumable ledger) -> quality-cost curve -> budget -> artifact.
 
     cfg = io.load_config("examples/toy_calibrate.yaml", CalibrateConfig)
@@ -28,7 +28,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +44,9 @@ from admitcheck.calibration.artifact import (  # re-exported: the public calibra
     write_calibration,
 )
 from admitcheck.calibration.campaign import Campaign, check_jobs, open_executor, run_key
-from admitcheck.calibration.curve import OFFSET_SHARE, Estimate, LevelData, Tolerance, estimate, fit_levels
+from admitcheck.calibration.curve import OFFSET_SHARE, Estimate, Tolerance
 from admitcheck.calibration.design import RoundPlan, plan_round, wanted_replicates
+from admitcheck.calibration.fit import Fit, PlacedRun, fit_runs
 from admitcheck.calibration.ledger import Ledger, ledger_header, ledger_path
 from admitcheck.calibration.levels import (
     GRID_STDS,
@@ -57,10 +57,8 @@ from admitcheck.calibration.levels import (
     resolve_levels,
 )
 from admitcheck.calibration.opd import quality_definition
-from admitcheck.calibration.record import RunRecord
 from admitcheck.calibration.schema import CalibrationArtifact, RunEntry
 from admitcheck.config import CalibrateConfig
-from admitcheck.errors import CalibrationError
 
 __all__ = [
     "CalibrationArtifact",
@@ -163,7 +161,8 @@ def _rounds(campaign: Campaign, levels: list[Level]):
     rounds = 0
     while True:
         campaign.run_round(planned_tasks(config, levels, counts), f"runs (round {rounds})")
-        placed = [PlacedRun(lv, r, campaign.record(lv, s)) for lv, s, r in _with_replicates(config, levels, counts)]
+        placed = [PlacedRun(lv, r, campaign.record(lv, s))
+                  for lv, s, r in _with_replicates(config, levels, counts)]  # fmt: skip
         fitted = fit_runs(config, levels, placed)
         fit_x = {lv.name: float(np.mean([e.fit_x for e in fitted.runs if e.level == lv.name])) for lv in levels
                  if lv.kind != "baseline" and lv.fit}  # fmt: skip
@@ -235,121 +234,7 @@ def _fit_counts(levels: list[Level], counts: dict[str, int]) -> dict[str, int]:
     return {lv.name: counts[lv.name] for lv in levels if lv.kind != "baseline" and lv.fit}
 
 
-# --------------------------------------------------------------------------------------------------- fit + artifact
-
-
-@dataclass(frozen=True)
-class PlacedRun:
-    """A ledger record where it sits in a calibration: its level and replicate (seed `levels.replicate_seed`)."""
-
-    level: Level
-    replicate: int
-    record: RunRecord
-
-
-@dataclass(frozen=True)
-class Fit:
-    """What `fit_runs` derives from the finished runs: the estimate under the chosen x, why that x, the budget under
-    each x (`budget.by_x`), the baseline's quality per replicate, and every run as the artifact's entry."""
-
-    estimate: Estimate
-    x: str  # "start" | "run"
-    x_reason: str
-    by_x: dict[str, dict[str, Any]]
-    baseline: dict[int, float]  # replicate -> baseline quality
-    runs: tuple[RunEntry, ...]  # in the order of the placed runs
-
-
-def run_x(config: CalibrateConfig, run: RunRecord, which: str) -> float:
-    """A run's mismatch x: "start" (the probe measurement at the start weights, `config.metric`) or "run" (the mean
-    engine-vs-trainer k3 over the first `levels.run_window` steps), nats/token; floored at 1e-12 (log axis)."""
-    if which == "start":
-        return max(float(run.mismatch), 1e-12)
-    window = run.in_run_k3[: config.levels.run_window]
-    return max(float(np.mean(window)), 1e-12)
-
-
-def _level_data(config, levels: list[Level], placed: list[PlacedRun], costs: list[float], which: str,
-                keep) -> list[LevelData]:  # fmt: skip
-    by = {lv.name: [(p, c) for p, c in zip(placed, costs) if p.level.name == lv.name] for lv in levels}
-    return [LevelData(lv.name, tuple(run_x(config, p.record, which) for p, _ in by[lv.name]),
-                      tuple(c for _, c in by[lv.name]))
-            for lv in levels if lv.kind != "baseline" and keep(lv)]  # fmt: skip
-
-
-def _one_scale_score(config, levels, placed, costs, which: str, tol: Tolerance) -> dict[str, Any] | None:
-    """How far the non-noise levels (staleness, rollout configs; fitted or held out) fall from the curve fitted on
-    the noise levels alone, under x = `which`: mean squared z = (mean paired cost − curve) / its standard error."""
-    noise = _level_data(config, levels, placed, costs, which, lambda lv: lv.kind == "noise" and lv.fit)
-    others = _level_data(config, levels, placed, costs, which, lambda lv: lv.kind != "noise")
-    if len(noise) < 2 or not others:
-        return None
-    tau = tol.of(float(np.mean([p.record.quality for p in placed if p.level.name == "baseline"])))
-    fit = fit_levels([np.mean(d.x) for d in noise], [np.mean(d.cost) for d in noise], [len(d.x) for d in noise],
-                     OFFSET_SHARE * tau if tau > 0 else 0.0)  # fmt: skip
-    z = {}
-    for d in others:
-        c = np.asarray(d.cost)
-        se = max(float(c.std(ddof=1)) / math.sqrt(c.size) if c.size > 1 else 0.0, 1e-6)
-        z[d.name] = (float(c.mean()) - float(fit.predict(float(np.mean(d.x))))) / se
-    return {"mean_z2": float(np.mean([v * v for v in z.values()])), "z": z}
-
-
-def fit_runs(config: CalibrateConfig, levels: list[Level], placed: list[PlacedRun]) -> Fit:
-    """Paired costs, τ, x chosen, the monotone fit and the budget with its bootstrap, from the finished runs.
-
-    Every run's entry carries its quality_cost (paired: its quality minus its baseline replicate's), x_start, x_run,
-    fit_x and predicted_cost; levels with fit false (held-out checks) are not fitted, only compared."""
-    base = {p.replicate: p.record.quality for p in placed if p.level.kind == "baseline"}
-    costs = [p.record.quality - base[p.replicate] for p in placed]
-    tol = Tolerance(config.tolerance.relative, config.tolerance.absolute)
-    choices = ["start", "run"] if config.metric == "k3" else ["start"]
-    scores = {w: _one_scale_score(config, levels, placed, costs, w, tol) for w in choices}
-    if config.levels.x != "auto":
-        which, reason = config.levels.x, "set in the config (levels.x)"
-        if which == "run" and config.metric != "k3":
-            raise CalibrationError("the run-averaged x is k3: set metric k3 or levels.x start", field="levels.x")
-    elif all(scores[w] is not None for w in choices) and len(choices) == 2:
-        which = min(choices, key=lambda w: scores[w]["mean_z2"])
-        reason = ("the non-noise levels fall closer to the noise curve (mean squared z "
-                  + ", ".join(f"{w} {scores[w]['mean_z2']:.3g}" for w in choices) + ")")  # fmt: skip
-    else:
-        which = "start"
-        reason = "no non-noise level to compare sources with: the start-weights x (what screens measure)"
-    fitted_levels = _level_data(config, levels, placed, costs, which, lambda lv: lv.fit)
-    if not fitted_levels:
-        raise CalibrationError("no fitted level: nothing to fit", field="levels")
-    est = estimate(fitted_levels, list(base.values()), tol, n_boot=config.bootstrap, seed=config.seed,
-                   confidence=config.confidence)  # fmt: skip
-    alt = {}
-    for w in choices:  # the budget under each x, for the report
-        e = est if w == which else estimate(_level_data(config, levels, placed, costs, w, lambda lv: lv.fit),
-                                            list(base.values()), tol, n_boot=config.bootstrap, seed=config.seed,
-                                            confidence=config.confidence)  # fmt: skip
-        alt[w] = {"value": e.budget.value, "kind": e.budget.kind, "interval": list(e.budget.interval),
-                  "score": scores[w]}  # fmt: skip
-    entries = tuple(_entry(config, p, c, which, est) for p, c in zip(placed, costs))
-    return Fit(est, which, reason, alt, base, entries)
-
-
-def _entry(config: CalibrateConfig, p: PlacedRun, cost: float, which: str, est: Estimate) -> RunEntry:
-    """A run's artifact entry: its record's kept measurements, its place, and the fit's x and costs."""
-    r, lv = p.record, p.level
-    if lv.kind == "baseline":  # paired with itself: cost 0 by construction, x not measured
-        x_start = x_run = fit_x = None
-        predicted = 0.0
-    else:
-        x_start = run_x(config, r, "start")
-        x_run = run_x(config, r, "run") if config.metric == "k3" else None
-        fit_x = x_start if which == "start" else x_run
-        predicted = float(est.fit.predict(fit_x))
-    return RunEntry(
-        level=lv.name, kind=lv.kind, replicate=p.replicate, seed=r.seed, in_fit=lv.fit, relative_std=r.relative_std,
-        staleness=r.staleness, mismatch=r.mismatch, mismatch_interval=r.mismatch_interval, kl_exact=r.kl_exact,
-        x_start=x_start, x_run=x_run, in_run_k3_mean=r.in_run_k3_mean, fit_x=fit_x, quality=r.quality,
-        reverse_kl=r.reverse_kl, quality_cost=cost, predicted_cost=predicted, quality_start=r.quality_start,
-        accuracy=r.accuracy, accuracy_start=r.accuracy_start, steps=r.steps,
-    )  # fmt: skip
+# --------------------------------------------------------------------------------------------------- artifact
 
 
 def build_artifact(config, out: Path, levels, f: Fit, grid, pair_fp, *, adaptive=None, warnings=None,

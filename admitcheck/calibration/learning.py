@@ -6,7 +6,7 @@
 
 A level is the ledger run key's level spec (kind, relative_std, rollout, staleness); its name comes from the
 calibration's levels, or the backtest report beside a ledger (`<stem>.yaml` of `<stem>.ledger.jsonl`). x is on the
-budget's scale (`CalibrationArtifact.x_measure`, as `calibrate.run_x`). Quality is what the calibration fitted: the
+budget's scale (`CalibrationArtifact.x_measure`, as `fit.run_x`). Quality is what the calibration fitted: the
 reverse KL, or 1 − task reward for a GRPO recipe.
 """
 
@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from admitcheck import io
+from admitcheck.calibration.fit import run_x
 from admitcheck.calibration.ledger import ledger_path, read_run
 from admitcheck.calibration.record import RunRecord
 from admitcheck.calibration.schema import CalibrationArtifact
@@ -82,13 +83,6 @@ def load_runs(cal: CalibrationArtifact, ledgers: list[str], config_file: str | N
                 run = read_run(r, Path(path), j)
                 runs.setdefault(run.key, run)
     return header, list(runs.values())
-
-
-def _run_x(run: RunRecord, which: str, window: int) -> float:
-    """The run's x on the budget's scale (as `calibrate.run_x`), nats/token."""
-    if which == "run":
-        return max(float(np.mean(run.in_run_k3[:window])), 1e-12)
-    return max(float(run.mismatch), 1e-12)
 
 
 def _level_name(spec: dict[str, Any], names: dict[str, str]) -> str:
@@ -159,7 +153,7 @@ def level_runs(cal: CalibrationArtifact, runs: list[RunRecord], tau: float, conf
             continue
         curves = [curve(r) for r in paired]
         effs = [steps_efficiency(c, base[json.loads(r.key)["seed"]], tau) for c, r in zip(curves, paired)]
-        x = None if spec["kind"] == BASELINE else float(np.mean([_run_x(r, which, window) for r in paired]))
+        x = None if spec["kind"] == BASELINE else float(np.mean([run_x(r, which, window) for r in paired]))
         out.append(LevelRuns(_level_name(spec, names), spec, x, curves, summarize(effs, confidence)))
     return sorted(out, key=lambda lv: (lv.x is not None, lv.x or 0.0))
 
