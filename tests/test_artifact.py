@@ -66,6 +66,9 @@ def test_a_record_is_frozen_and_keyed_by_copy() -> None:
     with pytest.raises(ValueError):
         record.quality = 2.0  # type: ignore[misc]
     assert "reused_from" not in keyed.line() and keyed.reused("a.ledger.jsonl").line()["reused_from"]
+    assert keyed.line() == {"kind": "run", "key": "k", "seed": 3, "quality": 1.5}  # the keys it was made with
+    old = {"kind": "run", "key": "k", "seed": 3, "quality": 1.5, "mismatch": None}  # a line of an older ledger
+    assert RunRecord.model_validate(old).reused("a").line() == old | {"reused_from": "a"}  # copied as it was
 
 
 def _calibration_data() -> dict:

@@ -59,8 +59,6 @@ class RunRecord(BaseModel):
         return self.model_copy(update={"reused_from": ledger_name})
 
     def line(self) -> dict[str, Any]:
-        """The ledger line: every field (null ones too), `reused_from` only on a reused run."""
-        data = self.model_dump(mode="json")
-        if self.reused_from is None:
-            data.pop("reused_from")
-        return data
+        """The ledger line: the fields the record was made or read with (a worker's: all of them, null ones too; a
+        line read back: exactly its keys), with its kind and key; `reused_from` only on a reused run."""
+        return {"kind": self.kind, "key": self.key} | self.model_dump(mode="json", exclude_unset=True)
