@@ -33,7 +33,13 @@ import numpy as np
 
 from admitcheck import fingerprint, io
 from admitcheck.admission import truth
-from admitcheck.admission.backtest_report import SCHEMA_VERSION, BacktestReport, dump_backtest, load_backtest
+from admitcheck.admission.backtest_report import (
+    SCHEMA_VERSION,
+    BacktestReport,
+    CandidateRow,
+    dump_backtest,
+    load_backtest,
+)
 from admitcheck.calibration.artifact import plain, recipe_of
 from admitcheck.calibration.campaign import Campaign, check_jobs, open_executor, run_key
 from admitcheck.calibration.compatibility import calibration_matches
@@ -254,7 +260,7 @@ def _diffs(inputs: Inputs, ledger: Ledger, cand: CandidateConfig, n: int) -> lis
     return [_run(inputs, ledger, lv, r).quality - _run(inputs, ledger, base, r).quality for r in range(n)]
 
 
-def _rows(inputs: Inputs, config: BacktestConfig, ledger: Ledger, counts: dict, verdicts: list) -> list[dict]:
+def _rows(inputs: Inputs, config: BacktestConfig, ledger: Ledger, counts: dict, verdicts: list) -> list[CandidateRow]:
     cal, by_name = inputs.calibration, {v.name: v for v in verdicts}
     tau, budget = cal.tau, cal.budget
     rows = []
@@ -267,7 +273,7 @@ def _rows(inputs: Inputs, config: BacktestConfig, ledger: Ledger, counts: dict, 
         x = float(np.mean(xs))
         predicted = float(cal.predict_cost(x))
         agree = truth.agrees(v.decision, t.label)
-        rows.append({
+        rows.append(CandidateRow.model_validate({
             "name": cand.name,
             "family": family(cand),
             "candidate": cand.model_dump(mode="json", exclude_none=True),
@@ -292,7 +298,7 @@ def _rows(inputs: Inputs, config: BacktestConfig, ledger: Ledger, counts: dict, 
             "residual_over_tau": (t.cost - predicted) / tau,
             "agrees": agree,
             "why": _why(v, t, predicted, tau) if agree is False else None,
-        })  # fmt: skip
+        }))  # fmt: skip
     return rows
 
 
@@ -308,23 +314,25 @@ def _why(v, t: truth.Truth, predicted: float, tau: float) -> str:
             f"differs from weight noise at equal mismatch by {t.cost - predicted:+.3g}")  # fmt: skip
 
 
-def _report(inputs: Inputs, config: BacktestConfig, out: Path, rows: list, ledger: Ledger, counts: dict) -> dict:
+def _report(
+    inputs: Inputs, config: BacktestConfig, out: Path, rows: list[CandidateRow], ledger: Ledger, counts: dict
+) -> dict:
     cal = inputs.calibration
     b = cal.budget
     fams = {}
     for name in FAMILIES:
-        mine = [r for r in rows if r["family"] == name]
+        mine = [r for r in rows if r.family == name]
         if mine:
-            se = [r["truth"]["sd"] / np.sqrt(r["truth"]["n"]) for r in mine]
-            fams[name] = truth.family_residual([r["residual"] for r in mine], se) | {
-                "agree": sum(r["agrees"] is True for r in mine),
-                "disagree": sum(r["agrees"] is False for r in mine),
-                "ambiguous": sum(r["agrees"] is None for r in mine),
+            se = [r.truth.sd / np.sqrt(r.truth.n) for r in mine]
+            fams[name] = truth.family_residual([r.residual for r in mine], se) | {
+                "agree": sum(r.agrees is True for r in mine),
+                "disagree": sum(r.agrees is False for r in mine),
+                "ambiguous": sum(r.agrees is None for r in mine),
             }
-    agreement = truth.agreement([r["verdict"]["decision"] for r in rows], [r["truth"]["label"] for r in rows])
-    decided = [r for r in rows if not r["verdict"]["marginal"]]
-    agreement["decided_verdicts"] = truth.agreement([r["verdict"]["decision"] for r in decided],
-                                                    [r["truth"]["label"] for r in decided])  # fmt: skip
+    agreement = truth.agreement([r.verdict.decision for r in rows], [r.truth.label for r in rows])
+    decided = [r for r in rows if not r.verdict.marginal]
+    agreement["decided_verdicts"] = truth.agreement([r.verdict.decision for r in decided],
+                                                    [r.truth.label for r in decided])  # fmt: skip
     looks = truth.look_counts(config.truth)
     runs = [r for r in ledger.runs.values()]
     return {
@@ -338,7 +346,7 @@ def _report(inputs: Inputs, config: BacktestConfig, out: Path, rows: list, ledge
             "budget_interval": list(b.interval),
             "tolerance": cal.tau,
             "quality": cal.quality.definition,
-            "curve": _curve_points(cal, [r["x"] for r in rows]),
+            "curve": _curve_points(cal, [r.x for r in rows]),
         },
         "truth_rule": {
             "replicates": config.truth.replicates,
@@ -352,9 +360,9 @@ def _report(inputs: Inputs, config: BacktestConfig, out: Path, rows: list, ledge
             "end > τ, else more pairs; ambiguous at max_replicates",
         },
         "agreement": agreement,
-        "within_factor_3": sum(r["within_factor_3"] for r in rows),
+        "within_factor_3": sum(r.within_factor_3 for r in rows),
         "families": fams,
-        "candidates": rows,
+        "candidates": [r.model_dump(mode="json") for r in rows],
         "provenance": {
             "environment": fingerprint.environment() | {"cpu_threads": 1},
             "config": _portable(config, out.parent),
