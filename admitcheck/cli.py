@@ -320,6 +320,9 @@ def calibrate(
         _check_limits(cfg, config)
         cal = run_calibrate(cfg, config_file=str(config), jobs=jobs, executor=executor, ray_address=ray_address,
                             progress=progress())  # fmt: skip
+        from admitcheck.report import write_calibration_chart
+
+        write_calibration_chart(cal)
         if as_json:
             print(json.dumps(cal.to_dict(), indent=2, default=str))
         else:
@@ -351,6 +354,9 @@ def backtest(
         cfg = io.load_config(config, BacktestConfig)
         bt = run_backtest(cfg, config_file=str(config), jobs=jobs, executor=executor, ray_address=ray_address,
                           progress=progress())  # fmt: skip
+        from admitcheck.report import write_backtest_companions
+
+        write_backtest_companions(bt)
         if as_json:
             print(json.dumps(bt.to_dict(), indent=2, default=str))
         else:

@@ -15,10 +15,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from admitcheck import io
 from admitcheck.errors import CalibrationError, ConfigError
+
+if TYPE_CHECKING:
+    from admitcheck.calibration.schema import CalibrationArtifact
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -36,7 +39,7 @@ EXIT_RULE = (
 @dataclass(frozen=True)
 class DemoResult:
     toy: Any  # toy.ToyPairSummary
-    calibration: Any  # artifact.Calibration
+    calibration: CalibrationArtifact
     screen: Any  # screen.ScreenResult
     reused_calibration: bool
     report_paths: list[Path]
@@ -88,7 +91,7 @@ def run_demo(
     from admitcheck.calibration.compatibility import calibration_matches
     from admitcheck.config import CalibrateConfig, ScreenConfig
     from admitcheck.pairs.toy import build_toy_pair
-    from admitcheck.report import write_reports
+    from admitcheck.report import write_calibration_chart, write_reports
 
     toy_dir, reports_dir = Path(toy_dir).resolve(), Path(reports_dir).resolve()
     say(f"[bold]1/3[/bold] toy pair in {toy_dir}")
@@ -111,6 +114,7 @@ def run_demo(
         say(f"[bold]2/3[/bold] quick calibration into {cal_path} (shipped one not used: {why})")
         quick = example_config("toy_calibrate_quick.yaml", CalibrateConfig, toy_dir, output=str(cal_path))
         calibration = calibrate(quick, config_file=str(EXAMPLES / "toy_calibrate_quick.yaml"), progress=progress)
+        write_calibration_chart(calibration)
 
     say("[bold]3/3[/bold] screening the example candidates")
     cfg = example_config("toy_screen.yaml", ScreenConfig, toy_dir, calibration=str(cal_path))

@@ -2,7 +2,7 @@
 
 png = plot_calibration(load_calibration("calibrations/toy.yaml"))   # quality cost vs mismatch, the budget
 png = plot_sensitivity(report)                                       # per-unit excess k3, most sensitive first
-png = plot_backtest(bt.data)                                         # observed vs predicted cost per candidate
+png = plot_backtest(load_backtest("calibrations/toy.backtest.yaml"))  # observed vs predicted cost per candidate
 png = plot_plan(plan(cfg))                                           # quality against wall-clock per candidate
 """
 
@@ -13,11 +13,12 @@ import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from admitcheck.calibration.artifact import Calibration
+    from admitcheck.admission.backtest_report import BacktestReport
+    from admitcheck.calibration.schema import CalibrationArtifact
     from admitcheck.measurement.sensitivity import SensitivityReport
 
 
-def plot_calibration(cal: Calibration) -> bytes | None:
+def plot_calibration(cal: CalibrationArtifact) -> bytes | None:
     """PNG bytes: runs with mismatch error bars, the fit, τ and the budget (None without matplotlib)."""
     try:
         import matplotlib
@@ -30,22 +31,22 @@ def plot_calibration(cal: Calibration) -> bytes | None:
     runs, b = cal.runs, cal.budget
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
     colors = {"noise": "tab:blue", "rollout": "tab:green", "staleness": "tab:purple"}
-    report = [lv for lv in cal.data.get("level_report", []) if lv["kind"] != "baseline"]
+    report = [lv for lv in cal.level_report if lv.kind != "baseline"]
     for lv in report:
-        color, rs = colors.get(lv["kind"], "black"), [r for r in runs if r["level"] == lv["level"]]
-        face = color if lv["in_fit"] else "white"
-        ax.scatter([r["fit_x"] for r in rs], [r["quality_cost"] for r in rs], s=8, color=color, alpha=0.4)
-        lo, hi = lv.get("paired_cost_interval") or (lv["paired_cost"], lv["paired_cost"])
-        err = [[lv["paired_cost"] - lo], [hi - lv["paired_cost"]]]
-        ax.errorbar([lv["x"]], [lv["paired_cost"]], yerr=err, fmt="o", color=color, mfc=face, capsize=2)
+        color, rs = colors.get(lv.kind, "black"), [r for r in runs if r.level == lv.level]
+        face = color if lv.in_fit else "white"
+        ax.scatter([r.fit_x for r in rs], [r.quality_cost for r in rs], s=8, color=color, alpha=0.4)
+        lo, hi = lv.paired_cost_interval or (lv.paired_cost, lv.paired_cost)
+        err = [[lv.paired_cost - lo], [hi - lv.paired_cost]]
+        ax.errorbar([lv.x], [lv.paired_cost], yerr=err, fmt="o", color=color, mfc=face, capsize=2)
     for kind, color in colors.items():
-        if any(lv["kind"] == kind for lv in report):
+        if any(lv.kind == kind for lv in report):
             ax.scatter([], [], color=color, label=kind + " (mean paired cost, 95% CI; hollow: held out)")
-    xs = np.array([lv["x"] for lv in report] or [1e-3, 1.0])
+    xs = np.array([lv.x for lv in report] or [1e-3, 1.0])
     grid = np.geomspace(xs.min() / 3, xs.max() * 3, 300)
     ax.plot(grid, cal.predict_cost(grid), color="black", lw=1.5, label="monotone fit")
     ax.axhline(0.0, color="tab:gray", lw=0.8)
-    ax.axhline(cal.tolerance, color="tab:red", ls="--", lw=1, label=f"τ = {cal.tolerance:.3g}")
+    ax.axhline(cal.tau, color="tab:red", ls="--", lw=1, label=f"τ = {cal.tau:.3g}")
     if math.isfinite(b.value) and b.value > 0:
         ax.axvline(b.value, color="tab:orange", lw=1.5, label=f"budget {b.value:.3g} ({b.kind})")
         lo, hi = b.interval
@@ -54,7 +55,7 @@ def plot_calibration(cal: Calibration) -> bytes | None:
     ax.set_xscale("log")
     ax.set_xlabel(f"mismatch {cal.metric}, x = {cal.x_measure} (nats/token)")
     ax.set_ylabel("paired quality cost (nats/token)")
-    ax.set_title(f"calibration: {cal.name} ({cal.recipe['loss']}, lr {cal.recipe['lr']:g})")
+    ax.set_title(f"calibration: {cal.name} ({cal.recipe.loss}, lr {cal.recipe.lr:g})")
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     buf = _stdio.BytesIO()
@@ -93,7 +94,7 @@ def plot_sensitivity(report: SensitivityReport) -> bytes | None:
     return buf.getvalue()
 
 
-def plot_backtest(data: dict[str, Any]) -> bytes | None:
+def plot_backtest(report: BacktestReport) -> bytes | None:
     """PNG bytes (None without matplotlib): observed cost against the runs' mismatch beside the calibration curve,
     τ and the budget, by family (colour) and verdict (filled: ADMIT); observed against predicted cost."""
     try:
@@ -104,36 +105,36 @@ def plot_backtest(data: dict[str, Any]) -> bytes | None:
         import numpy as np
     except ImportError:
         return None
-    c, rows = data["calibration"], data["candidates"]
+    c, rows = report.calibration, report.candidates
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.8), dpi=110)
     # one colour per source family (`admission.backtest.FAMILIES`)
     colors = {"dtype": "tab:gray", "noise": "tab:blue", "fp8_weights": "tab:orange", "int8": "tab:brown",
               "fp8_kv": "tab:green", "staleness": "tab:purple", "combination": "tab:red"}  # fmt: skip
-    ax.plot(c["curve"]["x"], c["curve"]["cost"], color="black", lw=1, label="calibration curve (weight noise)")
-    ax.axhline(c["tolerance"], color="black", ls="--", lw=0.8, label="τ")
-    lo, hi = c["budget_interval"]  # 0 / inf: below the smallest level / above the largest; drawn to the grid's ends
-    grid = c["curve"]["x"]
+    ax.plot(c.curve.x, c.curve.cost, color="black", lw=1, label="calibration curve (weight noise)")
+    ax.axhline(c.tolerance, color="black", ls="--", lw=0.8, label="τ")
+    lo, hi = c.budget_interval  # 0 / inf: below the smallest level / above the largest; drawn to the grid's ends
+    grid = c.curve.x
     ax.axvspan(lo if lo > 0 else grid[0], hi if np.isfinite(hi) else grid[-1], color="gold", alpha=0.2,
                label="budget interval")  # fmt: skip
     seen = set()
     for r in rows:
-        t, col = r["truth"], colors[r["family"]]
-        face = col if r["verdict"]["decision"] == "ADMIT" else "white"
-        lab = r["family"] if r["family"] not in seen else None
-        seen.add(r["family"])
-        err = [[t["cost"] - t["interval"][0]], [t["interval"][1] - t["cost"]]]
-        ax.errorbar([r["x"]], [t["cost"]], yerr=err, fmt="o", color=col, mfc=face, capsize=2, label=lab)
-        bx.errorbar([r["predicted_cost"]], [t["cost"]], yerr=err, fmt="o", color=col, mfc=face, capsize=2)
-        if r["agrees"] is False:
-            ax.annotate(r["name"], (r["x"], t["cost"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        t, col = r.truth, colors[r.family]
+        face = col if r.verdict.decision == "ADMIT" else "white"
+        lab = r.family if r.family not in seen else None
+        seen.add(r.family)
+        err = [[t.cost - t.interval[0]], [t.interval[1] - t.cost]]
+        ax.errorbar([r.x], [t.cost], yerr=err, fmt="o", color=col, mfc=face, capsize=2, label=lab)
+        bx.errorbar([r.predicted_cost], [t.cost], yerr=err, fmt="o", color=col, mfc=face, capsize=2)
+        if r.agrees is False:
+            ax.annotate(r.name, (r.x, t.cost), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax.set_xscale("log")
-    ax.set_xlabel(f"mismatch at the start weights ({c['metric']}, nats/token)")
+    ax.set_xlabel(f"mismatch at the start weights ({c.metric}, nats/token)")
     ax.set_ylabel("quality cost (paired, nats/token)")
     ax.set_title("full OPD runs: filled = ADMIT, hollow = REJECT")
     ax.legend(fontsize=7)
     lim = [min(bx.get_xlim()[0], bx.get_ylim()[0]), max(bx.get_xlim()[1], bx.get_ylim()[1])]
     bx.plot(lim, lim, color="black", lw=0.8)
-    bx.axhline(c["tolerance"], color="black", ls="--", lw=0.8)
+    bx.axhline(c.tolerance, color="black", ls="--", lw=0.8)
     bx.set_xlabel("cost the curve predicts at that mismatch")
     bx.set_ylabel("observed cost")
     bx.set_title("one scale for all sources: on the diagonal")

@@ -7,7 +7,7 @@ backtest report's Markdown.
     io.write_text_atomic("screen.md", to_markdown(result))
     console.print(verdict_table(result))                 # rich Table; the CLI prints it
     write_reports(result, json_path="r.json", junit_path="r.xml", markdown_path="r.md")  # + $GITHUB_STEP_SUMMARY
-    io.write_text_atomic("tiny.backtest.md", backtest_markdown(bt.data))   # admission.backtest writes it
+    io.write_text_atomic("tiny.backtest.md", backtest_markdown(report))    # a BacktestReport; backtest writes it
 
 JUnit: a rejected candidate is a <failure> (type REJECT), an admitted one passes; a marginal verdict carries a
 `marginal` property either way; a candidate whose engine failed (`result.failures`, a partial result) is an <error>
@@ -21,11 +21,15 @@ import math
 import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from admitcheck.admission.screen import ScreenResult
 from admitcheck.admission.sequential import Verdict
 from admitcheck.formatting import fmt, fmt_interval
+
+if TYPE_CHECKING:
+    from admitcheck.admission.backtest_report import BacktestReport
+    from admitcheck.calibration.schema import CalibrationArtifact
 
 
 def _finite(obj: Any) -> Any:
@@ -271,52 +275,75 @@ def _g(x: Any) -> str:
     return f"{x:.3g}" if abs(x) >= 1e-3 or x == 0 else f"{x:.2e}"
 
 
-def backtest_markdown(data: dict[str, Any]) -> str:
-    """A backtest report (`admission.backtest`'s data) as Markdown: the candidates, the confusion matrix, the
-    agreement, the families, the disagreements."""
-    c, a = data["calibration"], data["agreement"]
+def backtest_markdown(report: BacktestReport) -> str:
+    """A backtest report (`admission.backtest_report.BacktestReport`) as Markdown: the candidates, the confusion
+    matrix, the agreement, the families, the disagreements."""
+    c, a = report.calibration, report.agreement
     lines = [
-        f"# Backtest of {c['path']}",
+        f"# Backtest of {c.path}",
         "",
-        f"Budget {_g(c['budget'])} [{_g(c['budget_interval'][0])}, {_g(c['budget_interval'][1])}] ({c['metric']}, "
-        f"nats/token); τ = {_g(c['tolerance'])} (quality: {c['quality']}).",
+        f"Budget {_g(c.budget)} [{_g(c.budget_interval[0])}, {_g(c.budget_interval[1])}] ({c.metric}, "
+        f"nats/token); τ = {_g(c.tolerance)} (quality: {c.quality}).",
         "",
         "| candidate | family | verdict | screen mismatch [CI] | x in runs | predicted cost | observed cost [CI] "
         "| pairs | truth | agrees |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in data["candidates"]:
-        v, t = r["verdict"], r["truth"]
-        verdict = f"**{v['decision']}**" if not v["marginal"] else f"{v['decision']} (marginal)"
-        agree = {True: "yes", False: "**no**", None: "–"}[r["agrees"]]
+    for r in report.candidates:
+        v, t = r.verdict, r.truth
+        verdict = f"**{v.decision}**" if not v.marginal else f"{v.decision} (marginal)"
+        agree = {True: "yes", False: "**no**", None: "–"}[r.agrees]
         lines.append(
-            f"| {r['name']} | {r['family']} | {verdict} | {v['estimator']} {_g(v['mismatch'])} "
-            f"[{_g(v['mismatch_interval'][0])}, {_g(v['mismatch_interval'][1])}] | {_g(r['x'])} | "
-            f"{_g(r['predicted_cost'])} | {_g(t['cost'])} [{_g(t['interval'][0])}, {_g(t['interval'][1])}] | "
-            f"{t['n']} | {t['label']} | {agree} |"
+            f"| {r.name} | {r.family} | {verdict} | {v.estimator} {_g(v.mismatch)} "
+            f"[{_g(v.mismatch_interval[0])}, {_g(v.mismatch_interval[1])}] | {_g(r.x)} | "
+            f"{_g(r.predicted_cost)} | {_g(t.cost)} [{_g(t.interval[0])}, {_g(t.interval[1])}] | "
+            f"{t.n} | {t.label} | {agree} |"
         )
-    m = a["confusion"]
-    frac = "–" if a["fraction"] is None else f"{a['fraction']:.0%}"
+    m = a.confusion
+    frac = "–" if a.fraction is None else f"{a.fraction:.0%}"
     lines += [
         "",
         "| verdict \\ truth | admit | reject | ambiguous |",
         "|---|---|---|---|",
         *(f"| {v} | {m[v]['admit']} | {m[v]['reject']} | {m[v]['ambiguous']} |" for v in ("ADMIT", "REJECT")),
         "",
-        f"Agreement on the {a['decided_truths']} candidates whose truth is decided: **{a['agree']}/"
-        f"{a['decided_truths']} = {frac}** (95% Clopper–Pearson [{a['interval'][0]:.2f}, {a['interval'][1]:.2f}]); "
-        f"{a['ambiguous']} ambiguous. Candidates within a factor 3 of the budget: {data['within_factor_3']}.",
+        f"Agreement on the {a.decided_truths} candidates whose truth is decided: **{a.agree}/"
+        f"{a.decided_truths} = {frac}** (95% Clopper–Pearson [{a.interval[0]:.2f}, {a.interval[1]:.2f}]); "
+        f"{a.ambiguous} ambiguous. Candidates within a factor 3 of the budget: {report.within_factor_3}.",
         "",
         "| family | candidates | mean residual (observed − predicted) [95% CI] | in units of τ | agree / disagree / "
         "ambiguous |",
         "|---|---|---|---|---|",
     ]
-    for name, f in data["families"].items():
+    for name, f in report.families.items():
         lines.append(
-            f"| {name} | {f['candidates']} | {_g(f['mean'])} [{_g(f['interval'][0])}, {_g(f['interval'][1])}] | "
-            f"{f['mean'] / c['tolerance']:+.2f} | {f['agree']} / {f['disagree']} / {f['ambiguous']} |"
+            f"| {name} | {f.candidates} | {_g(f.mean)} [{_g(f.interval[0])}, {_g(f.interval[1])}] | "
+            f"{f.mean / c.tolerance:+.2f} | {f.agree} / {f.disagree} / {f.ambiguous} |"
         )
-    wrong = [r for r in data["candidates"] if r["agrees"] is False]
+    wrong = [r for r in report.candidates if r.agrees is False]
     if wrong:
-        lines += ["", "Disagreements:", *(f"- **{r['name']}**: {r['why']}" for r in wrong)]
+        lines += ["", "Disagreements:", *(f"- **{r.name}**: {r.why}" for r in wrong)]
     return "\n".join(lines) + "\n"
+
+
+def write_calibration_chart(cal: CalibrationArtifact) -> None:
+    """`plots.plot_calibration` beside the artifact (`<stem>.png`), when matplotlib is installed."""
+    from admitcheck import io
+    from admitcheck.plots import plot_calibration
+
+    assert cal.path is not None
+    png = plot_calibration(cal)
+    if png is not None:
+        io.write_bytes_atomic(cal.path.with_suffix(".png"), png)
+
+
+def write_backtest_companions(report: BacktestReport) -> None:
+    """The backtest's Markdown (`<stem>.md`) and chart (`<stem>.png`, with matplotlib) beside its YAML."""
+    from admitcheck import io
+    from admitcheck.plots import plot_backtest
+
+    assert report.path is not None
+    io.write_text_atomic(report.path.with_suffix(".md"), backtest_markdown(report))
+    png = plot_backtest(report)
+    if png is not None:
+        io.write_bytes_atomic(report.path.with_suffix(".png"), png)

@@ -15,7 +15,7 @@ import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -24,6 +24,10 @@ from rich.table import Table
 
 from admitcheck.errors import AdmitcheckWarning
 from admitcheck.formatting import fmt, fmt_interval
+
+if TYPE_CHECKING:
+    from admitcheck.admission.backtest_report import BacktestReport
+    from admitcheck.calibration.schema import CalibrationArtifact
 
 # Not a terminal (a CI log, a pipe): rich would cut tables to 80 columns and every number to "0.…"; render at the
 # tables' natural width instead (NO_WIDTH: wide enough for any table, and tables never stretch to fill it).
@@ -210,19 +214,13 @@ def render_toy(summary, *, reused: bool = False) -> None:
 # --------------------------------------------------------------------------------------------------- calibrate
 
 
-def render_calibration(cal) -> None:
+def render_calibration(cal: CalibrationArtifact) -> None:
     runs = Table(title="calibration runs (mismatch and quality in nats/token)")
     for c in ("level", "seed", "mismatch", "95% CI", "quality", "quality cost"):
         runs.add_column(c, justify="right" if c != "level" else "left")
-    for r in cal.run_rows():
-        runs.add_row(
-            str(r["level"]),
-            str(r["seed"]),
-            fmt(r["mismatch"]),
-            fmt_interval(r.get("mismatch_interval")),
-            fmt(r["quality"]),
-            fmt(r["quality_cost"]),
-        )
+    for r in cal.runs:
+        runs.add_row(str(r.level), str(r.seed), fmt(r.mismatch), fmt_interval(r.mismatch_interval), fmt(r.quality),
+                     fmt(r.quality_cost))  # fmt: skip
     out.print(runs)
     summary = Table(title=f"mismatch budget: {cal.path}")
     summary.add_column("field")
@@ -235,63 +233,62 @@ def render_calibration(cal) -> None:
 # --------------------------------------------------------------------------------------------------- backtest
 
 
-def render_backtest(bt) -> None:
-    data = bt.data
-    rows = Table(title=f"backtest: {bt.path} (cost in nats/token; τ {fmt(data['calibration']['tolerance'])})")
+def render_backtest(bt: BacktestReport) -> None:
+    """`admitcheck backtest`'s tables (`admission.backtest_report.BacktestReport`)."""
+    rows = Table(title=f"backtest: {bt.path} (cost in nats/token; τ {fmt(bt.calibration.tolerance)})")
     for c in ("candidate", "family", "verdict", "screen mismatch [CI]", "x in runs", "predicted cost",
               "observed cost [CI]", "pairs", "truth", "agrees"):  # fmt: skip
         rows.add_column(c, justify="left" if c in ("candidate", "family", "verdict", "truth") else "right")
     for r in bt.rows:
-        v, t = r["verdict"], r["truth"]
+        v, t = r.verdict, r.truth
         rows.add_row(
-            r["name"],
-            r["family"],
-            v["decision"] + (" (marginal)" if v["marginal"] else ""),
-            f"{fmt(v['mismatch'])} {fmt_interval(v['mismatch_interval'])}",
-            fmt(r["x"]),
-            fmt(r["predicted_cost"]),
-            f"{fmt(t['cost'])} {fmt_interval(t['interval'])}",
-            str(t["n"]),
-            t["label"],
-            {True: "yes", False: "[red]no[/red]", None: "-"}[r["agrees"]],
+            r.name,
+            r.family,
+            v.decision + (" (marginal)" if v.marginal else ""),
+            f"{fmt(v.mismatch)} {fmt_interval(v.mismatch_interval)}",
+            fmt(r.x),
+            fmt(r.predicted_cost),
+            f"{fmt(t.cost)} {fmt_interval(t.interval)}",
+            str(t.n),
+            t.label,
+            {True: "yes", False: "[red]no[/red]", None: "-"}[r.agrees],
         )
     out.print(rows)
-    a = data["agreement"]
-    m = a["confusion"]
+    a = bt.agreement
+    m = a.confusion
     conf = Table(title="verdict × truth")
     for c in ("verdict", "admit", "reject", "ambiguous"):
         conf.add_column(c)
     for v in ("ADMIT", "REJECT"):
         conf.add_row(v, *(str(m[v][t]) for t in ("admit", "reject", "ambiguous")))
     out.print(conf)
-    frac = "-" if a["fraction"] is None else f"{a['fraction']:.0%}"
-    out.print(f"agreement on decided truths: {a['agree']}/{a['decided_truths']} = {frac} "
-              f"(95% CI {fmt_interval(tuple(a['interval']))}); {a['ambiguous']} ambiguous")  # fmt: skip
+    frac = "-" if a.fraction is None else f"{a.fraction:.0%}"
+    out.print(f"agreement on decided truths: {a.agree}/{a.decided_truths} = {frac} "
+              f"(95% CI {fmt_interval(tuple(a.interval))}); {a.ambiguous} ambiguous")  # fmt: skip
     fams = Table(title="residual by source family (observed − predicted cost, nats/token)")
     for c in ("family", "candidates", "mean residual [95% CI]", "agree/disagree/ambiguous"):
         fams.add_column(c)
-    for name, f in data["families"].items():
-        fams.add_row(name, str(f["candidates"]), f"{fmt(f['mean'])} {fmt_interval(tuple(f['interval']))}",
-                     f"{f['agree']}/{f['disagree']}/{f['ambiguous']}")  # fmt: skip
+    for name, f in bt.families.items():
+        fams.add_row(name, str(f.candidates), f"{fmt(f.mean)} {fmt_interval(tuple(f.interval))}",
+                     f"{f.agree}/{f.disagree}/{f.ambiguous}")  # fmt: skip
     out.print(fams)
     for r in bt.rows:
-        if r["agrees"] is False:
-            out.print(f"[red]disagreement[/red] {r['name']}: {escape(r['why'])}")
+        if r.agrees is False:
+            out.print(f"[red]disagreement[/red] {r.name}: {escape(r.why)}")
     out.print(f"report: {bt.path.with_suffix('.md')}, plot: {bt.path.with_suffix('.png')}")
 
 
 # --------------------------------------------------------------------------------------------------- compare
 
 
-def render_compare(cmp, cal_a, cal_b, levels: list[dict]) -> None:
+def render_compare(cmp, cal_a: CalibrationArtifact, cal_b: CalibrationArtifact, levels: list[dict]) -> None:
     """Two calibrations' budgets side by side, their ratio, and `levels` (`calibration.compare.level_rows`)."""
     table = Table(title=f"mismatch budgets ({cal_a.metric}, nats/token)")
     table.add_column("")
     for side in (cmp.first, cmp.second):
         table.add_column(side.label)
     rows = [("objective (recipe.loss)", lambda s, c: s.objective),
-            ("baseline quality", lambda s, c: f"{fmt(c.data['quality']['baseline_mean'])} ± "
-                                              f"{fmt(c.data['quality']['baseline_std'])}"),
+            ("baseline quality", lambda s, c: f"{fmt(c.quality.baseline_mean)} ± {fmt(c.quality.baseline_std)}"),
             ("tolerance τ", lambda s, c: fmt(s.tolerance)),
             ("budget", lambda s, c: fmt(s.value) + ("" if s.kind == "point" else f" ({s.kind})")),
             (f"{100 * cmp.confidence:.0f}% interval", lambda s, c: fmt_interval(s.interval))]  # fmt: skip

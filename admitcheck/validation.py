@@ -126,7 +126,7 @@ def logs_against_protocol(cfg: Any, *, strict: bool, file: str) -> dict[str, Any
     from admitcheck.measurement.logs import logged_quantity, protocol_differences, read_logs
 
     quantity = logged_quantity(read_logs(cfg.logs.path, format=cfg.logs.format))
-    protocol = load_calibration(cfg.calibration).data["protocol"]
+    protocol = load_calibration(cfg.calibration).protocol.model_dump(mode="json", exclude_unset=True)  # as stored
     try:
         diffs = protocol_differences(quantity, protocol, step=cfg.logs.step)
     except ConfigError as exc:

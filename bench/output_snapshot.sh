@@ -34,7 +34,13 @@ from admitcheck.admission import backtest as bt
 src = "calibrations/toy.backtest.yaml"
 loader = getattr(bt, "load_backtest", None)  # the typed loader, where there is one
 report = loader(src) if loader else yaml.safe_load(open(src))
-bt.write_backtest(report, "reports/backtest/toy.backtest.yaml")
+report = bt.write_backtest(report, "reports/backtest/toy.backtest.yaml")
+try:  # the Markdown and chart beside it (written by the command since issue 26)
+    from admitcheck.report import write_backtest_companions
+except ImportError:  # before: write_backtest wrote them
+    pass
+else:
+    write_backtest_companions(report)
 PY
 ac compare compare calibrations/toy.yaml calibrations/toy_rl.yaml
 ac compare.json compare calibrations/toy.yaml calibrations/toy_rl.yaml --json

@@ -32,15 +32,15 @@ def main() -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5), dpi=110)
     for path, color in ((args.first, "tab:blue"), (args.second, "tab:red")):
         cal = load_calibration(path)
-        tau, b, loss = cal.tolerance, cal.budget, cal.recipe["loss"]
-        measured = [r for r in cal.runs if r.get("fit_x") is not None]  # baseline runs (schema 2) carry no x
-        runs = [r for r in measured if r.get("in_fit", True)]
-        held = [r for r in measured if not r.get("in_fit", True)]
-        x = np.array([r["fit_x"] for r in runs])  # (n,) nats/token
-        left.plot(x, [r["quality_cost"] / tau for r in runs], "o", color=color, label=f"{loss} runs")
+        tau, b, loss = cal.tau, cal.budget, cal.recipe.loss
+        measured = [r for r in cal.runs if r.fit_x is not None]  # baseline runs (schema 2) carry no x
+        runs = [r for r in measured if r.in_fit is not False]
+        held = [r for r in measured if r.in_fit is False]
+        x = np.array([r.fit_x for r in runs])  # (n,) nats/token
+        left.plot(x, [r.quality_cost / tau for r in runs], "o", color=color, label=f"{loss} runs")
         if held:
-            left.plot([r["fit_x"] for r in held], [r["quality_cost"] / tau for r in held], "o", mfc="white",
-                      color=color, label=f"{loss} held out ({', '.join(r['level'] for r in held)})")  # fmt: skip
+            left.plot([r.fit_x for r in held], [r.quality_cost / tau for r in held], "o", mfc="white",
+                      color=color, label=f"{loss} held out ({', '.join(r.level for r in held)})")  # fmt: skip
         grid = np.geomspace(x.min() / 3, x.max() * 3, 300)
         left.plot(grid, cal.predict_cost(grid) / tau, color=color, lw=1.2)
         if b.kind == "point" and math.isfinite(b.value):
@@ -50,12 +50,12 @@ def main() -> None:
         elif math.isfinite(b.value):  # a bound: a dashed line, and the side it bounds in the label
             sign = "≤" if b.kind == "upper_bound" else "≥"
             left.axvline(b.value, color=color, ls="--", lw=1.2, label=f"{loss} budget {sign} {b.value:.3g} ({b.kind})")
-        ordered = sorted(runs, key=lambda r: r["fit_x"])
-        right.plot([r["fit_x"] for r in ordered], [r["accuracy"] for r in ordered], "o-", color=color,
+        ordered = sorted(runs, key=lambda r: r.fit_x)
+        right.plot([r.fit_x for r in ordered], [r.accuracy for r in ordered], "o-", color=color,
                    label=f"{loss}: final held-out task reward")  # fmt: skip
         if held:
-            right.plot([r["fit_x"] for r in held], [r["accuracy"] for r in held], "o", mfc="white", color=color)
-        right.axhline(cal.runs[0]["accuracy_start"], color="gray", ls="--", lw=1)
+            right.plot([r.fit_x for r in held], [r.accuracy for r in held], "o", mfc="white", color=color)
+        right.axhline(cal.runs[0].accuracy_start, color="gray", ls="--", lw=1)
     left.axhline(1.0, color="black", ls="--", lw=1, label="τ (cost/τ = 1)")
     left.set_xscale("log")
     left.set_yscale("symlog", linthresh=2)

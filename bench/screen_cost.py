@@ -35,6 +35,7 @@ def stand_in_artifact(path: Path, screen_cfg, cal_cfg, budget: float) -> Path:
     from admitcheck import io
     from admitcheck.calibration.artifact import (
         SCHEMA_VERSION,
+        CalibrationArtifact,
         dump_calibration,
         fingerprint_pair,
         prompt_hashes,
@@ -70,7 +71,7 @@ def stand_in_artifact(path: Path, screen_cfg, cal_cfg, budget: float) -> Path:
         "budget": {"value": budget, "kind": "point", "interval": [budget * 0.645, budget * 1.49], "confidence": 0.95},
         "provenance": {"note": "bench stand-in"},
     }
-    io.write_text_atomic(path, dump_calibration(data))
+    io.write_text_atomic(path, dump_calibration(CalibrationArtifact.model_validate(data)))
     return path
 
 

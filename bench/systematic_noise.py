@@ -40,7 +40,7 @@ def one(args: tuple) -> dict:
     cfg_path, sigma, seed = args
     config = io.load_config(cfg_path, CalibrateConfig)
     level = Level("systematic", "noise", relative_std=sigma, systematic=True)
-    return run_task(config, str(cfg_path), level, seed)
+    return run_task(config, str(cfg_path), level, seed).line()  # the ledger line (a dict)
 
 
 def main() -> None:

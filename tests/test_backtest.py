@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from admitcheck import io
 from admitcheck.admission import truth
-from admitcheck.admission.backtest import backtest, candidate_level, family, load_inputs
+from admitcheck.admission.backtest import backtest, candidate_level, family, load_backtest, load_inputs
 from admitcheck.calibration import levels, opd
 from admitcheck.calibration.calibrate import calibrate, run_key
 from admitcheck.calibration.ledger import ledger_path
@@ -64,8 +64,8 @@ def write_backtest_config(path: Path, output: Path, **changes) -> Path:
     return path
 
 
-def comparable(data: dict) -> dict:
-    d = copy.deepcopy(data)
+def comparable(report) -> dict:
+    d = report.dump()
     d["provenance"].pop("seconds")
     d["provenance"].pop("run_cpu_seconds")  # process CPU time: a measurement, not a result
     return d
@@ -74,22 +74,26 @@ def comparable(data: dict) -> dict:
 @pytest.fixture(scope="module")
 def report(setup):
     _, cfg_path = setup
-    return backtest(io.load_config(cfg_path, BacktestConfig), config_file=str(cfg_path))
+    from admitcheck.report import write_backtest_companions
+
+    report = backtest(io.load_config(cfg_path, BacktestConfig), config_file=str(cfg_path))
+    write_backtest_companions(report)  # what the command writes beside the YAML
+    return report
 
 
 def test_every_candidate_has_a_verdict_and_a_settled_truth(report) -> None:
-    tau = report.data["calibration"]["tolerance"]
-    assert [r["name"] for r in report.rows] == [c["name"] for c in CANDIDATES]
+    tau = report.calibration.tolerance
+    assert [r.name for r in report.rows] == [c["name"] for c in CANDIDATES]
     for r in report.rows:
-        t = r["truth"]
-        assert r["verdict"]["decision"] in ("ADMIT", "REJECT")
-        assert t["n"] in (2, 3) and len(t["paired_costs"]) == t["n"]
-        again, nxt = truth.sequential_truth(t["paired_costs"], tau, TruthConfig(**TRUTH))
-        assert nxt is None and again.label == t["label"] and again.cost == pytest.approx(t["cost"])
-        assert t["label"] in ("admit", "reject", "ambiguous")
-        assert (t["label"] == "ambiguous") == (t["interval"][0] <= tau < t["interval"][1])
-        assert r["residual"] == pytest.approx(t["cost"] - r["predicted_cost"])
-        assert r["agrees"] == truth.agrees(r["verdict"]["decision"], t["label"])
+        t = r.truth
+        assert r.verdict.decision in ("ADMIT", "REJECT")
+        assert t.n in (2, 3) and len(t.paired_costs) == t.n
+        again, nxt = truth.sequential_truth(t.paired_costs, tau, TruthConfig(**TRUTH))
+        assert nxt is None and again.label == t.label and again.cost == pytest.approx(t.cost)
+        assert t.label in ("admit", "reject", "ambiguous")
+        assert (t.label == "ambiguous") == (t.interval[0] <= tau < t.interval[1])
+        assert r.residual == pytest.approx(t.cost - r.predicted_cost)
+        assert r.agrees == truth.agrees(r.verdict.decision, t.label)
 
 
 def test_truth_runs_are_paired_with_the_baseline_of_the_same_seed(report) -> None:
@@ -99,7 +103,7 @@ def test_truth_runs_are_paired_with_the_baseline_of_the_same_seed(report) -> Non
     base = Level("baseline", "baseline")
     for cand, row in zip(CANDIDATES, report.rows, strict=True):
         lv = candidate_level(CandidateConfig(**cand))
-        for i, d in enumerate(row["truth"]["paired_costs"]):
+        for i, d in enumerate(row.truth.paired_costs):
             seed = replicate_seed(0, i)
             mine, theirs = ledger[run_key(lv, seed)], ledger[run_key(base, seed)]
             assert mine["seed"] == theirs["seed"] == seed
@@ -112,7 +116,7 @@ def test_the_calibrations_own_runs_are_reused(report, setup) -> None:
     cal = {r["key"]: r for r in io.read_jsonl(root / "cal" / "tiny.ledger.jsonl") if r["kind"] == "run"}
     mine = [r for r in io.read_jsonl(ledger_path(report.path)) if r["kind"] == "run"]
     reused = [r for r in mine if "reused_from" in r]
-    assert report.data["provenance"]["runs_reused"] == len(reused) >= 4  # 2 baseline + 2 stale-1 at least
+    assert report.provenance.runs_reused == len(reused) >= 4  # 2 baseline + 2 stale-1 at least
     for r in reused:
         assert {k: v for k, v in r.items() if k != "reused_from"} == cal[r["key"]]
 
@@ -128,22 +132,22 @@ def test_a_reused_run_is_what_this_machine_makes(report, setup, tmp_path) -> Non
                     replicate_seed(0, 0))  # fmt: skip
     ledger = {r["key"]: r for r in io.read_jsonl(ledger_path(report.path)) if r["kind"] == "run"}
     stored = ledger[run_key(Level("baseline", "baseline"), replicate_seed(0, 0))]
-    assert fresh["quality"] == stored["quality"] and fresh["loss_last"] == stored["loss_last"]
+    assert fresh.quality == stored["quality"] and fresh.loss_last == stored["loss_last"]
 
 
 def test_report_files_and_summary_agree(report) -> None:
     data = yaml.safe_load(report.path.read_text())
-    assert data == report.data
+    assert data == report.dump() and load_backtest(report.path) == report
     md = report.path.with_suffix(".md").read_text()
     for r in report.rows:
-        assert f"| {r['name']} | {r['family']} |" in md
+        assert f"| {r.name} | {r.family} |" in md
     assert report.path.with_suffix(".png").stat().st_size > 10_000
     a = report.agreement
-    m = a["confusion"]
+    m = a.confusion
     assert sum(sum(row.values()) for row in m.values()) == len(report.rows)
-    assert a["agree"] + a["disagree"] == a["decided_truths"]
-    assert a["agree"] == sum(r["agrees"] is True for r in report.rows)
-    assert set(report.data["families"]) == {r["family"] for r in report.rows}
+    assert a.agree + a.disagree == a.decided_truths
+    assert a.agree == sum(r.agrees is True for r in report.rows)
+    assert set(report.families) == {r.family for r in report.rows}
 
 
 def test_the_plot_draws_every_family(report) -> None:
@@ -151,9 +155,8 @@ def test_the_plot_draws_every_family(report) -> None:
     from admitcheck.admission.backtest import FAMILIES
     from admitcheck.plots import plot_backtest
 
-    data = copy.deepcopy(report.data)
-    data["candidates"] = [report.rows[0] | {"name": f, "family": f} for f in FAMILIES]
-    png = plot_backtest(data)
+    rows = [report.rows[0].model_copy(update={"name": f, "family": f}) for f in FAMILIES]
+    png = plot_backtest(report.model_copy(update={"candidates": rows}))
     assert png is not None and png[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -182,8 +185,8 @@ def test_interrupted_backtest_resumes_to_the_identical_report(setup, report, tmp
     monkeypatch.setattr(opd, "train", real_train)
     resumed = backtest(cfg, config_file=str(cfg_path))
     same = {"provenance": None, "calibration": None}  # provenance paths and times: this report is elsewhere
-    assert comparable(resumed.data) | same == comparable(report.data) | same
-    assert [r["truth"] for r in resumed.rows] == [r["truth"] for r in report.rows]
+    assert comparable(resumed) | same == comparable(report) | same
+    assert [r.truth for r in resumed.rows] == [r.truth for r in report.rows]
 
 
 @pytest.mark.slow
@@ -191,7 +194,7 @@ def test_parallel_jobs_give_the_same_report(setup, report, tmp_path) -> None:
     root, _ = setup
     cfg_path = write_backtest_config(root / "jobs.yaml", tmp_path / "tiny.backtest.yaml")
     par = backtest(io.load_config(cfg_path, BacktestConfig), config_file=str(cfg_path), jobs=2)
-    assert [r["truth"] for r in par.rows] == [r["truth"] for r in report.rows]
+    assert [r.truth for r in par.rows] == [r.truth for r in report.rows]
     assert par.agreement == report.agreement
 
 
@@ -207,7 +210,7 @@ def test_ray_executor_gives_the_same_report(setup, report, tmp_path) -> None:
         on_ray = backtest(io.load_config(cfg_path, BacktestConfig), config_file=str(cfg_path), executor="ray")
     finally:
         ray.shutdown()
-    assert [r["truth"] for r in on_ray.rows] == [r["truth"] for r in report.rows]
+    assert [r.truth for r in on_ray.rows] == [r.truth for r in report.rows]
     assert on_ray.agreement == report.agreement
 
 
@@ -298,7 +301,7 @@ def test_shipped_toy_backtest_follows_from_its_ledger() -> None:
     assert records[0]["config"] == run_relevant_config(cal_cfg)
     runs = {r["key"]: r for r in records[1:] if r["kind"] == "run"}
     cal = load_calibration(root / "calibrations" / data["calibration"]["path"])  # the calibration it backtested
-    tau = cal.tolerance
+    tau = cal.tau
     assert data["calibration"]["tolerance"] == tau and data["calibration"]["budget"] == cal.budget.value
     base = levels.Level("baseline", "baseline")
     rows = data["candidates"]

@@ -9,7 +9,6 @@ equals --jobs 1, bad input names its file and field without losing ledger lines,
 
 from __future__ import annotations
 
-import copy
 import math
 import shutil
 from pathlib import Path
@@ -21,10 +20,12 @@ import yaml
 from admitcheck import io
 from admitcheck.calibration import opd
 from admitcheck.calibration.artifact import load_calibration
-from admitcheck.calibration.calibrate import calibrate, fit_runs
+from admitcheck.calibration.calibrate import calibrate
 from admitcheck.calibration.compatibility import calibration_matches
+from admitcheck.calibration.fit import PlacedRun, fit_runs
 from admitcheck.calibration.ledger import ledger_path
 from admitcheck.calibration.levels import Level, noise_for_mismatch
+from admitcheck.calibration.record import RunRecord
 from admitcheck.config import CalibrateConfig
 from admitcheck.errors import CalibrationError, ConfigError
 from tests.test_opd import make_tiny_pair
@@ -62,9 +63,9 @@ def write_config(path: Path, data: dict) -> Path:
     return path
 
 
-def comparable(data: dict) -> dict:
+def comparable(cal) -> dict:
     """The artifact without what legitimately differs between two runs of one calibration (time, wall clock)."""
-    d = copy.deepcopy(data)
+    d = cal.dump()
     d["provenance"].pop("created_at")
     d["provenance"].pop("seconds")
     d["provenance"].pop("run_cpu_seconds", None)  # process CPU time of the runs: a measurement, not a result
@@ -81,7 +82,11 @@ def reference(pair, tmp_path_factory):
     """One uninterrupted calibration: (config, artifact)."""
     out = tmp_path_factory.mktemp("ref") / "tiny.yaml"
     cfg = CalibrateConfig.model_validate(tiny_config_dict(pair, out))
-    return cfg, calibrate(cfg)
+    from admitcheck.report import write_calibration_chart
+
+    cal = calibrate(cfg)
+    write_calibration_chart(cal)  # what the command draws beside the artifact
+    return cfg, cal
 
 
 # ------------------------------------------------------------------------------------------------ levels
@@ -98,49 +103,45 @@ def test_auto_grid_interpolates_log_log_and_is_monotone() -> None:
 
 def test_levels_and_paired_runs(reference) -> None:
     cfg, cal = reference
-    names = [lv["name"] for lv in cal.data["levels"]]
+    names = [lv.name for lv in cal.levels]
     assert names == ["baseline", "noise-1", "noise-2", "stale-1"]
-    counts = {n: sum(r["level"] == n for r in cal.runs) for n in names}
+    counts = {n: sum(r.level == n for r in cal.runs) for n in names}
     assert min(counts.values()) >= 2 and len(cal.runs) <= 11  # ≥ 2 pairs per level, within the run cap
     assert counts["baseline"] == max(counts.values())  # every level replicate has its baseline pair
-    base_seed = {r["replicate"]: r["seed"] for r in cal.runs if r["level"] == "baseline"}
+    base_seed = {r.replicate: r.seed for r in cal.runs if r.level == "baseline"}
     assert len(set(base_seed.values())) == len(base_seed)  # replicates are independent
     for r in cal.runs:
-        assert r["seed"] == base_seed[r["replicate"]]  # common random numbers with the baseline's replicate
-        assert r["steps"] == cfg.train.steps
-        if r["kind"] != "baseline":
-            lo, hi = r["mismatch_interval"]
-            assert lo <= r["mismatch"] <= hi and r["x_start"] == r["mismatch"] and r["x_run"] > 0
-    by = {r["level"]: r for r in cal.runs}
-    assert 1e-4 < by["noise-1"]["mismatch"] < 1e-2 and by["noise-2"]["mismatch"] > 0.1  # aimed at 1e-3 and 1
-    assert by["stale-1"]["mismatch"] > 0 and not by["stale-1"]["in_fit"]  # KL(θ0 ‖ θ1) after one real OPD step
-    quality = {(r["level"], r["replicate"]): r["quality"] for r in cal.runs}
+        assert r.seed == base_seed[r.replicate]  # common random numbers with the baseline's replicate
+        assert r.steps == cfg.train.steps
+        if r.kind != "baseline":
+            lo, hi = r.mismatch_interval
+            assert lo <= r.mismatch <= hi and r.x_start == r.mismatch and r.x_run > 0
+    by = {r.level: r for r in cal.runs}
+    assert 1e-4 < by["noise-1"].mismatch < 1e-2 and by["noise-2"].mismatch > 0.1  # aimed at 1e-3 and 1
+    assert by["stale-1"].mismatch > 0 and not by["stale-1"].in_fit  # KL(θ0 ‖ θ1) after one real OPD step
+    quality = {(r.level, r.replicate): r.quality for r in cal.runs}
     for r in cal.runs:
-        assert r["quality_cost"] == pytest.approx(
-            quality[(r["level"], r["replicate"])] - quality[("baseline", r["replicate"])]
-        )
-    assert cal.data["quality"]["baseline_mean"] == pytest.approx(
-        np.mean([quality[k] for k in quality if k[0] == "baseline"])
-    )
+        assert r.quality_cost == pytest.approx(quality[(r.level, r.replicate)] - quality[("baseline", r.replicate)])
+    assert cal.quality.baseline_mean == pytest.approx(np.mean([quality[k] for k in quality if k[0] == "baseline"]))
 
 
 def test_report_records_rule_x_choice_and_draws(reference) -> None:
     cfg, cal = reference
-    b = cal.data["budget"]
-    assert b["x"] in ("start", "run") and b["x_reason"] and set(b["by_x"]) == {"start", "run"}
-    assert cal.data["protocol"]["x"] == b["x"] == cal.x_measure and b["rule"].startswith("monotone")
-    assert len(cal.budget_draws()) == cfg.bootstrap and b["protocol"]["runs"] == len(cal.runs)
-    report = {lv["level"]: lv for lv in cal.data["level_report"]}
-    assert report["noise-1"]["replicates"] >= 2 and report["stale-1"]["paired_cost_interval"] is None
-    assert cal.data["tolerance"]["rule"].startswith("absolute")
+    b = cal.budget
+    assert b.x in ("start", "run") and b.x_reason and set(b.by_x) == {"start", "run"}
+    assert cal.protocol.x == b.x == cal.x_measure and b.rule.startswith("monotone")
+    assert len(cal.budget_draws()) == cfg.bootstrap and b.protocol.runs == len(cal.runs)
+    report = {lv.level: lv for lv in cal.level_report}
+    assert report["noise-1"].replicates >= 2 and report["stale-1"].paired_cost_interval is None
+    assert cal.tolerance.rule.startswith("absolute")
 
 
 def test_budget_and_fitted_curve_are_consistent(reference) -> None:
     _, cal = reference
-    b = cal.budget
-    assert b.tolerance == cal.tolerance > 0
+    b = cal.gate_budget()
+    assert b.tolerance == cal.tau > 0
     if b.kind == "point":
-        assert cal.predict_cost(b.value) == pytest.approx(cal.tolerance, rel=1e-6)
+        assert cal.predict_cost(b.value) == pytest.approx(cal.tau, rel=1e-6)
         assert b.interval[0] <= b.value <= b.interval[1]
     grid = np.geomspace(1e-8, 10, 200)
     assert np.all(np.diff(cal.predict_cost(grid)) >= 0) and cal.predict_cost(0.0) == 0.0
@@ -150,10 +151,10 @@ def test_budget_and_fitted_curve_are_consistent(reference) -> None:
 def test_golden_numbers(reference) -> None:
     _, cal = reference
     got = {
-        "baseline_mean": cal.data["quality"]["baseline_mean"],
-        "tolerance": cal.tolerance,
+        "baseline_mean": cal.quality.baseline_mean,
+        "tolerance": cal.tau,
         "budget": cal.budget.value,
-        "noise_2_mismatch": next(r["mismatch"] for r in cal.runs if r["level"] == "noise-2"),
+        "noise_2_mismatch": next(r.mismatch for r in cal.runs if r.level == "noise-2"),
         "runs": len(cal.runs),
     }
     for key, want in GOLDEN.items():
@@ -166,10 +167,11 @@ def test_golden_numbers(reference) -> None:
 def test_artifact_round_trips(reference, pair) -> None:
     _, cal = reference
     again = load_calibration(cal.path)
-    assert again.data == cal.data
-    assert again.budget == cal.budget and again.protocol == cal.protocol
-    assert again.pair_fingerprint == {**{k: cal.data["pair"][k] for k in ("student", "teacher", "tokenizer")},
-                                      "probe_prompts": cal.data["pair"]["prompts"]["probe"]}  # fmt: skip
+    assert again == cal and again.dump() == cal.dump()
+    assert again.budget == cal.budget and again.protocol.flat() == cal.protocol.flat()
+    stored = cal.dump()["pair"]
+    assert again.pair_fingerprint == {**{k: stored[k] for k in ("student", "teacher", "tokenizer")},
+                                      "probe_prompts": stored["prompts"]["probe"]}  # fmt: skip
     assert again.predict_cost(0.05) == cal.predict_cost(0.05)
     rows = dict(again.summary_rows())
     assert "budget (k3)" in rows and "tolerance τ" in rows
@@ -198,7 +200,7 @@ def test_calibration_matches(reference, pair, tmp_path) -> None:
     ],
 )
 def test_load_calibration_names_the_bad_field(reference, tmp_path, edit, field) -> None:
-    data = copy.deepcopy(reference[1].data)
+    data = reference[1].dump()
     edit(data)
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -220,20 +222,21 @@ def test_load_calibration_missing_or_corrupt(tmp_path) -> None:
 
 
 def test_schema_1_is_refused_with_how_to_regenerate(reference, tmp_path) -> None:
-    data = copy.deepcopy(reference[1].data) | {"schema_version": 1}
+    data = reference[1].dump() | {"schema_version": 1}
     (tmp_path / "old.yaml").write_text(yaml.safe_dump(data))
     with pytest.raises(CalibrationError, match="admitcheck calibrate"):
         load_calibration(tmp_path / "old.yaml")
 
 
-def _synthetic(costs: list[float], reps: int = 2) -> tuple[list[Level], list[dict]]:
+def _synthetic(costs: list[float], reps: int = 2) -> tuple[list[Level], list[PlacedRun]]:
     """Paired runs: baseline qualities 1.0, 1.02 (replicates 0, 1); level i at x_i costs costs[i] in both."""
     levels = [Level("baseline", "baseline")] + [Level(f"noise-{i}", "noise") for i in range(len(costs))]
     base = (1.0, 1.02)[:reps]
-    runs = [{"level": "baseline", "kind": "baseline", "replicate": r, "quality": q} for r, q in enumerate(base)]
+    runs = [PlacedRun(levels[0], r, RunRecord(seed=r, quality=q)) for r, q in enumerate(base)]
     for i, (x, c) in enumerate(zip(np.geomspace(1e-3, 1, len(costs)), costs)):
-        runs += [{"level": f"noise-{i}", "kind": "noise", "replicate": r, "mismatch": float(x), "quality": q + c,
-                  "in_run_k3": [float(x) / 2] * 4} for r, q in enumerate(base)]  # fmt: skip
+        runs += [PlacedRun(levels[i + 1], r, RunRecord(seed=r, mismatch=float(x), quality=q + c,
+                                                       in_run_k3=[float(x) / 2] * 4))
+                 for r, q in enumerate(base)]  # fmt: skip
     return levels, runs
 
 
@@ -248,7 +251,7 @@ def test_degenerate_budgets_are_explicit(costs, kind) -> None:
     cfg = CalibrateConfig.model_validate(data)
     levels, runs = _synthetic(costs)
     f = fit_runs(cfg, levels, runs)
-    est = f["estimate"]
+    est = f.estimate
     b = est.budget
     assert b.kind == kind and est.tau == pytest.approx(0.05 * 1.01)
     if kind == "point":
@@ -264,16 +267,18 @@ def test_held_out_levels_are_predicted_not_fitted() -> None:
     data.pop("tolerance")
     cfg = CalibrateConfig.model_validate(data)
     levels, runs = _synthetic([0.0, 0.01, 0.3, 0.9, 1.0])
-    want = fit_runs(cfg, levels, copy.deepcopy(runs))
+    want = fit_runs(cfg, levels, runs)
     stale = Level("stale-1", "staleness", staleness=1, fit=False)
-    checks = [{"level": "stale-1", "kind": "staleness", "replicate": r, "mismatch": 0.01, "quality": 5.0,
-               "in_fit": False, "in_run_k3": [0.001] * 4} for r in (0, 1)]  # fmt: skip
-    got = fit_runs(cfg, [*levels, stale], [*copy.deepcopy(runs), *checks])
-    assert got["estimate"].budget == want["estimate"].budget and got["estimate"].fit == want["estimate"].fit
-    assert checks[0]["quality_cost"] == pytest.approx(4.0)
-    assert checks[0]["predicted_cost"] == pytest.approx(float(want["estimate"].fit.predict(checks[0]["fit_x"])))
+    checks = [PlacedRun(stale, r, RunRecord(seed=r, mismatch=0.01, quality=5.0, in_run_k3=[0.001] * 4))
+              for r in (0, 1)]  # fmt: skip
+    got = fit_runs(cfg, [*levels, stale], [*runs, *checks])
+    assert got.estimate.budget == want.estimate.budget and got.estimate.fit == want.estimate.fit
+    check = got.runs[len(runs)]
+    assert check.level == "stale-1" and not check.in_fit and check.quality_cost == pytest.approx(4.0)
+    assert check.predicted_cost == pytest.approx(float(want.estimate.fit.predict(check.fit_x)))
+    assert want.runs == got.runs[: len(runs)]  # the fit made no change to its input (frozen records)
     # the staleness check sits far above the noise curve under both x: the choice and its evidence are recorded
-    assert got["x"] in ("start", "run") and set(got["by_x"]) == {"start", "run"}
+    assert got.x in ("start", "run") and set(got.by_x) == {"start", "run"}
 
 
 # ------------------------------------------------------------------------------------------------ resume, jobs
@@ -303,16 +308,16 @@ def test_interrupted_calibration_resumes_to_the_identical_artifact(pair, referen
     assert [r["kind"] for r in ledger] == ["header", "grid", "run", "run", "run"] and not out.exists()
     monkeypatch.setattr(opd, "train", real_train)
     resumed = calibrate(cfg)
-    assert comparable(resumed.data) == comparable(want.data)
+    assert comparable(resumed) == comparable(want)
     assert len(io.read_jsonl(ledger_path(out))) == 2 + len(want.runs)
     again = calibrate(cfg)  # everything in the ledger: no run is repeated, same artifact
-    assert comparable(again.data) == comparable(want.data)
+    assert comparable(again) == comparable(want)
 
 
 @pytest.mark.slow
 def test_parallel_jobs_give_the_same_artifact(pair, reference, tmp_path) -> None:
     cfg = CalibrateConfig.model_validate(tiny_config_dict(pair, tmp_path / "tiny.yaml"))
-    assert comparable(calibrate(cfg, jobs=2).data) == comparable(reference[1].data)
+    assert comparable(calibrate(cfg, jobs=2)) == comparable(reference[1])
 
 
 # ------------------------------------------------------------------------------------------------ bad input
@@ -383,14 +388,14 @@ def test_corrupt_ledger_is_a_calibration_error(pair, tmp_path) -> None:
 def test_shipped_toy_calibration_shows_flat_then_degrading() -> None:
     """calibrations/toy.yaml (made by `admitcheck calibrate examples/toy_calibrate.yaml --jobs 2`) meets the bar."""
     cal = load_calibration(Path(__file__).resolve().parents[1] / "calibrations" / "toy.yaml")
-    q, b = cal.data["quality"], cal.budget
-    report = sorted((lv for lv in cal.data["level_report"] if lv["kind"] == "noise"), key=lambda lv: lv["x"])
-    assert q["improvement"] >= 0.30  # OPD works: held-out reverse KL down by ≥ 30%
-    assert report[0]["paired_cost"] < cal.tolerance  # flat: the smallest level costs less than τ
-    assert report[-1]["paired_cost"] >= 2 * cal.tolerance  # then degrading
+    q, b = cal.quality, cal.budget
+    report = sorted((lv for lv in cal.level_report if lv.kind == "noise"), key=lambda lv: lv.x)
+    assert q.improvement >= 0.30  # OPD works: held-out reverse KL down by ≥ 30%
+    assert report[0].paired_cost < cal.tau  # flat: the smallest level costs less than τ
+    assert report[-1].paired_cost >= 2 * cal.tau  # then degrading
     assert b.kind == "point" and b.interval[0] <= b.value <= b.interval[1]
-    assert all(lv["replicates"] >= 2 for lv in cal.data["level_report"])
-    assert len(cal.budget_draws()) == cal.data["budget"]["n_boot"] >= 200
+    assert all(lv.replicates >= 2 for lv in cal.level_report)
+    assert len(cal.budget_draws()) == b.n_boot >= 200
 
 
 def test_systematic_noise_is_another_level_key_and_fresh_noise_keeps_the_old_one():

@@ -312,7 +312,7 @@ def test_opd_training_with_vllm_rollouts_keeps_the_engine_in_sync(toy_dirs, prob
 
 def _synthetic_calibration(path: Path, toy: dict[str, Path], budget: float) -> None:
     """A schema-valid calibration of the toy pair with a fixed budget (nats/token); no OPD runs behind it."""
-    from admitcheck.calibration.artifact import dump_calibration
+    from admitcheck.calibration.artifact import CalibrationArtifact, dump_calibration
 
     run = {"level": "baseline", "kind": "baseline", "mismatch": 0.0, "mismatch_interval": [0.0, 0.0], "fit_x": 0.0,
            "quality": 1.0, "quality_cost": 0.0, "steps": 1}  # fmt: skip
@@ -349,7 +349,7 @@ def _synthetic_calibration(path: Path, toy: dict[str, Path], budget: float) -> N
         "budget": {"value": budget, "kind": "point", "interval": [budget / 2, budget * 2], "confidence": 0.95},
         "provenance": {},
     }
-    path.write_text(dump_calibration(data))  # no plot: nothing behind it to draw
+    path.write_text(dump_calibration(CalibrationArtifact.model_validate(data)))  # no plot: nothing behind it to draw
 
 
 @needs_vllm

@@ -192,7 +192,7 @@ def test_ray_calibration_gives_the_local_artifact(ray_address, local_reference, 
     cfg = CalibrateConfig.model_validate(toy_config(toy_pair_dir, tmp_path / "toy.yaml"))
     cal = calibrate(cfg, executor="ray")
     assert cal.budget == local_reference[1].budget and cal.runs == local_reference[1].runs
-    assert comparable(cal.data) == comparable(local_reference[1].data)
+    assert comparable(cal) == comparable(local_reference[1])
     assert len(run_lines(tmp_path / "toy.yaml")) == RUNS
 
 
@@ -232,7 +232,7 @@ def test_killed_worker_is_retried_and_every_run_is_in_the_ledger_once(
     assert any("retried" in line for line in log.lines), log.lines
     keys = [r["key"] for r in run_lines(out)]
     assert len(keys) == len(set(keys)) == RUNS  # every run exactly once
-    assert comparable(cal.data) == comparable(local_reference[1].data)
+    assert comparable(cal) == comparable(local_reference[1])
 
 
 @pytest.mark.ray
@@ -261,7 +261,7 @@ def test_killed_driver_resumes_from_the_ledger(ray_address, local_reference, toy
     assert ledger_path(out).read_bytes().startswith(before)  # appended to, never rewritten
     keys = [r["key"] for r in run_lines(out)]
     assert len(keys) == len(set(keys)) == RUNS  # the finished runs were not run again
-    assert comparable(cal.data) == comparable(local_reference[1].data)
+    assert comparable(cal) == comparable(local_reference[1])
 
 
 @pytest.mark.ray

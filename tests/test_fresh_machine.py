@@ -130,7 +130,7 @@ def test_the_shipped_pair_is_the_shipped_calibrations_pair(toy_pair_dir):
     pair = PairConfig(student=str(ROOT / "toy" / "student"), teacher=str(ROOT / "toy" / "teacher"))
     present = pair_fingerprint(pair, ROOT / "toy" / "prompts" / "probe.jsonl")
     assert strict_differences(cal.pair_fingerprint, present) == []
-    assert cal.behaviour is not None and len(cal.behaviour["sequences"]) == 8
+    assert cal.pair.behaviour is not None and len(cal.pair.behaviour.sequences) == 8
 
 
 def test_a_resaved_pair_is_accepted(tmp_path):

@@ -248,10 +248,10 @@ def test_a_grpo_calibration_fits_the_task_error_with_cost_baseline_reward_minus_
     data["train"] |= {"loss": "grpo", "grpo": {"group_size": 4}}
     data["levels"]["extra"] = []
     cal = calibrate(CalibrateConfig.model_validate(data))
-    assert cal.data["quality"]["definition"] == grpo.QUALITY_DEFINITION
-    assert cal.recipe["loss"] == "grpo" and cal.recipe["grpo"]["group_size"] == 4
-    base_reward = np.mean([r["accuracy"] for r in cal.runs if r["kind"] == "baseline"])
+    assert cal.quality.definition == grpo.QUALITY_DEFINITION
+    assert cal.recipe.loss == "grpo" and cal.recipe.grpo.group_size == 4
+    base_reward = np.mean([r.accuracy for r in cal.runs if r.kind == "baseline"])
     for r in cal.runs:
-        assert r["quality"] == pytest.approx(1.0 - r["accuracy"])
-        assert r["quality_cost"] == pytest.approx(base_reward - r["accuracy"])
-        assert r["reverse_kl"] > 0  # reported beside the task reward
+        assert r.quality == pytest.approx(1.0 - r.accuracy)
+        assert r.quality_cost == pytest.approx(base_reward - r.accuracy)
+        assert r.reverse_kl > 0  # reported beside the task reward

@@ -74,8 +74,9 @@ def _curve(tau_steps: float, q0: float = 2.17, q_end: float = 0.40, every: int =
 def _run(kind: str, seed: int, evals, x: float | None, relative_std: float = 0.0, staleness: int = 0) -> dict:
     level = {"kind": kind, "relative_std": relative_std, "rollout": None, "staleness": staleness}
     phases = {"rollout": 3.0, "teacher": 1.0, "backward": 1.0}
-    return {"kind": "run", "key": json.dumps({"level": level, "seed": seed}), "evals": evals, "mismatch": x,
-            "in_run_k3": [x or 0.0] * 20, "seconds_by_phase": phases}  # fmt: skip
+    return {"kind": "run", "key": json.dumps({"level": level, "seed": seed}), "seed": seed, "evals": evals,
+            "mismatch": x, "quality": evals[-1][1], "in_run_k3": [x or 0.0] * 20,
+            "seconds_by_phase": phases}  # fmt: skip
 
 
 def synthetic(tmp_path: Path, every: int = 10) -> Path:

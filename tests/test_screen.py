@@ -48,7 +48,7 @@ runner = CliRunner()
 def write_artifact(path: Path, toy: Path, budget: float = 0.05, kind: str = "point", **protocol) -> Path:
     """A hand-made calibration artifact of the toy pair (schema of `admitcheck.calibration.artifact`), protocol =
     PROBE's."""
-    from admitcheck.calibration.artifact import SCHEMA_VERSION, dump_calibration, fingerprint_pair
+    from admitcheck.calibration.artifact import SCHEMA_VERSION, CalibrationArtifact, dump_calibration, fingerprint_pair
     from admitcheck.fingerprint import prompts_fingerprint
 
     pair = PairConfig(student=str(toy / "student"), teacher=str(toy / "teacher"))
@@ -97,7 +97,7 @@ def write_artifact(path: Path, toy: Path, budget: float = 0.05, kind: str = "poi
         "budget": {"value": budget, "kind": kind, "interval": interval[kind], "confidence": 0.95},
         "provenance": {"note": "hand-made for tests"},
     }
-    path.write_text(dump_calibration(data))
+    path.write_text(dump_calibration(CalibrationArtifact.model_validate(data)))
     return path
 
 

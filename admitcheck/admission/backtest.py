@@ -3,21 +3,23 @@
 
     cfg = io.load_config("examples/toy_backtest.yaml", BacktestConfig)
     bt = backtest(cfg, config_file="examples/toy_backtest.yaml", jobs=2)   # writes <output>.yaml, .md, .png
-    bt.data["agreement"]["fraction"], bt.data["candidates"][0]["truth"]["label"]
+    bt.agreement.fraction, bt.candidates[0].truth.label        # a backtest_report.BacktestReport
 
 For each candidate: the verdict `screen` gives (the screen config's probe, sampling, reference and policy, with the
 backtest's candidates), and the truth: full OPD runs with the candidate's engine as the rollout engine, with the
 calibration's recipe, eval and seeds (`levels.run_one` on a level of kind "rollout" or "staleness"), each paired with
 the baseline's run of the same seed and looked at by `truth.sequential_truth` (more pairs until decided or
-`truth.max_replicates`). Runs go to `<output stem>.ledger.jsonl` under the calibration ledger's header and run keys
-(`ledger.Ledger`, `calibrate.run_key`): resumable, and parallel (`--jobs`, Ray) exactly like `calibrate`. Runs the
-calibration's ledger already holds (its baseline, a level equal to a candidate) are reused when this machine has the
-torch and transformers the calibration was made with (runs are then bit-identical), else run again.
+`truth.max_replicates`). Runs go to `<output stem>.ledger.jsonl` under the calibration ledger's header and run keys,
+made by `calibration.campaign` (the runner `calibrate` uses): resumable, and parallel (`--jobs`, Ray) exactly like
+`calibrate`. Runs the calibration's ledger already holds (its baseline, a level equal to a candidate) are reused when
+this machine has the torch and transformers the calibration was made with (runs are then bit-identical), else run
+again.
 
 The report: per candidate the verdict, the measured mismatch, the cost the calibration curve predicts at it, the
 observed cost with its interval, the truth and whether they agree (with why not); the confusion matrix and the
 agreement over decided truths (Clopper–Pearson); each source family's mean residual (observed − predicted). The
-Markdown is `report.backtest_markdown`'s, the plot `plots.plot_backtest`'s.
+Markdown (`report.backtest_markdown`) and the plot (`plots.plot_backtest`) are written beside the YAML by the command
+(`report.write_backtest_companions`): the report itself is YAML.
 """
 
 from __future__ import annotations
@@ -32,16 +34,24 @@ import numpy as np
 
 from admitcheck import fingerprint, io
 from admitcheck.admission import truth
+from admitcheck.admission.backtest_report import (
+    SCHEMA_VERSION,
+    BacktestReport,
+    CandidateRow,
+    dump_backtest,
+    load_backtest,
+)
 from admitcheck.calibration.artifact import plain, recipe_of
-from admitcheck.calibration.calibrate import run_key
+from admitcheck.calibration.campaign import Campaign, check_jobs, open_executor, run_key
 from admitcheck.calibration.compatibility import calibration_matches
-from admitcheck.calibration.executors import Task, make_executor
-from admitcheck.calibration.ledger import Ledger, ledger_header, ledger_path
-from admitcheck.calibration.levels import Level, load_context, replicate_seed, run_task
+from admitcheck.calibration.ledger import Ledger, ledger_header, ledger_path, read_run
+from admitcheck.calibration.levels import Level, load_context, replicate_seed
+from admitcheck.calibration.record import RunRecord
+from admitcheck.calibration.schema import CalibrationArtifact
 from admitcheck.config import BacktestConfig, CalibrateConfig, CandidateConfig, ScreenConfig
 from admitcheck.errors import AdmitcheckError, ConfigError
 
-SCHEMA_VERSION = 1
+__all__ = ["SCHEMA_VERSION", "BacktestReport", "backtest", "load_backtest", "write_backtest"]
 Progress = Callable[[str, int, int], None]
 # the sources of mismatch a backtest reports residuals for (`plots.plot_backtest` gives each a colour)
 FAMILIES = ("dtype", "noise", "fp8_weights", "int8", "fp8_kv", "staleness", "combination")
@@ -78,7 +88,7 @@ class Inputs:
     calibrate_file: str
     screen: ScreenConfig  # with the backtest's candidates
     screen_file: str
-    calibration: Any  # artifact.Calibration
+    calibration: CalibrationArtifact
 
 
 def load_inputs(config: BacktestConfig, config_file: str | None = None) -> Inputs:
@@ -135,26 +145,28 @@ def validate(config: BacktestConfig, *, config_file: str | None = None) -> dict[
     return {
         "calibration": str(cal.path),
         "budget": cal.budget.value,
-        "tolerance": cal.tolerance,
+        "tolerance": cal.tau,
         "candidates": [f"{c.name} ({family(c)})" for c in config.candidates],
         "looks": truth.look_counts(config.truth),
         "runs_at_most": (len(config.candidates) + 1) * config.truth.max_replicates,
     }
 
 
-def _recipe_difference(config: CalibrateConfig, calibration: Any) -> str:
+def _recipe_difference(config: CalibrateConfig, calibration: CalibrationArtifact) -> str:
     """The first field in which the calibrate config's full recipe (steps, seed, eval) differs from the artifact's."""
     mine = fingerprint.flatten({"recipe": {k: v for k, v in recipe_of(config).items() if k != "prompts"}})
     mine |= fingerprint.flatten({"eval": config.eval.model_dump(mode="json", exclude={"prompts"})})
-    theirs = fingerprint.flatten({"recipe": {k: v for k, v in calibration.recipe.items() if k != "prompts"}})
-    theirs |= fingerprint.flatten({"eval": calibration.data["quality"]["eval"]})
+    stored = calibration.recipe.model_dump(mode="json", exclude_unset=True, exclude={"prompts"})
+    theirs = fingerprint.flatten({"recipe": stored})
+    evals = calibration.quality.eval
+    theirs |= fingerprint.flatten({"eval": evals.model_dump(mode="json", exclude_unset=True) if evals else None})
     for key in sorted(set(mine) | set(theirs)):
         if mine.get(key) != theirs.get(key):
             return f"{key}: artifact has {theirs.get(key)!r}, config has {mine.get(key)!r}"
     return ""
 
 
-def output_path(config: BacktestConfig, calibration: Any) -> Path:
+def output_path(config: BacktestConfig, calibration: CalibrationArtifact) -> Path:
     return (
         Path(config.output) if config.output else calibration.path.with_name(f"{calibration.path.stem}.backtest.yaml")
     )
@@ -171,18 +183,15 @@ def backtest(
     executor: str = "local",
     ray_address: str | None = None,
     progress: Progress | None = None,
-) -> Backtest:
+) -> BacktestReport:
     """Verdicts, truth runs (resumed from the ledger) and the report; see the module docstring."""
     from admitcheck.admission.screen import screen
 
     t0 = time.perf_counter()
-    if jobs < 1:
-        raise ConfigError(f"jobs must be >= 1, got {jobs}", file=config_file, field="--jobs")
+    check_jobs(jobs, config_file)
     inputs = load_inputs(config, config_file)
     cal_cfg, calibration = inputs.calibrate, inputs.calibration
-    res = cal_cfg.resources
-    runner = make_executor(executor, jobs=jobs, address=ray_address, num_cpus=res.num_cpus, num_gpus=res.num_gpus)
-    runner.start()
+    runner = open_executor(cal_cfg.resources, jobs=jobs, executor=executor, ray_address=ray_address)
     out = output_path(config, calibration)
     verdicts = screen(inputs.screen, config_file=inputs.screen_file, progress=progress).verdicts
     load_context(cal_cfg, inputs.calibrate_file)  # checks the pair, prompts and engine before anything runs
@@ -190,24 +199,24 @@ def backtest(
     ledger = Ledger.open(ledger_path(out), header)
     reusable = _reusable_runs(calibration, header)
     try:
-        counts = _rounds(inputs, ledger, reusable, runner, config, progress)
+        counts = _rounds(inputs, Campaign(cal_cfg, inputs.calibrate_file, ledger, runner, progress), reusable, config)
     finally:
         runner.close()
     rows = _rows(inputs, config, ledger, counts, verdicts)
     data = _report(inputs, config, out, rows, ledger, counts)
     data["provenance"]["seconds"] = round(time.perf_counter() - t0, 1)
-    return write_backtest(data, out)
+    return write_backtest(BacktestReport.model_validate(plain(data)), out)
 
 
 def _seed(inputs: Inputs, r: int) -> int:
     return replicate_seed(inputs.calibrate.seed, r)
 
 
-def _reusable_runs(calibration: Any, header: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _reusable_runs(calibration: CalibrationArtifact, header: dict[str, Any]) -> dict[str, RunRecord]:
     """Runs of the calibration's ledger that this backtest may take as its own: same header (pair, run-relevant
     config), made with the torch and transformers installed here (else their numerics could differ)."""
     path = ledger_path(calibration.path)
-    made = calibration.data.get("provenance", {}).get("environment") or {}
+    made = calibration.provenance.environment
     here = fingerprint.environment()
     if not path.is_file() or any(made.get(k) != here.get(k) for k in ("torch", "transformers")):
         return {}
@@ -217,35 +226,22 @@ def _reusable_runs(calibration: Any, header: dict[str, Any]) -> dict[str, dict[s
         return {}
     if not records or any(records[0].get(k) != header[k] for k in ("ledger_version", "pair", "config")):
         return {}
-    return {r["key"]: r for r in records[1:] if r.get("kind") == "run"}
+    runs = [read_run(r, path, i) for i, r in enumerate(records[1:], start=1) if r.get("kind") == "run"]
+    return {r.key: r.reused(path.name) for r in runs}
 
 
-def _rounds(inputs: Inputs, ledger: Ledger, reusable: dict, runner, config: BacktestConfig, progress) -> dict:
+def _rounds(inputs: Inputs, campaign: Campaign, reusable: dict[str, RunRecord], config: BacktestConfig) -> dict:
     """Run pairs until every candidate's truth is settled; returns the pairs each candidate needed."""
+    ledger = campaign.ledger
     cands = list(config.candidates)
     counts = {c.name: truth.look_counts(config.truth)[0] for c in cands}
     baseline = Level("baseline", "baseline")
-    tau = inputs.calibration.tolerance
+    tau = inputs.calibration.tau
     rounds = 0
     while True:
         wanted = [(candidate_level(c), r) for c in cands for r in range(counts[c.name])]
         wanted += [(baseline, r) for r in range(max(counts.values()))]
-        keys = {run_key(lv, _seed(inputs, r)): (lv, r) for lv, r in wanted}
-        for key in keys:
-            if key not in ledger.runs and key in reusable:
-                ledger.append(reusable[key] | {"reused_from": str(ledger_path(inputs.calibration.path).name)})
-        todo = [(lv, _seed(inputs, r)) for key, (lv, r) in keys.items() if key not in ledger.runs]
-        label = f"truth runs (round {rounds})"
-        done = len(keys) - len(todo)
-        if progress:
-            progress(label, done, len(keys))
-        tasks = [Task(run_key(lv, s), f"{lv.name}/seed {s}", run_task, (inputs.calibrate, inputs.calibrate_file,
-                      lv, s)) for lv, s in todo]  # fmt: skip
-        for task, record in runner.run(tasks):
-            ledger.append(record | {"kind": "run", "key": task.key})
-            done += 1
-            if progress:
-                progress(label, done, len(keys))
+        campaign.run_round([(lv, _seed(inputs, r)) for lv, r in wanted], f"truth runs (round {rounds})", reusable)
         grown = False
         for c in cands:
             verdict, needed = truth.sequential_truth(_diffs(inputs, ledger, c, counts[c.name]), tau, config.truth)
@@ -256,29 +252,29 @@ def _rounds(inputs: Inputs, ledger: Ledger, reusable: dict, runner, config: Back
         rounds += 1
 
 
-def _run(inputs: Inputs, ledger: Ledger, level: Level, r: int) -> dict[str, Any]:
+def _run(inputs: Inputs, ledger: Ledger, level: Level, r: int) -> RunRecord:
     return ledger.runs[run_key(level, _seed(inputs, r))]
 
 
 def _diffs(inputs: Inputs, ledger: Ledger, cand: CandidateConfig, n: int) -> list[float]:
     base, lv = Level("baseline", "baseline"), candidate_level(cand)
-    return [_run(inputs, ledger, lv, r)["quality"] - _run(inputs, ledger, base, r)["quality"] for r in range(n)]
+    return [_run(inputs, ledger, lv, r).quality - _run(inputs, ledger, base, r).quality for r in range(n)]
 
 
-def _rows(inputs: Inputs, config: BacktestConfig, ledger: Ledger, counts: dict, verdicts: list) -> list[dict]:
+def _rows(inputs: Inputs, config: BacktestConfig, ledger: Ledger, counts: dict, verdicts: list) -> list[CandidateRow]:
     cal, by_name = inputs.calibration, {v.name: v for v in verdicts}
-    tau, budget = cal.tolerance, cal.budget
+    tau, budget = cal.tau, cal.budget
     rows = []
     for cand in config.candidates:
         v, lv, n = by_name[cand.name], candidate_level(cand), counts[cand.name]
         diffs = _diffs(inputs, ledger, cand, n)
         t, _ = truth.sequential_truth(diffs, tau, config.truth)
         assert t is not None
-        xs = [float(_run(inputs, ledger, lv, r)["mismatch"]) for r in range(n)]
+        xs = [float(_run(inputs, ledger, lv, r).mismatch) for r in range(n)]
         x = float(np.mean(xs))
         predicted = float(cal.predict_cost(x))
         agree = truth.agrees(v.decision, t.label)
-        rows.append({
+        rows.append(CandidateRow.model_validate({
             "name": cand.name,
             "family": family(cand),
             "candidate": cand.model_dump(mode="json", exclude_none=True),
@@ -303,7 +299,7 @@ def _rows(inputs: Inputs, config: BacktestConfig, ledger: Ledger, counts: dict, 
             "residual_over_tau": (t.cost - predicted) / tau,
             "agrees": agree,
             "why": _why(v, t, predicted, tau) if agree is False else None,
-        })  # fmt: skip
+        }))  # fmt: skip
     return rows
 
 
@@ -319,23 +315,25 @@ def _why(v, t: truth.Truth, predicted: float, tau: float) -> str:
             f"differs from weight noise at equal mismatch by {t.cost - predicted:+.3g}")  # fmt: skip
 
 
-def _report(inputs: Inputs, config: BacktestConfig, out: Path, rows: list, ledger: Ledger, counts: dict) -> dict:
+def _report(
+    inputs: Inputs, config: BacktestConfig, out: Path, rows: list[CandidateRow], ledger: Ledger, counts: dict
+) -> dict:
     cal = inputs.calibration
     b = cal.budget
     fams = {}
     for name in FAMILIES:
-        mine = [r for r in rows if r["family"] == name]
+        mine = [r for r in rows if r.family == name]
         if mine:
-            se = [r["truth"]["sd"] / np.sqrt(r["truth"]["n"]) for r in mine]
-            fams[name] = truth.family_residual([r["residual"] for r in mine], se) | {
-                "agree": sum(r["agrees"] is True for r in mine),
-                "disagree": sum(r["agrees"] is False for r in mine),
-                "ambiguous": sum(r["agrees"] is None for r in mine),
+            se = [r.truth.sd / np.sqrt(r.truth.n) for r in mine]
+            fams[name] = truth.family_residual([r.residual for r in mine], se) | {
+                "agree": sum(r.agrees is True for r in mine),
+                "disagree": sum(r.agrees is False for r in mine),
+                "ambiguous": sum(r.agrees is None for r in mine),
             }
-    agreement = truth.agreement([r["verdict"]["decision"] for r in rows], [r["truth"]["label"] for r in rows])
-    decided = [r for r in rows if not r["verdict"]["marginal"]]
-    agreement["decided_verdicts"] = truth.agreement([r["verdict"]["decision"] for r in decided],
-                                                    [r["truth"]["label"] for r in decided])  # fmt: skip
+    agreement = truth.agreement([r.verdict.decision for r in rows], [r.truth.label for r in rows])
+    decided = [r for r in rows if not r.verdict.marginal]
+    agreement["decided_verdicts"] = truth.agreement([r.verdict.decision for r in decided],
+                                                    [r.truth.label for r in decided])  # fmt: skip
     looks = truth.look_counts(config.truth)
     runs = [r for r in ledger.runs.values()]
     return {
@@ -347,9 +345,9 @@ def _report(inputs: Inputs, config: BacktestConfig, out: Path, rows: list, ledge
             "metric": cal.metric,
             "budget": b.value,
             "budget_interval": list(b.interval),
-            "tolerance": cal.tolerance,
-            "quality": cal.data["quality"]["definition"],
-            "curve": _curve_points(cal, [r["x"] for r in rows]),
+            "tolerance": cal.tau,
+            "quality": cal.quality.definition,
+            "curve": _curve_points(cal, [r.x for r in rows]),
         },
         "truth_rule": {
             "replicates": config.truth.replicates,
@@ -363,20 +361,20 @@ def _report(inputs: Inputs, config: BacktestConfig, out: Path, rows: list, ledge
             "end > τ, else more pairs; ambiguous at max_replicates",
         },
         "agreement": agreement,
-        "within_factor_3": sum(r["within_factor_3"] for r in rows),
+        "within_factor_3": sum(r.within_factor_3 for r in rows),
         "families": fams,
-        "candidates": rows,
+        "candidates": [r.model_dump(mode="json") for r in rows],
         "provenance": {
             "environment": fingerprint.environment() | {"cpu_threads": 1},
             "config": _portable(config, out.parent),
             "runs": len(runs),
-            "runs_reused": sum("reused_from" in r for r in runs),
-            "run_cpu_seconds": round(sum(r.get("cpu_seconds", 0.0) for r in runs if "reused_from" not in r), 1),
+            "runs_reused": sum(r.reused_from is not None for r in runs),
+            "run_cpu_seconds": round(sum(r.cpu_seconds for r in runs if r.reused_from is None), 1),
         },
     }
 
 
-def _curve_points(cal: Any, xs: list[float]) -> dict[str, list[float]]:
+def _curve_points(cal: CalibrationArtifact, xs: list[float]) -> dict[str, list[float]]:
     """The calibration curve sampled on a log grid spanning the budget and the candidates (for the plot)."""
     lo = min([cal.budget.value / 30, *[x for x in xs if x > 0]]) / 2
     hi = max([cal.budget.value * 30, *xs]) * 2
@@ -401,37 +399,8 @@ def _portable(config: BacktestConfig, base: Path) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------------- artifact
 
 
-@dataclass(frozen=True)
-class Backtest:
-    """A written backtest report (the YAML's data) and where it is."""
-
-    data: dict[str, Any]
-    path: Path
-
-    @property
-    def rows(self) -> list[dict[str, Any]]:
-        return self.data["candidates"]
-
-    @property
-    def agreement(self) -> dict[str, Any]:
-        return self.data["agreement"]
-
-    def to_dict(self) -> dict[str, Any]:
-        return self.data
-
-
-def write_backtest(data: dict[str, Any], path: str | Path) -> Backtest:
-    """Write the report atomically as YAML, Markdown beside it (.md) and the plot (.png, with matplotlib)."""
-    import yaml
-
-    from admitcheck.plots import plot_backtest
-    from admitcheck.report import backtest_markdown
-
+def write_backtest(report: BacktestReport, path: str | Path) -> BacktestReport:
+    """Write the report atomically as YAML (its Markdown and chart: `report.write_backtest_companions`)."""
     path = Path(path)
-    data = plain(data)
-    io.write_text_atomic(path, yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=120))
-    io.write_text_atomic(path.with_suffix(".md"), backtest_markdown(data))
-    png = plot_backtest(data)
-    if png is not None:
-        io.write_bytes_atomic(path.with_suffix(".png"), png)
-    return Backtest(data, path)
+    io.write_text_atomic(path, dump_backtest(report))
+    return report.at(path)

@@ -20,6 +20,7 @@ from admitcheck.admission.sequential import (
     looks_plan,
 )
 from admitcheck.calibration.compatibility import check_compatibility
+from admitcheck.calibration.schema import CalibrationArtifact
 from admitcheck.config import CandidateConfig, RolloutConfig, ScreenConfig
 from admitcheck.errors import AdmitcheckError, AdmitcheckWarning, CalibrationError, Collected, ConfigError, EngineError
 
@@ -62,7 +63,7 @@ def check_inputs(config: ScreenConfig, chosen: list[CandidateConfig], file: str 
 
 def load_checked_calibration(
     config: ScreenConfig, *, config_file: str | None = None, behaviour: bool = True, pair: Any = None
-):
+) -> CalibrationArtifact:
     """`artifact.load_calibration(config.calibration)` after `check_compatibility`. When the strict fingerprints
     differ and `behaviour` is set, both models are loaded (float32, CPU; from `pair`, the screen's `LoadedPair`, when
     given) and their log-probs on the calibration's fixed sequences compared (`fingerprint.check_behaviour`:
@@ -82,7 +83,7 @@ def load_checked_calibration(
         )
     notes = check_compatibility(config, calibration, config_file=config_file)
     if notes and behaviour:
-        stored = calibration.behaviour
+        stored = calibration.pair.behaviour
         if stored is None:
             raise CalibrationError(
                 f"{notes[0]}; the calibration stores no behavioural fingerprint to settle it: re-run calibrate",
@@ -91,7 +92,9 @@ def load_checked_calibration(
             )
         pair = pair if pair is not None else LoadedPair(config.pair, file=config_file)
         student, teacher = pair.student("float32", "cpu"), pair.teacher("float32", "cpu")
-        drift = fingerprint.check_behaviour(stored, student, teacher, budget=calibration.budget.value, file=config_file)
+        drift = fingerprint.check_behaviour(
+            stored.model_dump(), student, teacher, budget=calibration.budget.value, file=config_file
+        )
         del student, teacher
         warnings.warn(
             PairRewrittenWarning(
@@ -218,15 +221,15 @@ def candidate_capacity(config: ScreenConfig, cand: CandidateConfig) -> dict[str,
         ) from None
 
 
-def calibration_summary(calibration) -> dict[str, Any]:
+def calibration_summary(calibration: CalibrationArtifact) -> dict[str, Any]:
     b, r = calibration.budget, calibration.recipe
     return {
         "path": str(calibration.path),
-        "pair": calibration.pair_name,
+        "pair": calibration.name,
         "metric": calibration.metric,
         "budget": b.value,
         "budget_interval": tuple(b.interval),
         "budget_kind": b.kind,
-        "tolerance": b.tolerance,
-        "recipe": {k: r.get(k) for k in ("loss", "student_logprobs", "lr", "tis_cap", "temperature")},
+        "tolerance": calibration.tau,
+        "recipe": {k: getattr(r, k) for k in ("loss", "student_logprobs", "lr", "tis_cap", "temperature")},
     }

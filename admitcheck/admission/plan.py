@@ -127,7 +127,7 @@ def plan(config: PlanConfig, *, config_file: str | None = None) -> Plan:
     file and field for inputs that do not fit together."""
     cal = load_calibration(config.calibration)
     header, runs = load_runs(cal, config.ledgers, config_file)
-    tau = cal.tolerance
+    tau = cal.tau
     levels = level_runs(cal, runs, tau, config.confidence, level_names(cal, config.ledgers))
     base = levels[0]
     t_base_each = [steps_to_target(c, c.final + tau) for c in base.curves]
@@ -178,7 +178,7 @@ def plan(config: PlanConfig, *, config_file: str | None = None) -> Plan:
     rows.sort(key=lambda r: -r.speedup if math.isfinite(r.speedup) else math.inf)
     info = {
         "path": str(cal.path), "name": cal.name, "tau": tau, "x": cal.x_measure, "eval_every": every,
-        "quality_unit": "1 − task reward" if cal.recipe.get("loss") == "grpo" else "nats/token",
+        "quality_unit": cal.quality_unit,
         "evals_per_run": len(base.curves[0].steps), "steps": max(base.curves[0].steps),
         "baseline_replicates": base.efficiency.n, "baseline_final_mean": float(np.mean([c.final for c in base.curves])),
         "baseline_steps_to_target": t_base.mean, "baseline_steps_to_target_interval": list(t_base.interval),

@@ -26,6 +26,7 @@ from admitcheck.admission.sequential import (
     verdict,
 )
 from admitcheck.admission.staleness import stale_reference
+from admitcheck.calibration.schema import CalibrationArtifact
 from admitcheck.config import CandidateConfig, RolloutConfig, ScreenConfig
 from admitcheck.errors import EngineError
 from admitcheck.pairs.load import LoadedPair
@@ -48,7 +49,7 @@ class ScreenSession:
         config: ScreenConfig,
         *,
         config_file: str | None = None,
-        calibration: Any = None,
+        calibration: CalibrationArtifact | None = None,
         pair: LoadedPair | None = None,
     ) -> None:
         self.config, self.file = config, config_file
@@ -112,7 +113,7 @@ class ScreenSession:
             looks += 1
             pooled = run.pooled(self.confidence)
             est = decision_estimator(self.metric, pooled.values)
-            state = look(*pooled.intervals[est], *run.tail(est), budget_band(self.calibration.budget))
+            state = look(*pooled.intervals[est], *run.tail(est), budget_band(self.calibration.gate_budget()))
             if state in ("admit", "reject"):
                 break
         return run, state, looks
@@ -164,7 +165,7 @@ class ScreenSession:
         self.prepare()
         rollout, reference = cand.rollout, self.reference
         if cand.staleness is not None:  # θ0 samples in the reference's configuration; θk is the reference
-            rollout = floor_rollout(RolloutConfig(**self.calibration.recipe["rollout"]), self.config.reference)
+            rollout = floor_rollout(self.calibration.recipe.rollout, self.config.reference)
         floor = self.floor(rollout, progress)
         t0 = time.perf_counter()
         if cand.staleness is not None:
@@ -202,7 +203,7 @@ class ScreenSession:
         est = decision_estimator(self.metric, m.values)
         sums = m.per_sequence[est]
         state = "nonfinite" if m.nonfinite else look(*m.intervals[est], top_share(sums), pareto_k(sums),
-                                                       budget_band(self.calibration.budget))  # fmt: skip
+                                                       budget_band(self.calibration.gate_budget()))  # fmt: skip
         engine_bad = int((~np.isfinite(logs.rollout_logprobs) & logs.mask).sum())
         e = Evidence(state, dict(m.values), dict(m.intervals), self.confidence, 1, m.num_sequences, m.num_tokens,
                      gates, m.nonfinite, engine_bad, est, top_share(sums), pareto_k(sums))  # fmt: skip
@@ -217,4 +218,4 @@ class ScreenSession:
     def _verdict(self, name, e: Evidence, floor, capacity, seconds: float, source) -> Verdict:
         cal, policy = self.calibration, self.config.policy.undecided
         extra = {"metric": self.metric, "floor": floor, "capacity": capacity, "seconds": seconds, "source": source}
-        return verdict(name, e, cal.budget, policy, cal.predict_cost, **extra)
+        return verdict(name, e, cal.gate_budget(), policy, cal.predict_cost, **extra)

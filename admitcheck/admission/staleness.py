@@ -8,11 +8,11 @@ from __future__ import annotations
 from admitcheck import io
 from admitcheck.calibration.levels import Level
 from admitcheck.calibration.opd import cast_parameters, stale_student
-from admitcheck.config import RolloutConfig, TrainConfig
+from admitcheck.calibration.schema import CalibrationArtifact
 from admitcheck.pairs.load import LoadedPair, tokenize_prompts
 
 
-def stale_reference(calibration, config, staleness: int, pair: LoadedPair):
+def stale_reference(calibration: CalibrationArtifact, config, staleness: int, pair: LoadedPair):
     """For `screen`: the pair's student after `staleness` OPD steps with the calibration's recipe, and the seed a
     calibration level of that staleness uses (replicate 0), in the reference's precision. `config` is the screen's
     (pair, reference); `pair` the screen's `LoadedPair` (θ0 and the teacher in float32 on the reference's device,
@@ -22,10 +22,9 @@ def stale_reference(calibration, config, staleness: int, pair: LoadedPair):
     path = calibration.train_prompts()
     tokens = pair.tokens
     ids = tokenize_prompts(tokens, io.read_prompts(path, field="recipe.prompts"), file=str(path))
-    train_keys = set(TrainConfig.model_fields) - {"prompts"}
-    cfg = TrainConfig(prompts=str(path), **{k: v for k, v in recipe.items() if k in train_keys})
+    cfg = recipe.train_config(str(path))
     device = config.reference.device
     teacher, start = pair.teacher("float32", device), pair.student("float32", device)
-    seed = Level("stale", "staleness", staleness=staleness).seed(int(recipe["seed"]), 0)  # as the calibration
-    stale = stale_student(start, teacher, ids, cfg, RolloutConfig(**recipe["rollout"]), staleness, seed, tokens)
+    seed = Level("stale", "staleness", staleness=staleness).seed(recipe.seed, 0)  # as the calibration
+    stale = stale_student(start, teacher, ids, cfg, recipe.rollout, staleness, seed, tokens)
     return cast_parameters(stale, config.reference.dtype)

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from admitcheck.calibration.record import RunRecord
 from admitcheck.config import StepTimeConfig
 from admitcheck.errors import ConfigError
 
@@ -68,12 +69,12 @@ def step_time_ratio(st: StepTimeConfig, share: float | None, bench: dict | None,
     return (1 - share) + share / s, f"{how}, (1 − f) + f/s, f {share:.2f}"
 
 
-def measured_rollout_share(runs: list[dict[str, Any]]) -> float | None:
+def measured_rollout_share(runs: list[RunRecord]) -> float | None:
     """Rollouts' share of the baseline runs' step time (their `seconds_by_phase`); None when not recorded."""
     shares = []
     for r in runs:
-        if json.loads(r["key"])["level"]["kind"] == "baseline" and r.get("seconds_by_phase"):
-            total = sum(r["seconds_by_phase"].values())
+        if json.loads(r.key)["level"]["kind"] == "baseline" and r.seconds_by_phase:
+            total = sum(r.seconds_by_phase.values())
             if total > 0:
-                shares.append(r["seconds_by_phase"].get("rollout", 0.0) / total)
+                shares.append(r.seconds_by_phase.get("rollout", 0.0) / total)
     return float(np.mean(shares)) if shares else None

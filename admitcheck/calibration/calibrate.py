@@ -1,4 +1,4 @@
-# long module: the driver (levels -> rounds -> fit_runs -> artifact); the fit stays by its rounds
+# long module: the driver (levels -> rounds -> artifact) and the artifact it assembles; the fit is fit.py
 """Calibrate: levels -> short real OPD runs (resumable ledger) -> quality-cost curve -> budget -> artifact.
 
     cfg = io.load_config("examples/toy_calibrate.yaml", CalibrateConfig)
@@ -25,7 +25,6 @@ thread, in this process (`jobs=1`) or in workers (`jobs>1`, Ray), so all give bi
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
@@ -37,16 +36,17 @@ import numpy as np
 from admitcheck import fingerprint, io
 from admitcheck.calibration.artifact import (  # re-exported: the public calibration API lives here
     SCHEMA_VERSION,
-    Calibration,
     fingerprint_pair,
     load_calibration,
+    plain,
     protocol_of_screen,
     recipe_of,
     write_calibration,
 )
-from admitcheck.calibration.curve import OFFSET_SHARE, Estimate, LevelData, Tolerance, estimate, fit_levels
+from admitcheck.calibration.campaign import Campaign, check_jobs, open_executor, run_key
+from admitcheck.calibration.curve import OFFSET_SHARE, Estimate, Tolerance
 from admitcheck.calibration.design import RoundPlan, plan_round, wanted_replicates
-from admitcheck.calibration.executors import Executor, Task, make_executor
+from admitcheck.calibration.fit import Fit, PlacedRun, fit_runs
 from admitcheck.calibration.ledger import Ledger, ledger_header, ledger_path
 from admitcheck.calibration.levels import (
     GRID_STDS,
@@ -55,18 +55,18 @@ from admitcheck.calibration.levels import (
     measure_grid,
     noise_for_mismatch,
     resolve_levels,
-    run_task,
 )
 from admitcheck.calibration.opd import quality_definition
+from admitcheck.calibration.schema import CalibrationArtifact, RunEntry
 from admitcheck.config import CalibrateConfig
-from admitcheck.errors import CalibrationError, ConfigError
 
 __all__ = [
-    "Calibration",
+    "CalibrationArtifact",
     "calibrate",
     "fingerprint_pair",
     "load_calibration",
     "protocol_of_screen",
+    "run_key",
 ]
 Progress = Callable[[str, int, int], None]  # (label, done, total)
 
@@ -77,13 +77,6 @@ def output_path(config: CalibrateConfig, config_file: str | None = None) -> Path
         return Path(config.output)
     name = config.pair.name or Path(config.pair.student).name
     return (Path(config_file).resolve().parent if config_file else Path.cwd()) / "calibrations" / f"{name}.yaml"
-
-
-# --------------------------------------------------------------------------------------------------- ledger
-
-
-def run_key(level: Level, seed: int) -> str:
-    return json.dumps({"level": level.spec(), "seed": seed}, sort_keys=True)
 
 
 # --------------------------------------------------------------------------------------------------- the flow
@@ -97,17 +90,16 @@ def calibrate(
     executor: str = "local",
     ray_address: str | None = None,
     progress: Progress | None = None,
-) -> Calibration:
-    """Run (or resume) the calibration `config` describes and write its artifact; see the module docstring.
+) -> CalibrationArtifact:
+    """Run (or resume) the calibration `config` describes and write its artifact and its chart (`<stem>.png`, with
+    matplotlib); see the module docstring.
 
     executor "local" runs in this process (jobs=1) or `jobs` spawned processes; "ray" runs each run as a Ray task
     on the cluster at `ray_address` (else RAY_ADDRESS, else a local instance) asking `config.resources`."""
     t0 = time.perf_counter()
-    if jobs < 1:
-        raise ConfigError(f"jobs must be >= 1, got {jobs}", file=config_file, field="--jobs")
-    res = config.resources
-    runner = make_executor(executor, jobs=jobs, address=ray_address, num_cpus=res.num_cpus, num_gpus=res.num_gpus)
-    runner.start()  # connects before anything is loaded or written: a cluster that does not answer leaves no trace
+    # connects before anything is loaded or written: a cluster that does not answer leaves no trace
+    check_jobs(jobs, config_file)
+    runner = open_executor(config.resources, jobs=jobs, executor=executor, ray_address=ray_address)
     out = output_path(config, config_file)
     # checks the pair, prompts and engine before anything runs; the behaviour fingerprint is taken on CPU (float32),
     # so a finished ledger of GPU runs fits into the same artifact on a machine without one
@@ -124,64 +116,57 @@ def calibrate(
         ledger.append({"kind": "grid", "relative_std": stds, "mismatch": ks, "seed": config.seed})
     levels = resolve_levels(config, ledger.grid)
     try:
-        runs, fitted, rounds, stop = _rounds(config, config_file, levels, ledger, runner, progress)
+        placed, fitted, rounds, stop = _rounds(Campaign(config, config_file, ledger, runner, progress), levels)
     finally:
         runner.close()
-    data = build_artifact(
-        config, config_file, out, levels, runs, ledger.grid, pair_fp | {"behaviour": behaviour}, fitted
-    )
-    data["budget"]["protocol"] = {
+    adaptive = {
         "replicates": config.levels.replicates,
         "rounds": rounds,
         "stopped": stop,
         "interval_factor": config.levels.interval_factor,
         "max_runs": config.levels.max_runs,
-        "runs": len(runs),
+        "runs": len(placed),
         "added_levels": [lv.name for lv in levels if lv.name.startswith("noise-added-")],
     }
-    data["budget"]["warnings"] = budget_warnings(fitted["estimate"], config.levels.interval_factor, len(runs), stop)
-    data["provenance"]["seconds"] = round(time.perf_counter() - t0, 1)
-    data["provenance"]["run_cpu_seconds"] = round(sum(r.get("cpu_seconds", 0.0) for r in runs), 1)
-    return write_calibration(data, out)
+    warnings = budget_warnings(fitted.estimate, config.levels.interval_factor, len(placed), stop)
+    timings = {
+        "seconds": round(time.perf_counter() - t0, 1),
+        "run_cpu_seconds": round(sum(p.record.cpu_seconds for p in placed), 1),
+    }
+    cal = build_artifact(config, out, levels, fitted, ledger.grid, pair_fp | {"behaviour": behaviour},
+                         adaptive=adaptive, warnings=warnings, timings=timings)  # fmt: skip
+    return write_calibration(cal, out)
 
 
-def _rounds(config, config_file, levels: list[Level], ledger: Ledger, runner: Executor, progress):
+def _rounds(campaign: Campaign, levels: list[Level]):
     """Round 0 runs every level's first replicates; each later round follows `design.plan_round`: one more pair at the
     levels bracketing τ, or a new noise level below the grid (when the budget's interval reaches 0) or between the
     bracketing levels, until the interval is narrower than `levels.interval_factor` or the next round would pass
     `levels.max_runs` (decided from the ledger alone: resumable, the added levels included). `levels` grows in
     place with the added levels."""
+    config, ledger = campaign.config, campaign.ledger
     counts = {lv.name: config.levels.replicates for lv in levels}
     rounds = 0
     while True:
-        tasks = planned_tasks(config, levels, counts)
-        todo = [(lv, s) for lv, s in tasks if run_key(lv, s) not in ledger.runs]
-        done = len(tasks) - len(todo)
-        if progress:
-            progress(f"runs (round {rounds})", done, len(tasks))
-        for record in _execute(config, config_file, todo, runner, progress):
-            ledger.append(record)
-            done += 1
-            if progress:
-                progress(f"runs (round {rounds})", done, len(tasks))
-        runs = [ledger.runs[run_key(lv, s)] | {"level": lv.name, "kind": lv.kind, "in_fit": lv.fit,
-                "replicate": r} for lv, s, r in _with_replicates(config, levels, counts)]  # fmt: skip
-        fitted = fit_runs(config, levels, runs)
-        fit_x = {lv.name: float(np.mean([r["fit_x"] for r in runs if r["level"] == lv.name])) for lv in levels
+        campaign.run_round(planned_tasks(config, levels, counts), f"runs (round {rounds})")
+        placed = [PlacedRun(lv, r, campaign.record(lv, s))
+                  for lv, s, r in _with_replicates(config, levels, counts)]  # fmt: skip
+        fitted = fit_runs(config, levels, placed)
+        fit_x = {lv.name: float(np.mean([e.fit_x for e in fitted.runs if e.level == lv.name])) for lv in levels
                  if lv.kind != "baseline" and lv.fit}  # fmt: skip
-        plan = plan_round(fitted["estimate"], _fit_counts(levels, counts), config.levels.interval_factor, 2, fit_x)
-        added = _added_levels(levels, _measured_grid(levels, runs) or ledger.grid, plan.new_levels)
+        plan = plan_round(fitted.estimate, _fit_counts(levels, counts), config.levels.interval_factor, 2, fit_x)
+        added = _added_levels(levels, _measured_grid(levels, fitted.runs) or ledger.grid, plan.new_levels)
         if plan.new_levels and not added:  # no σ for a new level: more pairs where B is decided instead
-            want = wanted_replicates(fitted["estimate"], _fit_counts(levels, counts), config.levels.interval_factor, 2)
+            want = wanted_replicates(fitted.estimate, _fit_counts(levels, counts), config.levels.interval_factor, 2)
             plan = RoundPlan(replicates=tuple(want))
         grown = dict(counts) | {lv.name: config.levels.replicates for lv in added}
         for name in plan.replicates:
             grown[name] += config.levels.pairs_per_round
         grown["baseline"] = max(grown.values())
         if plan.done:
-            return runs, fitted, rounds, "interval narrower than the factor"
+            return placed, fitted, rounds, "interval narrower than the factor"
         if len(planned_tasks(config, levels + added, grown)) > config.levels.max_runs:
-            return runs, fitted, rounds, "run cap"
+            return placed, fitted, rounds, "run cap"
         levels.extend(added)
         counts, rounds = grown, rounds + 1
 
@@ -202,12 +187,12 @@ def budget_warnings(est: Estimate, factor: float, runs: int, stop: str) -> list[
     return out
 
 
-def _measured_grid(levels: list[Level], runs: list[dict[str, Any]]) -> dict[str, list[float]] | None:
+def _measured_grid(levels: list[Level], runs: tuple[RunEntry, ...]) -> dict[str, list[float]] | None:
     """(σ, mean start-weights x) of the noise levels run so far, as a grid for `noise_for_mismatch`: the levels'
     own measurements (several replicates each) place a new level better than the one-seed grid measured before
     training. None with fewer than two noise levels."""
-    pts = sorted({(lv.relative_std, float(np.mean([r["x_start"] for r in runs if r["level"] == lv.name])))
-                  for lv in levels if lv.kind == "noise" and any(r["level"] == lv.name for r in runs)})  # fmt: skip
+    pts = sorted({(lv.relative_std, float(np.mean([r.x_start for r in runs if r.level == lv.name])))
+                  for lv in levels if lv.kind == "noise" and any(r.level == lv.name for r in runs)})  # fmt: skip
     if len(pts) < 2:
         return None
     return {"relative_std": [p[0] for p in pts], "mismatch": [p[1] for p in pts]}
@@ -237,136 +222,53 @@ def _fit_counts(levels: list[Level], counts: dict[str, int]) -> dict[str, int]:
     return {lv.name: counts[lv.name] for lv in levels if lv.kind != "baseline" and lv.fit}
 
 
-def _execute(config: CalibrateConfig, config_file: str | None, todo: list, runner: Executor, progress=None):
-    """Finished run records of one batch, as they finish, from the executor (this process, local workers or Ray
-    tasks); the caller closes the executor after its last batch."""
-    tasks = [Task(run_key(lv, s), f"{lv.name}/seed {s}", run_task, (config, config_file, lv, s)) for lv, s in todo]
-    status = getattr(progress, "status", None)  # the CLI's bar shows the runs in flight, retried and failed
-    for task, record in runner.run(tasks, on_status=(lambda text: status("runs", text)) if status else None):
-        yield record | {"kind": "run", "key": task.key}
+# --------------------------------------------------------------------------------------------------- artifact
 
 
-# --------------------------------------------------------------------------------------------------- fit + artifact
-
-
-def run_x(config: CalibrateConfig, run: dict[str, Any], which: str) -> float:
-    """A run's mismatch x: "start" (the probe measurement at the start weights, `config.metric`) or "run" (the mean
-    engine-vs-trainer k3 over the first `levels.run_window` steps), nats/token; floored at 1e-12 (log axis)."""
-    if which == "start":
-        return max(float(run["mismatch"]), 1e-12)
-    window = run["in_run_k3"][: config.levels.run_window]
-    return max(float(np.mean(window)), 1e-12)
-
-
-def _level_data(config, levels: list[Level], runs: list[dict[str, Any]], which: str, keep) -> list[LevelData]:
-    by = {lv.name: [r for r in runs if r["level"] == lv.name] for lv in levels}
-    return [LevelData(lv.name, tuple(run_x(config, r, which) for r in by[lv.name]),
-                      tuple(r["quality_cost"] for r in by[lv.name]))
-            for lv in levels if lv.kind != "baseline" and keep(lv)]  # fmt: skip
-
-
-def _one_scale_score(config, levels, runs, which: str, tol: Tolerance) -> dict[str, Any] | None:
-    """How far the non-noise levels (staleness, rollout configs; fitted or held out) fall from the curve fitted on
-    the noise levels alone, under x = `which`: mean squared z = (mean paired cost − curve) / its standard error."""
-    noise = _level_data(config, levels, runs, which, lambda lv: lv.kind == "noise" and lv.fit)
-    others = _level_data(config, levels, runs, which, lambda lv: lv.kind != "noise")
-    if len(noise) < 2 or not others:
-        return None
-    tau = tol.of(float(np.mean([r["quality"] for r in runs if r["level"] == "baseline"])))
-    fit = fit_levels([np.mean(d.x) for d in noise], [np.mean(d.cost) for d in noise], [len(d.x) for d in noise],
-                     OFFSET_SHARE * tau if tau > 0 else 0.0)  # fmt: skip
-    z = {}
-    for d in others:
-        c = np.asarray(d.cost)
-        se = max(float(c.std(ddof=1)) / math.sqrt(c.size) if c.size > 1 else 0.0, 1e-6)
-        z[d.name] = (float(c.mean()) - float(fit.predict(float(np.mean(d.x))))) / se
-    return {"mean_z2": float(np.mean([v * v for v in z.values()])), "z": z}
-
-
-def fit_runs(config: CalibrateConfig, levels: list[Level], runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Paired costs, τ, x chosen, the monotone fit and the budget with its bootstrap, from the finished runs.
-
-    Adds quality_cost (paired: the run's quality minus its baseline replicate's), x_start, x_run, fit_x and
-    predicted_cost to every run; levels with fit false (held-out checks) are not fitted, only compared."""
-    base = {r["replicate"]: r["quality"] for r in runs if r["kind"] == "baseline"}
-    for r in runs:
-        r["quality_cost"] = r["quality"] - base[r["replicate"]]
-    tol = Tolerance(config.tolerance.relative, config.tolerance.absolute)
-    choices = ["start", "run"] if config.metric == "k3" else ["start"]
-    scores = {w: _one_scale_score(config, levels, runs, w, tol) for w in choices}
-    if config.levels.x != "auto":
-        which, reason = config.levels.x, "set in the config (levels.x)"
-        if which == "run" and config.metric != "k3":
-            raise CalibrationError("the run-averaged x is k3: set metric k3 or levels.x start", field="levels.x")
-    elif all(scores[w] is not None for w in choices) and len(choices) == 2:
-        which = min(choices, key=lambda w: scores[w]["mean_z2"])
-        reason = ("the non-noise levels fall closer to the noise curve (mean squared z "
-                  + ", ".join(f"{w} {scores[w]['mean_z2']:.3g}" for w in choices) + ")")  # fmt: skip
-    else:
-        which = "start"
-        reason = "no non-noise level to compare sources with: the start-weights x (what screens measure)"
-    fitted_levels = _level_data(config, levels, runs, which, lambda lv: lv.fit)
-    if not fitted_levels:
-        raise CalibrationError("no fitted level: nothing to fit", field="levels")
-    est = estimate(fitted_levels, list(base.values()), tol, n_boot=config.bootstrap, seed=config.seed,
-                   confidence=config.confidence)  # fmt: skip
-    alt = {}
-    for w in choices:  # the budget under each x, for the report
-        e = est if w == which else estimate(_level_data(config, levels, runs, w, lambda lv: lv.fit),
-                                            list(base.values()), tol, n_boot=config.bootstrap, seed=config.seed,
-                                            confidence=config.confidence)  # fmt: skip
-        alt[w] = {"value": e.budget.value, "kind": e.budget.kind, "interval": list(e.budget.interval),
-                  "score": scores[w]}  # fmt: skip
-    for r in runs:
-        if r["kind"] == "baseline":  # paired with itself: cost 0 by construction, x not measured
-            r["x_start"] = r["x_run"] = r["fit_x"] = None
-            r["predicted_cost"] = 0.0
-            continue
-        r["x_start"] = run_x(config, r, "start")
-        r["x_run"] = run_x(config, r, "run") if config.metric == "k3" else None
-        r["fit_x"] = r["x_start"] if which == "start" else r["x_run"]
-        r["predicted_cost"] = float(est.fit.predict(r["fit_x"]))
-    return {"estimate": est, "x": which, "x_reason": reason, "by_x": alt, "baseline": base}
-
-
-def build_artifact(config, config_file, out: Path, levels, runs, grid, pair_fp, f=None) -> dict[str, Any]:
-    """The artifact dict (schema in `admitcheck.calibration.artifact`)."""
-    f = f or fit_runs(config, levels, runs)
-    est: Estimate = f["estimate"]
+def build_artifact(config, out: Path, levels, f: Fit, grid, pair_fp, *, adaptive=None, warnings=None,
+                   timings=None) -> CalibrationArtifact:  # fmt: skip
+    """The artifact (schema in `admitcheck.calibration.schema`) of the fit `f`; `adaptive` (how the rounds
+    stopped), `warnings` and `timings` (provenance seconds) when the caller has them."""
+    est: Estimate = f.estimate
     b, tol = est.budget, config.tolerance
-    base_q = np.array(list(f["baseline"].values()))
-    start = float(np.mean([r["quality_start"] for r in runs if r["kind"] == "baseline"]))
+    runs = f.runs
+    base_q = np.array(list(f.baseline.values()))
+    start = float(np.mean([r.quality_start for r in runs if r.kind == "baseline"]))
     draws = np.asarray(est.draws)
     qs = [0.005, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.975, 0.995]
     report = []
     for lv in levels:
-        rs = [r for r in runs if r["level"] == lv.name]
-        c = np.array([r["quality_cost"] for r in rs])
+        rs = [r for r in runs if r.level == lv.name]
+        c = np.array([r.quality_cost for r in rs])
         k = est.names.index(lv.name) if lv.name in est.names else None
         report.append({
             "level": lv.name, "kind": lv.kind, "in_fit": lv.fit, "replicates": len(rs),
-            "x": float(np.mean([r["fit_x"] for r in rs])) if lv.kind != "baseline" else None,
-            "x_start": float(np.mean([r["x_start"] for r in rs])) if lv.kind != "baseline" else None,
-            "x_run": float(np.mean([r["x_run"] for r in rs])) if rs[0].get("x_run") is not None else None,
+            "x": float(np.mean([r.fit_x for r in rs])) if lv.kind != "baseline" else None,
+            "x_start": float(np.mean([r.x_start for r in rs])) if lv.kind != "baseline" else None,
+            "x_run": float(np.mean([r.x_run for r in rs])) if rs[0].x_run is not None else None,
             "paired_cost": float(c.mean()),
             "paired_cost_interval": list(est.level_intervals[k]) if k is not None else None,
             "paired_cost_sd": float(c.std(ddof=1)) if c.size > 1 else None,
-            "fitted_cost": float(np.mean([r["predicted_cost"] for r in rs])),
+            "fitted_cost": float(np.mean([r.predicted_cost for r in rs])),
             "decided_budget": lv.name in est.decided_by,
         })  # fmt: skip
     budget = {
         "value": b.value, "kind": b.kind, "interval": [b.interval[0], b.interval[1]],
-        "confidence": config.confidence, "n_boot": b.n_boot, "x": f["x"], "x_reason": f["x_reason"],
-        "rule": (f"monotone (isotonic) fit of mean paired cost on log x ({f['x']}); B where it reaches τ "
+        "confidence": config.confidence, "n_boot": b.n_boot, "x": f.x, "x_reason": f.x_reason,
+        "rule": (f"monotone (isotonic) fit of mean paired cost on log x ({f.x}); B where it reaches τ "
                  f"(linear in log x on log(cost + {OFFSET_SHARE:g} τ) between the bracketing levels); percentile "
                  "bootstrap over replicate pairs and baseline replicates, τ re-estimated in each resample, cost "
                  "spreads t-scaled, x resampled with its own spread"),
         "decided_by": list(est.decided_by), "width_factor": est.width_factor if math.isfinite(est.width_factor)
-        else None, "by_x": f["by_x"],
+        else None, "by_x": f.by_x,
         "bootstrap": {"quantiles": {str(q): _order_quantile(draws, q) for q in qs} if draws.size else {},
                       "draws": [float(v) for v in draws]},
     }  # fmt: skip
-    return {
+    if adaptive is not None:
+        budget["protocol"] = adaptive
+    if warnings is not None:
+        budget["warnings"] = warnings
+    data = {
         "schema_version": SCHEMA_VERSION,
         "name": config.pair.name or Path(config.pair.student).name,
         "metric": config.metric,
@@ -376,7 +278,7 @@ def build_artifact(config, config_file, out: Path, levels, runs, grid, pair_fp, 
             "sampling": config.sampling.model_dump(mode="json"),
             "probe": config.probe.model_dump(mode="json", exclude={"prompts"}),
             "reference": {"dtype": config.reference.dtype},
-            "x": f["x"],
+            "x": f.x,
             "run_window": config.levels.run_window,
         },
         "recipe": {**recipe_of(config), "prompts": _relpath(config.train.prompts, out.parent)},
@@ -393,25 +295,17 @@ def build_artifact(config, config_file, out: Path, levels, runs, grid, pair_fp, 
         "levels": [lv.to_dict() for lv in levels],
         "level_report": report,
         "auto_noise": {k: grid[k] for k in ("relative_std", "mismatch")} if grid else None,
-        "runs": [_run_entry(r) for r in runs],
-        "curve": est.fit.to_dict() | {"x_measure": f["x"], "points": len(est.names)},
+        "runs": [r.model_dump(mode="json") for r in runs],
+        "curve": est.fit.to_dict() | {"x_measure": f.x, "points": len(est.names)},
         "budget": budget,
-        "provenance": _provenance(config, out),
+        "provenance": _provenance(config, out) | (timings or {}),
     }
-
-
-_RUN_KEYS = ("level", "kind", "replicate", "seed", "in_fit", "relative_std", "staleness", "mismatch",
-             "mismatch_interval", "kl_exact", "x_start", "x_run", "in_run_k3_mean", "fit_x", "quality", "reverse_kl",
-             "quality_cost", "predicted_cost", "quality_start", "accuracy", "accuracy_start", "steps")  # fmt: skip
+    return CalibrationArtifact.model_validate(plain(data))
 
 
 def _order_quantile(values: np.ndarray, q: float) -> float:
     """The q-quantile by order statistic (inf-safe: no interpolation between an inf and a number)."""
     return float(np.sort(values)[min(round(q * (values.size - 1)), values.size - 1)])
-
-
-def _run_entry(r: dict[str, Any]) -> dict[str, Any]:
-    return {k: r.get(k) for k in _RUN_KEYS}
 
 
 def _relpath(path: str, base: Path) -> str:

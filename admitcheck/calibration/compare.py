@@ -5,8 +5,8 @@
 
 The ratio R = B_b / B_a of two independent calibrations (their runs share no randomness with each other's bootstrap).
 Its interval, in order of preference:
-- "bootstrap": both artifacts carry their bootstrap draws of the budget (`budget.bootstrap`: a list of numbers, or
-  {draws: [...]}); every pair (draw_b, draw_a) is a draw of R (independent calibrations), and the interval is the
+- "bootstrap": both artifacts carry their bootstrap draws of the budget (`budget.bootstrap.draws`); every pair
+  (draw_b, draw_a) is a draw of R (independent calibrations), and the interval is the
   percentile interval of those ratios at the artifacts' confidence.
 - "mover (approximate)": otherwise, MOVER on the log scale (Zou & Donner 2008, "method of variance estimates
   recovery"): with d = log B_b − log B_a and each budget's interval [l, u] read on the log scale,
@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from admitcheck.calibration.schema import CalibrationArtifact
 from admitcheck.errors import CalibrationError
 
 
@@ -54,21 +55,18 @@ class Comparison:
     notes: tuple[str, ...]
 
 
-def budget_side(cal: Any, label: str | None = None) -> BudgetSide:
-    """The budget of an `artifact.Calibration` (reads `budget.bootstrap` draws when present)."""
-    b = cal.data["budget"]
-    raw = b.get("bootstrap")
-    if isinstance(raw, dict):
-        raw = raw.get("draws")
-    draws = tuple(float(v) for v in raw) if isinstance(raw, list) and raw else None
+def budget_side(cal: CalibrationArtifact, label: str | None = None) -> BudgetSide:
+    """The budget of a calibration artifact (with its bootstrap draws when it carries them)."""
+    b = cal.budget
+    draws = tuple(cal.budget_draws()) or None
     return BudgetSide(
         label=label or str(cal.path or cal.name),
-        objective=str(cal.recipe.get("loss")),
-        value=float(b["value"]),
-        kind=str(b["kind"]),
-        interval=(float(b["interval"][0]), float(b["interval"][1])),
-        confidence=float(b.get("confidence", 0.95)),
-        tolerance=float(cal.tolerance),
+        objective=cal.recipe.loss,
+        value=b.value,
+        kind=b.kind,
+        interval=(b.interval[0], b.interval[1]),
+        confidence=b.confidence,
+        tolerance=cal.tau,
         draws=draws,
     )
 
@@ -123,7 +121,7 @@ def compare_budgets(first: BudgetSide, second: BudgetSide) -> Comparison:
     return Comparison(first, second, ratio, interval, confidence, "mover (approximate)", tuple(notes))
 
 
-def compare_calibrations(cal_a: Any, cal_b: Any) -> Comparison:
+def compare_calibrations(cal_a: CalibrationArtifact, cal_b: CalibrationArtifact) -> Comparison:
     """The comparison of two loaded calibrations; refuses two whose mismatch scales differ (metric, protocol)."""
     if cal_a.metric != cal_b.metric:
         raise CalibrationError(
@@ -132,7 +130,7 @@ def compare_calibrations(cal_a: Any, cal_b: Any) -> Comparison:
             file=str(cal_b.path),
             field="metric",
         )
-    pa, pb = cal_a.protocol, cal_b.protocol
+    pa, pb = cal_a.protocol.flat(), cal_b.protocol.flat()
     for key in sorted(set(pa) | set(pb)):
         if pa.get(key) != pb.get(key):
             raise CalibrationError(
@@ -148,19 +146,19 @@ def compare_calibrations(cal_a: Any, cal_b: Any) -> Comparison:
     return result
 
 
-def level_rows(cal_a: Any, cal_b: Any) -> list[dict[str, Any]]:
+def level_rows(cal_a: CalibrationArtifact, cal_b: CalibrationArtifact) -> list[dict[str, Any]]:
     """Per level present in both: mean mismatch and mean cost in units of each calibration's τ (cost/τ > 1: over)."""
 
-    def by_level(cal: Any) -> dict[str, dict[str, float]]:
-        out: dict[str, list[dict[str, Any]]] = {}
+    def by_level(cal: CalibrationArtifact) -> dict[str, dict[str, float]]:
+        out: dict[str, list[Any]] = {}
         for r in cal.runs:
-            out.setdefault(r["level"], []).append(r)
-        tau = float(cal.tolerance)
+            out.setdefault(r.level, []).append(r)
+        tau = cal.tau
         return {
             k: {
                 # baseline runs carry no mismatch (None): nan for that row
-                "mismatch": float(np.mean([r["mismatch"] for r in rs if r.get("mismatch") is not None] or [np.nan])),
-                "cost_over_tau": float(np.mean([r["quality_cost"] for r in rs])) / tau,
+                "mismatch": float(np.mean([r.mismatch for r in rs if r.mismatch is not None] or [np.nan])),
+                "cost_over_tau": float(np.mean([r.quality_cost for r in rs])) / tau,
                 "runs": len(rs),
             }
             for k, rs in out.items()

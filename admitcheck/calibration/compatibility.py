@@ -18,7 +18,6 @@ from typing import Any
 
 from admitcheck import fingerprint, io
 from admitcheck.calibration.artifact import (
-    Calibration,
     fingerprint_pair,
     load_calibration,
     prompt_hashes,
@@ -27,6 +26,7 @@ from admitcheck.calibration.artifact import (
     recipe_core,
     recipe_of,
 )
+from admitcheck.calibration.schema import CalibrationArtifact, TrainingRecipe
 from admitcheck.config import CalibrateConfig, ScreenConfig
 from admitcheck.errors import CalibrationError, ConfigError
 from admitcheck.rollout.limits import check_limits
@@ -39,12 +39,14 @@ STRUCTURAL_KEYS = ("architectures", "model_type", "hidden_size", "intermediate_s
                    "hidden_act")  # fmt: skip
 
 
-def objective_of(recipe: dict[str, Any]) -> str:
+def objective_of(recipe: TrainingRecipe) -> str:
     """The objective a calibration's budget belongs to: "rl" for train.loss grpo, else "opd" (pg, gkd_reverse_kl)."""
-    return "rl" if recipe.get("loss") == "grpo" else "opd"
+    return "rl" if recipe.loss == "grpo" else "opd"
 
 
-def check_compatibility(config: ScreenConfig, calibration: Any, *, config_file: str | None = None) -> list[str]:
+def check_compatibility(
+    config: ScreenConfig, calibration: CalibrationArtifact, *, config_file: str | None = None
+) -> list[str]:
     """Whether the screen's pair, protocol and objective are the calibration's and its budget can admit. Returns
     warnings (strict fingerprint differences the behaviour check must settle); raises a CalibrationError naming the
     first field that makes the calibration unusable: the tokenizer, the probe prompt set or the protocol (sampling
@@ -67,7 +69,7 @@ def check_compatibility(config: ScreenConfig, calibration: Any, *, config_file: 
     theirs: dict[str, Any] = {}
     if not logs:
         mine |= protocol_of_screen(config)
-        theirs |= calibration.protocol
+        theirs |= calibration.protocol.flat()
     blocking = [d for d in diffs if d.field in ("pair.tokenizer", "pair.probe_prompts")]
     blocking += [fingerprint.Difference(k, theirs.get(k), mine.get(k)) for k in sorted(set(mine) | set(theirs))
                  if theirs.get(k) != mine.get(k)]  # fmt: skip
@@ -94,7 +96,7 @@ def check_compatibility(config: ScreenConfig, calibration: Any, *, config_file: 
             field=f"pair.{side}",
         )
     notes = [str(d) for d in diffs if d.field not in ("pair.tokenizer", "pair.probe_prompts")]
-    if notes and calibration.behaviour is None:
+    if notes and calibration.pair.behaviour is None:
         raise CalibrationError(
             f"{notes[0]}; the calibration stores no behavioural fingerprint to settle it: re-run calibrate",
             file=config_file,
@@ -116,12 +118,12 @@ def _structural(field: str) -> bool:
     return len(parts) >= 4 and parts[2] == "architecture" and parts[3] in STRUCTURAL_KEYS
 
 
-def _check_objective(config: Any, calibration: Any, file: str | None) -> None:
+def _check_objective(config: Any, calibration: CalibrationArtifact, file: str | None) -> None:
     want, have = getattr(config, "objective", "opd"), objective_of(calibration.recipe)
     if want != have:
         raise CalibrationError(
             f"this screen gates {want.upper()} training (objective: {want}), but {calibration.path} is a budget for "
-            f"{have.upper()} (recipe.loss {calibration.recipe.get('loss')!r}); the two objectives tolerate different "
+            f"{have.upper()} (recipe.loss {calibration.recipe.loss!r}); the two objectives tolerate different "
             f"mismatch (docs/rl.md): use a calibration of {want.upper()}, or set objective: {have} if that is the "
             "training you gate",
             file=file,
@@ -129,7 +131,7 @@ def _check_objective(config: Any, calibration: Any, file: str | None) -> None:
         )
 
 
-def _check_budget_can_admit(config: Any, calibration: Any, file: str | None) -> None:
+def _check_budget_can_admit(config: Any, calibration: CalibrationArtifact, file: str | None) -> None:
     """ADMIT needs the mismatch's upper bound below the budget's lower bound: with a lower bound of 0 (a budget
     below the smallest level, or too few runs to bound it away from 0) no candidate can be admitted by the bound."""
     b = calibration.budget
@@ -146,13 +148,13 @@ def _check_budget_can_admit(config: Any, calibration: Any, file: str | None) -> 
     )
 
 
-def check_logs_checkpoint(config: ScreenConfig, calibration: Any, file: str | None) -> None:
+def check_logs_checkpoint(config: ScreenConfig, calibration: CalibrationArtifact, file: str | None) -> None:
     """`logs.checkpoint`: the trainer checkpoint that scored the logs must be this pair's student after training
     (the calibration's student architecture and tokenizer; its weights have moved, so they are not compared)."""
     ckpt = Path(config.logs.checkpoint)
     if not (ckpt / "config.json").is_file():
         raise ConfigError(f"not a model dir (no config.json): {ckpt}", file=file, field="logs.checkpoint")
-    stored = calibration.pair_fingerprint["student"]["architecture"]
+    stored = calibration.pair.student.architecture
     present = io.read_json(ckpt / "config.json")
     for key in STRUCTURAL_KEYS:  # the weights moved in training and are not hashed (a checkpoint can be large)
         if stored.get(key) != present.get(key):
@@ -163,27 +165,28 @@ def check_logs_checkpoint(config: ScreenConfig, calibration: Any, file: str | No
                 field="logs.checkpoint",
             )
     has_tokenizer = (ckpt / "tokenizer.json").is_file() or (ckpt / "tokenizer_config.json").is_file()
-    if has_tokenizer and fingerprint.tokenizer_fingerprint(ckpt) != calibration.pair_fingerprint["tokenizer"]:
+    if has_tokenizer and fingerprint.tokenizer_fingerprint(ckpt) != calibration.pair.tokenizer:
         raise CalibrationError(
             "the trainer checkpoint's tokenizer is not the calibration's", file=file, field="logs.checkpoint"
         )
 
 
-def calibration_matches(config: CalibrateConfig, artifact: Calibration | str | Path) -> tuple[bool, str]:
+def calibration_matches(config: CalibrateConfig, artifact: CalibrationArtifact | str | Path) -> tuple[bool, str]:
     """(True, "") when `artifact` is valid for `config`: same pair (models, tokenizer, all prompt sets), protocol,
     metric and training recipe (`RECIPE_KEYS`, the base rollout); else (False, the first differing field).
 
     Steps, levels, seeds, eval size and tolerance are calibration effort: they may differ (so a quick demo setting
     can reuse a fuller shipped calibration of the same pair and recipe).
     """
-    cal = artifact if isinstance(artifact, Calibration) else load_calibration(artifact)
-    p = cal.data["pair"]
+    cal = artifact if isinstance(artifact, CalibrationArtifact) else load_calibration(artifact)
+    p = cal.pair.model_dump(mode="json", exclude_unset=True)
     stored = {k: p[k] for k in ("student", "teacher", "tokenizer")} | {"prompts": p["prompts"]}
     present = fingerprint_pair(config.pair) | {"prompts": prompt_hashes(config)}
     diffs = fingerprint.strict_differences(stored, present, prefix="pair.")
     if diffs:
         return False, str(diffs[0])
-    theirs = cal.protocol | {"metric": cal.metric} | fingerprint.flatten({"recipe": recipe_core(cal.recipe)})
+    recipe = cal.recipe.model_dump(mode="json", exclude_unset=True)
+    theirs = cal.protocol.flat() | {"metric": cal.metric} | fingerprint.flatten({"recipe": recipe_core(recipe)})
     mine = protocol_keys(config.sampling, config.probe, config.reference) | {"metric": config.metric}
     mine |= fingerprint.flatten({"recipe": recipe_core(recipe_of(config))})
     for key in sorted(set(mine) | set(theirs)):

@@ -1,15 +1,16 @@
 """Executors: run named tasks on this machine or on a Ray cluster and hand back each record as it finishes.
 
-    tasks = [Task(key="a", name="noise-1/seed 3", fn=work, args=(cfg, 3)), ...]   # fn: picklable, returns a dict
+    tasks = [Task(key="a", name="noise-1/seed 3", fn=work, args=(cfg, 3)), ...]   # fn: picklable, returns a record
     runner = make_executor("ray", address="10.0.0.5:6379", resources=cfg.resources)   # or "local", jobs=2
     runner.start()                       # connects now: a cluster that does not answer fails before any work
     for task, record in runner.run(tasks, on_status=print):    # in finishing order
-        ledger.append(record | {"key": task.key})              # the caller's ledger stays the source of truth
+        ledger.append(record.keyed(task.key))                  # the caller's ledger stays the source of truth
     runner.close()
 
 A task is anything picklable: `fn(*args)` runs in this process, in a spawned worker (local, jobs > 1) or in a Ray
-worker, and returns a JSON-ready dict. The executor knows nothing of calibrations or ledgers: `calibrate` (and a
-later `backtest`) build the tasks, skip the ones already in their ledger, and append what comes back.
+worker, and returns a picklable record (calibrate's and backtest's: `record.RunRecord`). The executor knows nothing
+of calibrations or ledgers: `calibrate` and `backtest` build the tasks, skip the ones already in their ledger, and
+append what comes back.
 
 Failures. Ray: a task whose worker dies (killed, node lost, out of memory) is submitted again, at most `max_retries`
 times; a task that raises is not (the same inputs would raise again). The other tasks run to the end and are
@@ -37,11 +38,11 @@ CONNECT_TIMEOUT_S = 5.0  # a head node that does not accept a TCP connection wit
 
 @dataclass(frozen=True)
 class Task:
-    """One unit of work: `fn(*args)` -> a JSON-ready dict; `key` is unique (the caller's ledger key), `name` shown."""
+    """One unit of work: `fn(*args)` -> a picklable record; `key` is unique (the caller's ledger key), `name` shown."""
 
     key: str
     name: str
-    fn: Callable[..., dict[str, Any]]
+    fn: Callable[..., Any]
     args: tuple[Any, ...] = ()
 
 
@@ -110,7 +111,7 @@ class Executor:
     def start(self) -> None:
         """Acquire what the tasks run on; errors here come before any work (nothing written)."""
 
-    def run(self, tasks: list[Task], on_status: StatusFn | None = None) -> Iterator[tuple[Task, dict[str, Any]]]:
+    def run(self, tasks: list[Task], on_status: StatusFn | None = None) -> Iterator[tuple[Task, Any]]:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -123,7 +124,7 @@ class LocalExecutor(Executor):
 
     jobs: int = 1
 
-    def run(self, tasks: list[Task], on_status: StatusFn | None = None) -> Iterator[tuple[Task, dict[str, Any]]]:
+    def run(self, tasks: list[Task], on_status: StatusFn | None = None) -> Iterator[tuple[Task, Any]]:
         board = _Board(on_status)
         if self.jobs == 1 or len(tasks) <= 1:
             for task in tasks:
@@ -158,7 +159,7 @@ class LocalExecutor(Executor):
                 raise error
 
 
-def _run_task(fn: Callable[..., dict[str, Any]], args: tuple[Any, ...]) -> dict[str, Any]:
+def _run_task(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     """What a Ray worker executes (module level, so workers import it by name)."""
     return fn(*args)
 
@@ -220,7 +221,7 @@ class RayExecutor(Executor):
             ray.shutdown()
             self._started_ray = False
 
-    def run(self, tasks: list[Task], on_status: StatusFn | None = None) -> Iterator[tuple[Task, dict[str, Any]]]:
+    def run(self, tasks: list[Task], on_status: StatusFn | None = None) -> Iterator[tuple[Task, Any]]:
         import ray
         from ray.exceptions import RayError, RayTaskError, TaskCancelledError
 

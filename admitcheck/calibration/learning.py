@@ -1,12 +1,12 @@
 """The learning curves in a calibration's ledger (and more ledgers of its recipe), by level, for `admitcheck plan`.
 
     header, runs = load_runs(cal, ["calibrations/toy.backtest.ledger.jsonl"], config_file="plan.yaml")
-    levels = level_runs(cal, runs, cal.tolerance, 0.95, level_names(cal, ledgers))   # baseline first, then by x
+    levels = level_runs(cal, runs, cal.tau, 0.95, level_names(cal, ledgers))   # baseline first, then by x
     lv = levels[1]; lv.name, lv.x, lv.curves, lv.efficiency        # paired with the baseline's runs by seed
 
 A level is the ledger run key's level spec (kind, relative_std, rollout, staleness); its name comes from the
 calibration's levels, or the backtest report beside a ledger (`<stem>.yaml` of `<stem>.ledger.jsonl`). x is on the
-budget's scale (`Calibration.x_measure`, as `calibrate.run_x`). Quality is what the calibration fitted: the
+budget's scale (`CalibrationArtifact.x_measure`, as `fit.run_x`). Quality is what the calibration fitted: the
 reverse KL, or 1 − task reward for a GRPO recipe.
 """
 
@@ -20,8 +20,10 @@ from typing import Any
 import numpy as np
 
 from admitcheck import io
-from admitcheck.calibration.artifact import Calibration
-from admitcheck.calibration.ledger import ledger_path
+from admitcheck.calibration.fit import run_x
+from admitcheck.calibration.ledger import ledger_path, read_run
+from admitcheck.calibration.record import RunRecord
+from admitcheck.calibration.schema import CalibrationArtifact
 from admitcheck.calibration.timing import Efficiency, LearningCurve, steps_efficiency, summarize
 from admitcheck.config import RolloutConfig
 from admitcheck.errors import CalibrationError, ConfigError
@@ -60,12 +62,14 @@ def _difference(a: Any, b: Any, prefix: str = "") -> str | None:
     return prefix.rstrip(".") if a != b else None
 
 
-def load_runs(cal: Calibration, ledgers: list[str], config_file: str | None) -> tuple[dict, list[dict[str, Any]]]:
+def load_runs(cal: CalibrationArtifact, ledgers: list[str], config_file: str | None) -> tuple[dict, list[RunRecord]]:
     """(header, runs): the calibration's ledger, then each of `ledgers` (same header: recipe, eval, seeds, pair);
     a run key in two ledgers is one run (the first kept). ConfigError naming `calibration` / `ledgers.i`."""
     assert cal.path is not None
-    records = _records(ledger_path(cal.path), "calibration", config_file)
-    header, runs = records[0], {r["key"]: r for r in records[1:] if r.get("kind") == "run"}
+    path = ledger_path(cal.path)
+    records = _records(path, "calibration", config_file)
+    header = records[0]
+    runs = {r.key: r for r in (read_run(x, path, i) for i, x in enumerate(records[1:], 1) if x.get("kind") == "run")}
     for i, path in enumerate(ledgers):
         more = _records(Path(path), f"ledgers.{i}", config_file)
         keys = ("pair", "config")
@@ -74,17 +78,11 @@ def load_runs(cal: Calibration, ledgers: list[str], config_file: str | None) -> 
             raise ConfigError(f"{path} holds runs of another recipe or pair than the calibration's ledger ({diff} "
                               "differs): their learning curves are not comparable", file=config_file,
                               field=f"ledgers.{i}")  # fmt: skip
-        for r in more[1:]:
+        for j, r in enumerate(more[1:], start=1):
             if r.get("kind") == "run":
-                runs.setdefault(r["key"], r)
+                run = read_run(r, Path(path), j)
+                runs.setdefault(run.key, run)
     return header, list(runs.values())
-
-
-def _run_x(run: dict[str, Any], which: str, window: int) -> float:
-    """The run's x on the budget's scale (as `calibrate.run_x`), nats/token."""
-    if which == "run":
-        return max(float(np.mean(run["in_run_k3"][:window])), 1e-12)
-    return max(float(run["mismatch"]), 1e-12)
 
 
 def _level_name(spec: dict[str, Any], names: dict[str, str]) -> str:
@@ -108,14 +106,14 @@ def spec_key(spec: dict[str, Any]) -> str:
     return json.dumps({**spec, "rollout": rollout}, sort_keys=True)
 
 
-def level_names(cal: Calibration, ledgers: list[str]) -> dict[str, str]:
+def level_names(cal: CalibrationArtifact, ledgers: list[str]) -> dict[str, str]:
     """Level spec (JSON) -> name: the calibration's levels, then the candidates of the backtest report beside each
     ledger (`<stem>.yaml` of `<stem>.ledger.jsonl`), when there is one."""
     names = {}
-    for lv in cal.data.get("levels", []):
-        spec = {"kind": lv["kind"], "relative_std": lv.get("relative_std") or 0.0, "rollout": lv.get("rollout"),
-                "staleness": lv.get("staleness") or 0}  # fmt: skip
-        names[spec_key(spec)] = lv["name"]
+    for lv in cal.levels:
+        spec = {"kind": lv.kind, "relative_std": lv.relative_std or 0.0, "rollout": lv.rollout,
+                "staleness": lv.staleness or 0}  # fmt: skip
+        names[spec_key(spec)] = lv.name
     for path in map(Path, ledgers):
         report = path.with_name(path.name.removesuffix(".ledger.jsonl") + ".yaml")
         data = io.read_yaml(report) if report.is_file() and report != path else None
@@ -127,22 +125,22 @@ def level_names(cal: Calibration, ledgers: list[str]) -> dict[str, str]:
     return names
 
 
-def level_runs(cal: Calibration, runs: list[dict[str, Any]], tau: float, confidence: float,
+def level_runs(cal: CalibrationArtifact, runs: list[RunRecord], tau: float, confidence: float,
                names: dict[str, str] | None = None) -> list[LevelRuns]:  # fmt: skip
     """Every level with runs, its pairs' efficiencies (baseline first, efficiency 1 by definition)."""
-    protocol = cal.data.get("protocol", {})
-    which, window = cal.x_measure, int(protocol.get("run_window", 20))
+    run_window = cal.protocol.run_window
+    which, window = cal.x_measure, int(run_window if run_window is not None else 20)
     names = names or {}
-    rl = cal.recipe.get("loss") == "grpo"  # quality is 1 − task reward, as the calibration fitted it
+    rl = cal.recipe.loss == "grpo"  # quality is 1 − task reward, as the calibration fitted it
 
-    def curve(r: dict[str, Any]) -> LearningCurve:
-        return LearningCurve.from_evals(r["evals"], task_error=rl)
+    def curve(r: RunRecord) -> LearningCurve:
+        return LearningCurve.from_evals(r.evals, task_error=rl)
 
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[RunRecord]] = {}
     for r in runs:
-        groups.setdefault(spec_key(json.loads(r["key"])["level"]), []).append(r)
+        groups.setdefault(spec_key(json.loads(r.key)["level"]), []).append(r)
     base = {
-        json.loads(r["key"])["seed"]: curve(r)
+        json.loads(r.key)["seed"]: curve(r)
         for r in groups.get(spec_key({"kind": BASELINE, "relative_std": 0.0, "rollout": None, "staleness": 0}), [])
     }
     if not base:
@@ -150,12 +148,12 @@ def level_runs(cal: Calibration, runs: list[dict[str, Any]], tau: float, confide
     out = []
     for key, rs in groups.items():
         spec = json.loads(key)
-        paired = [r for r in rs if json.loads(r["key"])["seed"] in base]
+        paired = [r for r in rs if json.loads(r.key)["seed"] in base]
         if not paired:
             continue
         curves = [curve(r) for r in paired]
-        effs = [steps_efficiency(c, base[json.loads(r["key"])["seed"]], tau) for c, r in zip(curves, paired)]
-        x = None if spec["kind"] == BASELINE else float(np.mean([_run_x(r, which, window) for r in paired]))
+        effs = [steps_efficiency(c, base[json.loads(r.key)["seed"]], tau) for c, r in zip(curves, paired)]
+        x = None if spec["kind"] == BASELINE else float(np.mean([run_x(r, which, window) for r in paired]))
         out.append(LevelRuns(_level_name(spec, names), spec, x, curves, summarize(effs, confidence)))
     return sorted(out, key=lambda lv: (lv.x is not None, lv.x or 0.0))
 

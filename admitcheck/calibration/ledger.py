@@ -2,7 +2,7 @@
 then one JSON line per finished run, appended by the driver only; a resumed calibration reuses its runs.
 
     ledger = Ledger.open(ledger_path(out), header)     # CalibrationError when the header is another config's
-    ledger.append(record); ledger.runs
+    ledger.append(record.keyed(run_key(level, seed)))   # a record.RunRecord; ledger.runs[key] is it read back
 """
 
 from __future__ import annotations
@@ -11,8 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from admitcheck import fingerprint, io
 from admitcheck.calibration.artifact import fingerprint_pair, prompt_hashes
+from admitcheck.calibration.record import RunRecord
 from admitcheck.config import CalibrateConfig
 from admitcheck.errors import AdmitcheckError, CalibrationError
 
@@ -60,7 +63,7 @@ class Ledger:
     path: Path
     header: dict[str, Any]
     grid: dict[str, Any] | None = None
-    runs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    runs: dict[str, RunRecord] = field(default_factory=dict)
 
     @classmethod
     def open(cls, path: Path, header: dict[str, Any]) -> Ledger:
@@ -88,16 +91,29 @@ class Ledger:
                     file=str(path),
                     field=diff,
                 )
-        for rec in records[1:]:
+        for i, rec in enumerate(records[1:], start=1):
             if rec.get("kind") == "grid":
                 ledger.grid = rec
             elif rec.get("kind") == "run":
-                ledger.runs[rec["key"]] = rec
+                run = read_run(rec, path, i)
+                ledger.runs[run.key] = run
         return ledger
 
-    def append(self, record: dict[str, Any]) -> None:
-        io.append_jsonl(self.path, record)
-        if record["kind"] == "grid":
-            self.grid = record
+    def append(self, record: RunRecord | dict[str, Any]) -> None:
+        """Append a run (a `RunRecord` filed under its key) or the grid measurement (a dict of kind "grid")."""
+        if isinstance(record, RunRecord):
+            io.append_jsonl(self.path, record.line())
+            self.runs[record.key] = record
         else:
-            self.runs[record["key"]] = record
+            io.append_jsonl(self.path, record)
+            self.grid = record
+
+
+def read_run(line: dict[str, Any], path: Path, index: int) -> RunRecord:
+    """A ledger's run line as a RunRecord; a CalibrationError naming the line and field when it is not one."""
+    try:
+        return RunRecord.model_validate(line)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise CalibrationError(f"corrupt ledger line {index + 1}: {err['msg']}", file=str(path), field=where) from None

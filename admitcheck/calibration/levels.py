@@ -3,7 +3,7 @@
     ctx = load_context(cfg, "examples/toy_calibrate.yaml")     # pair, prompts, models; checked, cached per process
     ks = measure_grid(ctx, cfg, [0.01, 0.1])                    # k3 (nats/token) of two weight-noise sizes
     record = run_one(ctx, cfg, Level("noise-1", "noise", relative_std=0.01), seed=0)
-    record["mismatch"], record["quality"]                       # x and final quality, nats/token
+    record.mismatch, record.quality                             # x and final quality, nats/token (a RunRecord)
 
 A run's start mismatch is `measure.measure_engine` on the probe set (the screen's sampling, seeds and metric) with the
 level's engine at the run's starting weights (noise draw 0, the one the first training step uses) against the
@@ -23,13 +23,14 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 
 from admitcheck import io
 from admitcheck.calibration import opd
+from admitcheck.calibration.record import LevelKind, RunRecord
 from admitcheck.calibration.runs import derive_seed
 from admitcheck.config import CalibrateConfig, NoiseConfig, RolloutConfig, SamplingConfig
 from admitcheck.errors import ConfigError
@@ -37,7 +38,6 @@ from admitcheck.measurement.measure import measure_engine
 from admitcheck.pairs.load import PairTokens, load_pair_tokenizer, tokenize_prompts
 from admitcheck.rollout.floor import floor_rollout
 
-LevelKind = Literal["baseline", "noise", "rollout", "staleness"]
 GRID_STDS = (1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0)  # relative weight-noise sizes measured to place the auto grid
 EXECUTION_OPTIONS = ("cuda_graphs", "compile")  # RolloutConfig fields added after ledgers were shipped
 FULL_ROWS_BYTES = 1 << 28  # compare full distributions (kl_exact) only when a probe batch's (B, T, V) fits in this
@@ -258,7 +258,7 @@ def level_mismatch(ctx: RunContext, config: CalibrateConfig, level: Level, seed:
         engine.close()
 
 
-def run_task(config: CalibrateConfig, config_file: str | None, level: Level, seed: int) -> dict[str, Any]:
+def run_task(config: CalibrateConfig, config_file: str | None, level: Level, seed: int) -> RunRecord:
     """`run_one` as an executor task (in this process, a worker process or a Ray task): loads its context."""
     return run_one(load_context(config, config_file), config, level, seed)
 
@@ -266,9 +266,9 @@ def run_task(config: CalibrateConfig, config_file: str | None, level: Level, see
 _NOT_MEASURED = {"mismatch": None, "mismatch_interval": None, "k3": None, "kl_exact": None, "probe_tokens": 0}
 
 
-def run_one(ctx: RunContext, config: CalibrateConfig, level: Level, seed: int) -> dict[str, Any]:
-    """Measure the level's mismatch, then one OPD run under it; a JSON-ready record of both (no timings in keys
-    that the artifact keeps, so a resumed calibration writes the same artifact)."""
+def run_one(ctx: RunContext, config: CalibrateConfig, level: Level, seed: int) -> RunRecord:
+    """Measure the level's mismatch, then one OPD run under it; the record of both (no timings in fields that the
+    artifact keeps, so a resumed calibration writes the same artifact)."""
     t0, c0 = time.perf_counter(), time.process_time()
     with one_thread():
         torch.manual_seed(seed)
@@ -303,23 +303,23 @@ def run_one(ctx: RunContext, config: CalibrateConfig, level: Level, seed: int) -
         finally:
             engine.close()
     steps = result.steps
-    return {
-        "seed": seed,
-        "relative_std": level.relative_std if level.kind == "noise" else None,
-        "staleness": level.staleness or None,
+    return RunRecord(
+        seed=seed,
+        relative_std=level.relative_std if level.kind == "noise" else None,
+        staleness=level.staleness or None,
         **x,
-        "quality": opd.quality_value(config.train, result.final),  # reverse KL, or 1 − task reward (grpo)
-        "quality_start": opd.quality_value(config.train, result.initial),
-        "reverse_kl": result.final.reverse_kl,
-        "accuracy": result.final.accuracy,
-        "accuracy_start": result.initial.accuracy,
-        "steps": len(steps),
-        "evals": [[q.step, q.reverse_kl, q.accuracy] for q in result.evals],
-        "in_run_k3_mean": sum(s.k3 for s in steps) / len(steps),
-        "in_run_k3": [s.k3 for s in steps],  # per step: the run-averaged x is a mean over a window of these
-        "loss_first": steps[0].loss,
-        "loss_last": steps[-1].loss,
-        "seconds": round(time.perf_counter() - t0, 2),
-        "cpu_seconds": round(time.process_time() - c0, 2),
-        "seconds_by_phase": {k: round(v, 2) for k, v in result.seconds().items()},
-    }
+        quality=opd.quality_value(config.train, result.final),  # reverse KL, or 1 − task reward (grpo)
+        quality_start=opd.quality_value(config.train, result.initial),
+        reverse_kl=result.final.reverse_kl,
+        accuracy=result.final.accuracy,
+        accuracy_start=result.initial.accuracy,
+        steps=len(steps),
+        evals=[[q.step, q.reverse_kl, q.accuracy] for q in result.evals],
+        in_run_k3_mean=sum(s.k3 for s in steps) / len(steps),
+        in_run_k3=[s.k3 for s in steps],  # per step: the run-averaged x is a mean over a window of these
+        loss_first=steps[0].loss,
+        loss_last=steps[-1].loss,
+        seconds=round(time.perf_counter() - t0, 2),
+        cpu_seconds=round(time.process_time() - c0, 2),
+        seconds_by_phase={k: round(v, 2) for k, v in result.seconds().items()},
+    )

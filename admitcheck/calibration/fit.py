@@ -1,0 +1,141 @@
+"""The fit of a calibration's runs: paired costs, the x chosen, the monotone fit and the budget, as a frozen `Fit`.
+
+    placed = [PlacedRun(level, replicate, ledger.runs[key]), ...]     # each record where it sits
+    f = fit_runs(config, levels, placed)
+    f.estimate.budget, f.x, f.runs[0].quality_cost                     # the budget; the artifact's run entries
+
+A run's paired cost is its quality minus the baseline's of the same replicate (same seed: common random numbers).
+x is the start-weights mismatch or the run-averaged one (`run_x`); with `levels.x: auto` the evidence picks it: the
+x under which the non-noise levels (staleness, rollout configs) fall closer to the curve of the noise levels
+(`one_scale_score`). The fit itself is `curve.estimate`'s. Records are never changed: every run's derived values
+are in its `schema.RunEntry`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from admitcheck.calibration.curve import OFFSET_SHARE, Estimate, LevelData, Tolerance, estimate, fit_levels
+from admitcheck.calibration.levels import Level
+from admitcheck.calibration.record import RunRecord
+from admitcheck.calibration.schema import RunEntry
+from admitcheck.config import CalibrateConfig
+from admitcheck.errors import CalibrationError
+
+
+@dataclass(frozen=True)
+class PlacedRun:
+    """A ledger record where it sits in a calibration: its level and replicate (seed `levels.replicate_seed`)."""
+
+    level: Level
+    replicate: int
+    record: RunRecord
+
+
+@dataclass(frozen=True)
+class Fit:
+    """What `fit_runs` derives from the finished runs: the estimate under the chosen x, why that x, the budget under
+    each x (`budget.by_x`), the baseline's quality per replicate, and every run as the artifact's entry."""
+
+    estimate: Estimate
+    x: str  # "start" | "run"
+    x_reason: str
+    by_x: dict[str, dict[str, Any]]
+    baseline: dict[int, float]  # replicate -> baseline quality
+    runs: tuple[RunEntry, ...]  # in the order of the placed runs
+
+
+def run_x(run: RunRecord, which: str, window: int) -> float:
+    """A run's mismatch x: "start" (the probe measurement at the start weights, the config's metric) or "run" (the
+    mean engine-vs-trainer k3 over the first `window` steps: `levels.run_window`), nats/token; floored at 1e-12 (log
+    axis)."""
+    if which == "start":
+        return max(float(run.mismatch), 1e-12)
+    return max(float(np.mean(run.in_run_k3[:window])), 1e-12)
+
+
+def _level_data(config, levels: list[Level], placed: list[PlacedRun], costs: list[float], which: str,
+                keep) -> list[LevelData]:  # fmt: skip
+    by = {lv.name: [(p, c) for p, c in zip(placed, costs) if p.level.name == lv.name] for lv in levels}
+    return [LevelData(lv.name, tuple(run_x(p.record, which, config.levels.run_window) for p, _ in by[lv.name]),
+                      tuple(c for _, c in by[lv.name]))
+            for lv in levels if lv.kind != "baseline" and keep(lv)]  # fmt: skip
+
+
+def one_scale_score(config, levels, placed, costs, which: str, tol: Tolerance) -> dict[str, Any] | None:
+    """How far the non-noise levels (staleness, rollout configs; fitted or held out) fall from the curve fitted on
+    the noise levels alone, under x = `which`: mean squared z = (mean paired cost − curve) / its standard error."""
+    noise = _level_data(config, levels, placed, costs, which, lambda lv: lv.kind == "noise" and lv.fit)
+    others = _level_data(config, levels, placed, costs, which, lambda lv: lv.kind != "noise")
+    if len(noise) < 2 or not others:
+        return None
+    tau = tol.of(float(np.mean([p.record.quality for p in placed if p.level.name == "baseline"])))
+    fit = fit_levels([np.mean(d.x) for d in noise], [np.mean(d.cost) for d in noise], [len(d.x) for d in noise],
+                     OFFSET_SHARE * tau if tau > 0 else 0.0)  # fmt: skip
+    z = {}
+    for d in others:
+        c = np.asarray(d.cost)
+        se = max(float(c.std(ddof=1)) / math.sqrt(c.size) if c.size > 1 else 0.0, 1e-6)
+        z[d.name] = (float(c.mean()) - float(fit.predict(float(np.mean(d.x))))) / se
+    return {"mean_z2": float(np.mean([v * v for v in z.values()])), "z": z}
+
+
+def fit_runs(config: CalibrateConfig, levels: list[Level], placed: list[PlacedRun]) -> Fit:
+    """Paired costs, τ, x chosen, the monotone fit and the budget with its bootstrap, from the finished runs.
+
+    Every run's entry carries its quality_cost (paired: its quality minus its baseline replicate's), x_start, x_run,
+    fit_x and predicted_cost; levels with fit false (held-out checks) are not fitted, only compared."""
+    base = {p.replicate: p.record.quality for p in placed if p.level.kind == "baseline"}
+    costs = [p.record.quality - base[p.replicate] for p in placed]
+    tol = Tolerance(config.tolerance.relative, config.tolerance.absolute)
+    choices = ["start", "run"] if config.metric == "k3" else ["start"]
+    scores = {w: one_scale_score(config, levels, placed, costs, w, tol) for w in choices}
+    if config.levels.x != "auto":
+        which, reason = config.levels.x, "set in the config (levels.x)"
+        if which == "run" and config.metric != "k3":
+            raise CalibrationError("the run-averaged x is k3: set metric k3 or levels.x start", field="levels.x")
+    elif all(scores[w] is not None for w in choices) and len(choices) == 2:
+        which = min(choices, key=lambda w: scores[w]["mean_z2"])
+        reason = ("the non-noise levels fall closer to the noise curve (mean squared z "
+                  + ", ".join(f"{w} {scores[w]['mean_z2']:.3g}" for w in choices) + ")")  # fmt: skip
+    else:
+        which = "start"
+        reason = "no non-noise level to compare sources with: the start-weights x (what screens measure)"
+    fitted_levels = _level_data(config, levels, placed, costs, which, lambda lv: lv.fit)
+    if not fitted_levels:
+        raise CalibrationError("no fitted level: nothing to fit", field="levels")
+    est = estimate(fitted_levels, list(base.values()), tol, n_boot=config.bootstrap, seed=config.seed,
+                   confidence=config.confidence)  # fmt: skip
+    alt = {}
+    for w in choices:  # the budget under each x, for the report
+        e = est if w == which else estimate(_level_data(config, levels, placed, costs, w, lambda lv: lv.fit),
+                                            list(base.values()), tol, n_boot=config.bootstrap, seed=config.seed,
+                                            confidence=config.confidence)  # fmt: skip
+        alt[w] = {"value": e.budget.value, "kind": e.budget.kind, "interval": list(e.budget.interval),
+                  "score": scores[w]}  # fmt: skip
+    entries = tuple(_entry(config, p, c, which, est) for p, c in zip(placed, costs))
+    return Fit(est, which, reason, alt, base, entries)
+
+
+def _entry(config: CalibrateConfig, p: PlacedRun, cost: float, which: str, est: Estimate) -> RunEntry:
+    """A run's artifact entry: its record's kept measurements, its place, and the fit's x and costs."""
+    r, lv = p.record, p.level
+    if lv.kind == "baseline":  # paired with itself: cost 0 by construction, x not measured
+        x_start = x_run = fit_x = None
+        predicted = 0.0
+    else:
+        x_start = run_x(r, "start", config.levels.run_window)
+        x_run = run_x(r, "run", config.levels.run_window) if config.metric == "k3" else None
+        fit_x = x_start if which == "start" else x_run
+        predicted = float(est.fit.predict(fit_x))
+    return RunEntry(
+        level=lv.name, kind=lv.kind, replicate=p.replicate, seed=r.seed, in_fit=lv.fit, relative_std=r.relative_std,
+        staleness=r.staleness, mismatch=r.mismatch, mismatch_interval=r.mismatch_interval, kl_exact=r.kl_exact,
+        x_start=x_start, x_run=x_run, in_run_k3_mean=r.in_run_k3_mean, fit_x=fit_x, quality=r.quality,
+        reverse_kl=r.reverse_kl, quality_cost=cost, predicted_cost=predicted, quality_start=r.quality_start,
+        accuracy=r.accuracy, accuracy_start=r.accuracy_start, steps=r.steps,
+    )  # fmt: skip

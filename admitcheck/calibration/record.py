@@ -1,0 +1,64 @@
+"""The run record: one finished calibration (or backtest truth) run, as a worker returns it and a ledger line holds it.
+
+    record = levels.run_task(config, config_file, level, seed)     # a RunRecord (kind "run", key "")
+    line = record.keyed(run_key(level, seed)).line()               # the ledger line (dict, JSON-able)
+    RunRecord.model_validate(json.loads(text))                     # a ledger line read back
+
+Units: mismatch, k3, kl_exact and quality in nats/token (quality: 1 − task reward for a GRPO recipe); seconds are
+wall-clock, cpu_seconds process time. A record holds what was measured; where it sits in a calibration (level,
+replicate) and what the fit derives from it (paired cost, x, predicted cost) are `schema.RunEntry`'s. Ledger lines
+are written with sorted keys (`io.append_jsonl`), so a record's field order is not part of the format.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+LevelKind = Literal["baseline", "noise", "rollout", "staleness"]
+
+
+class RunRecord(BaseModel):
+    """One run: its start mismatch (None for the baseline, paired with itself), its OPD run's quality, per-step
+    engine-vs-trainer k3 and learning curve, and its timings. Frozen; fields as in the shipped ledgers."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["run"] = "run"  # the ledger line's kind (a header and the grid are the others)
+    key: str = ""  # `calibrate.run_key(level, seed)`: the ledger's key; "" until the driver files it
+    seed: int
+    relative_std: float | None = None  # weight noise of a noise level, relative to each tensor's RMS
+    staleness: int | None = None  # optimizer steps the engine lags behind (staleness levels)
+    mismatch: float | None = None  # start mismatch on the config's metric, nats/token
+    mismatch_interval: tuple[float, float] | None = None
+    k3: float | None = None
+    kl_exact: float | None = None
+    probe_tokens: int = 0
+    quality: float  # final held-out quality
+    quality_start: float | None = None
+    reverse_kl: float | None = None
+    accuracy: float | None = None
+    accuracy_start: float | None = None
+    steps: int | None = None
+    evals: list[list[int | float | None]] = []  # [step, reverse KL, accuracy] per evaluation
+    in_run_k3_mean: float | None = None
+    in_run_k3: list[float] = []  # engine-vs-trainer k3 of every step: the run-averaged x is a mean over a window
+    loss_first: float | None = None
+    loss_last: float | None = None
+    seconds: float | None = None
+    cpu_seconds: float = 0.0
+    seconds_by_phase: dict[str, float] = {}
+    reused_from: str | None = None  # a backtest's copy of a calibration ledger's run: that ledger's file name
+
+    def keyed(self, key: str) -> RunRecord:
+        """The record filed under `key` in a ledger."""
+        return self.model_copy(update={"key": key})
+
+    def reused(self, ledger_name: str) -> RunRecord:
+        return self.model_copy(update={"reused_from": ledger_name})
+
+    def line(self) -> dict[str, Any]:
+        """The ledger line: the fields the record was made or read with (a worker's: all of them, null ones too; a
+        line read back: exactly its keys), with its kind and key; `reused_from` only on a reused run."""
+        return {"kind": self.kind, "key": self.key} | self.model_dump(mode="json", exclude_unset=True)
