@@ -10,7 +10,8 @@ engines, the calibration (compatible, behaving as stored), and each candidate's 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -192,17 +193,24 @@ def validate(
     }
 
 
-def engine_call(name: str, fn: Callable[[], Any]) -> Any:
-    """Run an engine (or reference) call; out-of-memory and crashes become an EngineError (exit 3) naming the
+@contextmanager
+def engine_errors(name: str) -> Iterator[None]:
+    """Around an engine (or reference) call: out-of-memory and crashes become an EngineError (exit 3) naming the
     candidate. User errors (AdmitcheckError) pass through; bugs other than RuntimeError keep their traceback."""
     import torch
 
     try:
-        return fn()
+        yield
     except (MemoryError, torch.OutOfMemoryError) as exc:
         raise EngineError(f"out of memory: {exc}".split("\n")[0], field=f"candidates.{name}") from exc
     except RuntimeError as exc:
         raise EngineError(f"engine failed: {exc}".split("\n")[0], field=f"candidates.{name}") from exc
+
+
+def engine_call(name: str, fn: Callable[[], Any]) -> Any:
+    """`fn()` under `engine_errors(name)`."""
+    with engine_errors(name):
+        return fn()
 
 
 def candidate_capacity(config: ScreenConfig, cand: CandidateConfig) -> dict[str, Any]:

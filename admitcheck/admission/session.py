@@ -14,7 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from admitcheck import io
-from admitcheck.admission.checks import candidate_capacity, engine_call, load_checked_calibration, probe_prompts
+from admitcheck.admission.checks import (
+    candidate_capacity,
+    engine_call,
+    engine_errors,
+    load_checked_calibration,
+    probe_prompts,
+)
 from admitcheck.admission.sequential import (
     Evidence,
     Verdict,
@@ -99,7 +105,7 @@ class ScreenSession:
             cfg.sampling,
             full=cfg.full_logprobs,
             max_batches=max_batches,
-            guard=partial(engine_call, name),
+            guard=partial(engine_errors, name),
             label=name,
             progress=progress,
         )

@@ -22,8 +22,8 @@ KL(μ‖π) at each position: the same quantity as k3 (E[k3 | prefix] = KL at th
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -42,7 +42,7 @@ from admitcheck.measurement.metrics import (
 )
 
 Progress = Callable[[str, int, int], None]  # (label, batches done, batches at most)
-Guard = Callable[[Callable[[], Any]], Any]  # runs an engine or reference call (screen: failures -> EngineError)
+Guard = Callable[[], AbstractContextManager]  # around an engine or reference call (screen: failures -> EngineError)
 
 
 def truncates(sampling: SamplingConfig) -> bool:
@@ -98,7 +98,7 @@ def probe_batches(
     full: also compare full rows (kl_exact). Rows are asked for whenever the sampling truncates, whatever `full`
     says, because the kept set comes from them; then kl_exact is computed too (it costs no extra forward pass).
     """
-    run = guard or (lambda fn: fn())
+    guarded = guard or nullcontext
     bs = probe.batch_size
     total = (len(prompt_ids) + bs - 1) // bs
     total = min(total, max_batches) if max_batches is not None else total
@@ -106,8 +106,10 @@ def probe_batches(
     for i in range(total):
         chunk = prompt_ids[i * bs : (i + 1) * bs]
         seed = probe.seed + seed_offset + i
-        r = run(partial(engine.sample, chunk, sampling, seed, probe.max_new_tokens, return_full=rows))
-        s = run(partial(score_rollouts, reference, r, sampling, full=rows))
+        with guarded():
+            r = engine.sample(chunk, sampling, seed, probe.max_new_tokens, return_full=rows)
+        with guarded():
+            s = score_rollouts(reference, r, sampling, full=rows)
         both = r.full_logprobs is not None and s.full_logprobs is not None
         sums = per_sequence_sums(
             r.logprobs,
