@@ -220,22 +220,12 @@ def read_prompts(path: str | Path, limit: int | None = None, *, field: str = "pr
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write via a temp file in the same dir and os.replace, so readers never see a partial file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write via a temp file in the same dir and os.replace, so readers never see a partial file (UTF-8)."""
+    write_bytes_atomic(path, text.encode("utf-8"))
 
 
 def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    """`write_text_atomic` for bytes: temp file in the same dir, fsync, os.replace; the temp file goes on failure."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

@@ -45,23 +45,18 @@ def main() -> None:
 
     import transformers
     import vllm
+    from toy_probe import toy_probe_setup
 
-    from admitcheck.config import KVCacheConfig, ProbeConfig, RolloutConfig, SamplingConfig, VLLMOptions
-    from admitcheck.io import load_causal_lm
+    from admitcheck.config import KVCacheConfig, RolloutConfig
     from admitcheck.measurement.measure import measure_engine
-    from admitcheck.pairs.toy import EOS_ID, PAD_ID, build_toy_pair, encode_prompt
+    from admitcheck.pairs.toy import EOS_ID, PAD_ID
     from admitcheck.rollout.engines import build_engine
     from admitcheck.rollout.engines.vllm import release_parked
 
-    summary = build_toy_pair(args.toy)
-    student = summary.student_dir
-    lines = Path(summary.probe_prompts).read_text().splitlines()[: args.prompts]
-    prompts = [encode_prompt(json.loads(line)["prompt"]) for line in lines]
-    sampling = SamplingConfig(temperature=1.0)
-    probe = ProbeConfig(prompts=summary.probe_prompts, num_prompts=len(prompts), batch_size=args.batch_size,
-                        max_new_tokens=args.max_new_tokens)  # fmt: skip
-    reference = load_causal_lm(student, "float32")
-    opts = VLLMOptions(kv_cache_memory_bytes=256 << 20)
+    setup = toy_probe_setup(args.toy, prompts=args.prompts, batch_size=args.batch_size,
+                            max_new_tokens=args.max_new_tokens)  # fmt: skip
+    student, prompts, probe, sampling = setup.student, setup.prompts, setup.probe, setup.sampling
+    reference, opts = setup.reference, setup.vllm_options
     confidence = 0.95
 
     def row(engine_kind: str, kv: dict | None) -> dict:

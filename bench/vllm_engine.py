@@ -11,9 +11,7 @@ engine is up: sampling every probe batch and re-scoring it with the FP32 referen
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
 
 import torch
 
@@ -43,22 +41,18 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
-    from admitcheck.config import NoiseConfig, ProbeConfig, RolloutConfig, SamplingConfig, VLLMOptions
-    from admitcheck.io import load_causal_lm
+    from toy_probe import toy_probe_setup
+
+    from admitcheck.config import NoiseConfig, RolloutConfig
     from admitcheck.measurement.measure import measure_engine
-    from admitcheck.pairs.toy import EOS_ID, PAD_ID, build_toy_pair, encode_prompt
+    from admitcheck.pairs.toy import EOS_ID, PAD_ID
     from admitcheck.rollout.engines import build_engine
     from admitcheck.rollout.engines.vllm import release_parked
 
-    summary = build_toy_pair(args.toy)
-    student = summary.student_dir
-    lines = Path(summary.probe_prompts).read_text().splitlines()[: args.prompts]
-    prompts = [encode_prompt(json.loads(line)["prompt"]) for line in lines]
-    sampling = SamplingConfig(temperature=1.0)
-    probe = ProbeConfig(prompts=summary.probe_prompts, num_prompts=len(prompts), batch_size=args.batch_size,
-                        max_new_tokens=args.max_new_tokens)  # fmt: skip
-    reference = load_causal_lm(student, "float32")
-    opts = VLLMOptions(kv_cache_memory_bytes=256 << 20)  # KV cache on CPU; the toy needs little
+    setup = toy_probe_setup(args.toy, prompts=args.prompts, batch_size=args.batch_size,
+                            max_new_tokens=args.max_new_tokens)  # fmt: skip
+    student, prompts, probe, sampling = setup.student, setup.prompts, setup.probe, setup.sampling
+    reference, opts = setup.reference, setup.vllm_options
 
     def bench(kind: str) -> dict[str, float]:
         plain = RolloutConfig(engine=kind, dtype=args.dtype, vllm=opts)
