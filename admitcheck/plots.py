@@ -57,18 +57,12 @@ def plot_calibration(cal: CalibrationArtifact) -> bytes | None:
     ax.set_ylabel("paired quality cost (nats/token)")
     ax.set_title(f"calibration: {cal.name} ({cal.recipe.loss}, lr {cal.recipe.lr:g})")
     ax.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
-    buf = _stdio.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return buf.getvalue()
+    return _png(plt, fig)
 
 
 def plot_sensitivity(report: SensitivityReport) -> bytes | None:
     """PNG bytes: excess k3 per unit with its interval, most sensitive on top (None without matplotlib)."""
     try:
-        import io as _stdio
-
         import matplotlib
 
         matplotlib.use("Agg")
@@ -87,11 +81,7 @@ def plot_sensitivity(report: SensitivityReport) -> bytes | None:
     ax.set_xlabel("k3 above the floor (nats/token)")
     ax.set_title(f"sensitivity: Σ units / whole = {report.sum_ratio:.2f}")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    buf = _stdio.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return buf.getvalue()
+    return _png(plt, fig)
 
 
 def plot_backtest(report: BacktestReport) -> bytes | None:
@@ -138,11 +128,7 @@ def plot_backtest(report: BacktestReport) -> bytes | None:
     bx.set_xlabel("cost the curve predicts at that mismatch")
     bx.set_ylabel("observed cost")
     bx.set_title("one scale for all sources: on the diagonal")
-    fig.tight_layout()
-    buf = _stdio.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return buf.getvalue()
+    return _png(plt, fig)
 
 
 def plot_plan(plan: Any) -> bytes | None:
@@ -176,6 +162,11 @@ def plot_plan(plan: Any) -> bytes | None:
     ax.set_ylabel("held-out reverse KL (nats/token)")
     ax.set_title(f"plan: {c['name']} (dashed: read off the noise levels)")
     ax.legend(fontsize=7)
+    return _png(plt, fig)
+
+
+def _png(plt: Any, fig: Any) -> bytes:
+    """The figure laid out, as PNG bytes; the figure is closed."""
     fig.tight_layout()
     buf = _stdio.BytesIO()
     fig.savefig(buf, format="png")

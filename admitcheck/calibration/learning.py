@@ -21,7 +21,7 @@ import numpy as np
 
 from admitcheck import io
 from admitcheck.calibration.fit import run_x
-from admitcheck.calibration.ledger import ledger_path, read_run
+from admitcheck.calibration.ledger import first_difference, ledger_path, read_run
 from admitcheck.calibration.record import RunRecord
 from admitcheck.calibration.schema import CalibrationArtifact
 from admitcheck.calibration.timing import Efficiency, LearningCurve, steps_efficiency, summarize
@@ -51,17 +51,6 @@ def _records(path: Path, field_name: str, config_file: str | None) -> list[dict[
     return records
 
 
-def _difference(a: Any, b: Any, prefix: str = "") -> str | None:
-    """The first dotted key where two headers differ."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        for k in sorted(set(a) | set(b)):
-            d = _difference(a.get(k), b.get(k), f"{prefix}{k}.")
-            if d:
-                return d
-        return None
-    return prefix.rstrip(".") if a != b else None
-
-
 def load_runs(cal: CalibrationArtifact, ledgers: list[str], config_file: str | None) -> tuple[dict, list[RunRecord]]:
     """(header, runs): the calibration's ledger, then each of `ledgers` (same header: recipe, eval, seeds, pair);
     a run key in two ledgers is one run (the first kept). ConfigError naming `calibration` / `ledgers.i`."""
@@ -73,7 +62,7 @@ def load_runs(cal: CalibrationArtifact, ledgers: list[str], config_file: str | N
     for i, path in enumerate(ledgers):
         more = _records(Path(path), f"ledgers.{i}", config_file)
         keys = ("pair", "config")
-        diff = _difference({k: more[0].get(k) for k in keys}, {k: header.get(k) for k in keys})
+        diff = first_difference({k: more[0].get(k) for k in keys}, {k: header.get(k) for k in keys})
         if diff:
             raise ConfigError(f"{path} holds runs of another recipe or pair than the calibration's ledger ({diff} "
                               "differs): their learning curves are not comparable", file=config_file,

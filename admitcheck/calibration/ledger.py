@@ -46,10 +46,11 @@ def run_relevant_config(config: CalibrateConfig) -> dict[str, Any]:
     return data
 
 
-def _first_difference(a: Any, b: Any, prefix: str = "") -> str | None:
+def first_difference(a: Any, b: Any, prefix: str = "") -> str | None:
+    """The first dotted key (sorted order) where two nested dicts differ, or None."""
     if isinstance(a, dict) and isinstance(b, dict):
         for k in sorted(set(a) | set(b)):
-            d = _first_difference(a.get(k), b.get(k), f"{prefix}{k}.")
+            d = first_difference(a.get(k), b.get(k), f"{prefix}{k}.")
             if d:
                 return d
         return None
@@ -80,7 +81,7 @@ class Ledger:
             raise CalibrationError("not a calibration ledger (no header line)", file=str(path), field="kind")
         theirs = records[0]
         for section in ("ledger_version", "pair", "config"):
-            diff = _first_difference(theirs.get(section), header[section], f"{section}.")
+            diff = first_difference(theirs.get(section), header[section], f"{section}.")
             if diff:
                 what = "a different pair" if section == "pair" else "a different config"
                 was, now = fingerprint.dotted_get(theirs, diff, None), fingerprint.dotted_get(header, diff, None)

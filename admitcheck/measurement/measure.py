@@ -155,30 +155,12 @@ def measure(
     io.check_causal_lm(config.pair.teacher, file=config_file, field="pair.teacher")
     reference_model = pair.student(config.reference.dtype, config.reference.device)
     common = dict(full=config.full_logprobs, confidence=config.confidence, progress=progress)
-    candidate = measure_rollout(
-        "candidate",
-        config.rollout,
-        config.pair.student,
-        tokens,
-        reference_model,
-        prompt_ids,
-        config.probe,
-        config.sampling,
-        **common,
-    )
-    floor = None
-    if config.floor:
-        floor = measure_rollout(
-            "floor",
-            floor_rollout(config.rollout, config.reference),
-            config.pair.student,
-            tokens,
-            reference_model,
-            prompt_ids,
-            config.probe,
-            config.sampling,
-            **common,
-        )
+    def measure_one(name: str, rollout: RolloutConfig) -> EngineMeasurement:
+        return measure_rollout(name, rollout, config.pair.student, tokens, reference_model, prompt_ids, config.probe,
+                               config.sampling, **common)  # fmt: skip
+
+    candidate = measure_one("candidate", config.rollout)
+    floor = measure_one("floor", floor_rollout(config.rollout, config.reference)) if config.floor else None
     diagnostics = {}
     if "prefix_shift" in config.diagnostics:
         from admitcheck.measurement.prefix_shift import load_prefix_shift_inputs, prefix_shift_for
