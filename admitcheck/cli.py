@@ -181,8 +181,11 @@ def measure(
 
             logs = _pipeline_logs(from_logs, log_format)
             m = mismatch_metrics(logs.rollout_logprobs, logs.trainer_logprobs, logs.mask)
-            dash = token_dashboard(dashboard, logs.rollout_logprobs, logs.trainer_logprobs, logs.mask,
-                                   groups=logs.groups) if dashboard else None  # fmt: skip
+            dash = (
+                token_dashboard(dashboard, logs.rollout_logprobs, logs.trainer_logprobs, logs.mask, groups=logs.groups)
+                if dashboard
+                else None
+            )
             if as_json:
                 doc = {"logs": str(from_logs), "format": logs.format, "warnings": list(logs.warnings)}
                 doc |= {"metrics": m.to_dict(), "dashboard": dash.to_dict() if dash else None}
@@ -286,9 +289,12 @@ def pair(
         from admitcheck.demo import built_or_reused
         from admitcheck.pairs import build_pair
 
-        summary, reused = built_or_reused(directory, lambda: build_pair(
-            name, directory, seed=seed, force=force, source=source, device=device, say=lambda m: err.print(m)
-        ))  # fmt: skip
+        summary, reused = built_or_reused(
+            directory,
+            lambda: build_pair(
+                name, directory, seed=seed, force=force, source=source, device=device, say=lambda m: err.print(m)
+            ),
+        )
         if as_json:
             print(json.dumps(summary.to_dict() | {"reused": reused}, indent=2))
         else:
@@ -318,8 +324,9 @@ def calibrate(
 
         cfg = io.load_config(config, CalibrateConfig)
         _check_limits(cfg, config)
-        cal = run_calibrate(cfg, config_file=str(config), jobs=jobs, executor=executor, ray_address=ray_address,
-                            progress=progress())  # fmt: skip
+        cal = run_calibrate(
+            cfg, config_file=str(config), jobs=jobs, executor=executor, ray_address=ray_address, progress=progress()
+        )
         from admitcheck.report import write_calibration_chart
 
         write_calibration_chart(cal)
@@ -352,8 +359,9 @@ def backtest(
         from admitcheck.config import BacktestConfig
 
         cfg = io.load_config(config, BacktestConfig)
-        bt = run_backtest(cfg, config_file=str(config), jobs=jobs, executor=executor, ray_address=ray_address,
-                          progress=progress())  # fmt: skip
+        bt = run_backtest(
+            cfg, config_file=str(config), jobs=jobs, executor=executor, ray_address=ray_address, progress=progress()
+        )
         from admitcheck.report import write_backtest_companions
 
         write_backtest_companions(bt)
@@ -427,8 +435,10 @@ def screen(
         cfg = io.load_config(config, ScreenConfig)
         _check_dashboard(dashboard)
         if from_logs is not None:  # the config's logs section (step, checkpoint) stays; path and format are these
-            logs_section = (cfg.logs.model_dump() if cfg.logs else {}) | {"path": str(from_logs.resolve()),
-                                                                          "format": log_format}  # fmt: skip
+            logs_section = (cfg.logs.model_dump() if cfg.logs else {}) | {
+                "path": str(from_logs.resolve()),
+                "format": log_format,
+            }
             cfg = ScreenConfig.model_validate(cfg.model_dump() | {"source": "logs", "logs": logs_section})
         logs = _pipeline_logs(from_logs, log_format) if from_logs is not None else None
         logged = logs_against_protocol(cfg, strict=strict, file=str(config)) if cfg.source == "logs" else None
@@ -463,8 +473,9 @@ def _screen_dashboards(framework: str, result, logs) -> dict:
     out = {}
     for v in result.verdicts:
         if v.source == "logs" and logs is not None:
-            out[v.name] = dashboard(framework, logs.rollout_logprobs, logs.trainer_logprobs, logs.mask,
-                                    groups=logs.groups)  # fmt: skip
+            out[v.name] = dashboard(
+                framework, logs.rollout_logprobs, logs.trainer_logprobs, logs.mask, groups=logs.groups
+            )
         else:
             out[v.name] = dashboard_from_metrics(framework, v.metrics, v.tokens)
     return out

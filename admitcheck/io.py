@@ -292,10 +292,13 @@ def pair_dir_paths(d: Path) -> dict[str, str]:
     """The files of a built-in pair dir (toy, smollm2): model dirs and prompt sets, as summary fields."""
     p = d / "prompts"
     return {
-        "directory": str(d), "teacher_dir": str(d / "teacher"), "student_dir": str(d / "student"),
-        "train_prompts": str(p / "train.jsonl"), "probe_prompts": str(p / "probe.jsonl"),
+        "directory": str(d),
+        "teacher_dir": str(d / "teacher"),
+        "student_dir": str(d / "student"),
+        "train_prompts": str(p / "train.jsonl"),
+        "probe_prompts": str(p / "probe.jsonl"),
         "eval_prompts": str(p / "eval.jsonl"),
-    }  # fmt: skip
+    }
 
 
 def read_pair_cache(d: Path, meta_name: str, key: str, summary: Callable[..., T]) -> T | None:

@@ -98,14 +98,22 @@ def plot_backtest(report: BacktestReport) -> bytes | None:
     c, rows = report.calibration, report.candidates
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.8), dpi=110)
     # one colour per source family (`admission.backtest.FAMILIES`)
-    colors = {"dtype": "tab:gray", "noise": "tab:blue", "fp8_weights": "tab:orange", "int8": "tab:brown",
-              "fp8_kv": "tab:green", "staleness": "tab:purple", "combination": "tab:red"}  # fmt: skip
+    colors = {
+        "dtype": "tab:gray",
+        "noise": "tab:blue",
+        "fp8_weights": "tab:orange",
+        "int8": "tab:brown",
+        "fp8_kv": "tab:green",
+        "staleness": "tab:purple",
+        "combination": "tab:red",
+    }
     ax.plot(c.curve.x, c.curve.cost, color="black", lw=1, label="calibration curve (weight noise)")
     ax.axhline(c.tolerance, color="black", ls="--", lw=0.8, label="τ")
     lo, hi = c.budget_interval  # 0 / inf: below the smallest level / above the largest; drawn to the grid's ends
     grid = c.curve.x
-    ax.axvspan(lo if lo > 0 else grid[0], hi if np.isfinite(hi) else grid[-1], color="gold", alpha=0.2,
-               label="budget interval")  # fmt: skip
+    ax.axvspan(
+        lo if lo > 0 else grid[0], hi if np.isfinite(hi) else grid[-1], color="gold", alpha=0.2, label="budget interval"
+    )
     seen = set()
     for r in rows:
         t, col = r.truth, colors[r.family]

@@ -219,8 +219,14 @@ def render_calibration(cal: CalibrationArtifact) -> None:
     for c in ("level", "seed", "mismatch", "95% CI", "quality", "quality cost"):
         runs.add_column(c, justify="right" if c != "level" else "left")
     for r in cal.runs:
-        runs.add_row(str(r.level), str(r.seed), fmt(r.mismatch), fmt_interval(r.mismatch_interval), fmt(r.quality),
-                     fmt(r.quality_cost))  # fmt: skip
+        runs.add_row(
+            str(r.level),
+            str(r.seed),
+            fmt(r.mismatch),
+            fmt_interval(r.mismatch_interval),
+            fmt(r.quality),
+            fmt(r.quality_cost),
+        )
     out.print(runs)
     summary = Table(title=f"mismatch budget: {cal.path}")
     summary.add_column("field")
@@ -236,8 +242,18 @@ def render_calibration(cal: CalibrationArtifact) -> None:
 def render_backtest(bt: BacktestReport) -> None:
     """`admitcheck backtest`'s tables (`admission.backtest_report.BacktestReport`)."""
     rows = Table(title=f"backtest: {bt.path} (cost in nats/token; τ {fmt(bt.calibration.tolerance)})")
-    for c in ("candidate", "family", "verdict", "screen mismatch [CI]", "x in runs", "predicted cost",
-              "observed cost [CI]", "pairs", "truth", "agrees"):  # fmt: skip
+    for c in (
+        "candidate",
+        "family",
+        "verdict",
+        "screen mismatch [CI]",
+        "x in runs",
+        "predicted cost",
+        "observed cost [CI]",
+        "pairs",
+        "truth",
+        "agrees",
+    ):
         rows.add_column(c, justify="left" if c in ("candidate", "family", "verdict", "truth") else "right")
     for r in bt.rows:
         v, t = r.verdict, r.truth
@@ -263,14 +279,20 @@ def render_backtest(bt: BacktestReport) -> None:
         conf.add_row(v, *(str(m[v][t]) for t in ("admit", "reject", "ambiguous")))
     out.print(conf)
     frac = "-" if a.fraction is None else f"{a.fraction:.0%}"
-    out.print(f"agreement on decided truths: {a.agree}/{a.decided_truths} = {frac} "
-              f"(95% CI {fmt_interval(tuple(a.interval))}); {a.ambiguous} ambiguous")  # fmt: skip
+    out.print(
+        f"agreement on decided truths: {a.agree}/{a.decided_truths} = {frac} "
+        f"(95% CI {fmt_interval(tuple(a.interval))}); {a.ambiguous} ambiguous"
+    )
     fams = Table(title="residual by source family (observed − predicted cost, nats/token)")
     for c in ("family", "candidates", "mean residual [95% CI]", "agree/disagree/ambiguous"):
         fams.add_column(c)
     for name, f in bt.families.items():
-        fams.add_row(name, str(f.candidates), f"{fmt(f.mean)} {fmt_interval(tuple(f.interval))}",
-                     f"{f.agree}/{f.disagree}/{f.ambiguous}")  # fmt: skip
+        fams.add_row(
+            name,
+            str(f.candidates),
+            f"{fmt(f.mean)} {fmt_interval(tuple(f.interval))}",
+            f"{f.agree}/{f.disagree}/{f.ambiguous}",
+        )
     out.print(fams)
     for r in bt.rows:
         if r.agrees is False:
@@ -287,11 +309,13 @@ def render_compare(cmp, cal_a: CalibrationArtifact, cal_b: CalibrationArtifact, 
     table.add_column("")
     for side in (cmp.first, cmp.second):
         table.add_column(side.label)
-    rows = [("objective (recipe.loss)", lambda s, c: s.objective),
-            ("baseline quality", lambda s, c: f"{fmt(c.quality.baseline_mean)} ± {fmt(c.quality.baseline_std)}"),
-            ("tolerance τ", lambda s, c: fmt(s.tolerance)),
-            ("budget", lambda s, c: fmt(s.value) + ("" if s.kind == "point" else f" ({s.kind})")),
-            (f"{100 * cmp.confidence:.0f}% interval", lambda s, c: fmt_interval(s.interval))]  # fmt: skip
+    rows = [
+        ("objective (recipe.loss)", lambda s, c: s.objective),
+        ("baseline quality", lambda s, c: f"{fmt(c.quality.baseline_mean)} ± {fmt(c.quality.baseline_std)}"),
+        ("tolerance τ", lambda s, c: fmt(s.tolerance)),
+        ("budget", lambda s, c: fmt(s.value) + ("" if s.kind == "point" else f" ({s.kind})")),
+        (f"{100 * cmp.confidence:.0f}% interval", lambda s, c: fmt_interval(s.interval)),
+    ]
     for name, cell in rows:
         table.add_row(name, cell(cmp.first, cal_a), cell(cmp.second, cal_b))
     out.print(table)
@@ -299,8 +323,11 @@ def render_compare(cmp, cal_a: CalibrationArtifact, cal_b: CalibrationArtifact, 
     if cmp.method == "bound":  # no point estimate: only the bound is claimed
         out.print(f"{name} within {fmt_interval(cmp.ratio_interval)} (bound)", markup=False)
     else:
-        out.print(f"{name} = {fmt(cmp.ratio)}  {100 * cmp.confidence:.0f}% interval "
-                  f"{fmt_interval(cmp.ratio_interval)}  ({cmp.method})", markup=False)  # fmt: skip
+        out.print(
+            f"{name} = {fmt(cmp.ratio)}  {100 * cmp.confidence:.0f}% interval "
+            f"{fmt_interval(cmp.ratio_interval)}  ({cmp.method})",
+            markup=False,
+        )
     for note in cmp.notes:
         out.print(f"note: {note}", markup=False)
     table = Table(title="per level: mean mismatch and mean quality cost in units of each τ (>1: over τ)")
@@ -308,8 +335,13 @@ def render_compare(cmp, cal_a: CalibrationArtifact, cal_b: CalibrationArtifact, 
         table.add_column(c, justify="right" if c != "level" else "left")
     for r in levels:
         a, b = r["a"], r["b"]
-        table.add_row(r["level"], fmt(a["mismatch"]), f"{a['cost_over_tau']:+.2f}", fmt(b["mismatch"]),
-                      f"{b['cost_over_tau']:+.2f}")  # fmt: skip
+        table.add_row(
+            r["level"],
+            fmt(a["mismatch"]),
+            f"{a['cost_over_tau']:+.2f}",
+            fmt(b["mismatch"]),
+            f"{b['cost_over_tau']:+.2f}",
+        )
     out.print(table)
 
 
@@ -336,8 +368,11 @@ def render_validate(config: Path, info: dict) -> None:
     if info["kind"] == "backtest":
         keys = ["calibration", "budget", "tolerance", "candidates"]
     else:
-        keys = [k for k, v in info.items() if k not in ("kind", "kind_from")
-                and (not isinstance(v, (dict, list)) or k in ("candidates", "prompts"))]  # fmt: skip
+        keys = [
+            k
+            for k, v in info.items()
+            if k not in ("kind", "kind_from") and (not isinstance(v, (dict, list)) or k in ("candidates", "prompts"))
+        ]
     for k in keys:
         out.print(f"  {k}: {info[k]}")
 
@@ -362,8 +397,16 @@ def render_recipe(res, written: Path | None = None) -> None:
     """The recipe search's steps and outcome; `written`: where its screen config was written, if it was."""
     table = Table(title="recipe search (units returned to the engine dtype, most sensitive first)")
     level = f"{res.confidence_per_recipe:.4g}"
-    for c in ("step", "returned", "decision", "estimator", "mismatch", f"CI ({level}, per look)", "budget",
-              "KV ratio vs BF16"):  # fmt: skip
+    for c in (
+        "step",
+        "returned",
+        "decision",
+        "estimator",
+        "mismatch",
+        f"CI ({level}, per look)",
+        "budget",
+        "KV ratio vs BF16",
+    ):
         table.add_column(c, justify="right" if c not in ("returned", "decision", "estimator") else "left")
     for i, st in enumerate(res.steps):
         table.add_row(
@@ -423,27 +466,47 @@ def render_logged(q: dict) -> None:
 def render_plan(p, plot: Path | None = None) -> None:
     """`admitcheck plan`'s table (`admission.plan.Plan`): candidates by predicted speed-up, fastest first."""
     c = p.calibration
-    title = (f"plan: {c['name']} — time to the baseline's final quality + τ ({fmt(c['tau'])} {c['quality_unit']}); "
-             f"{int(100 * p.confidence)}% intervals over replicate pairs")  # fmt: skip
+    title = (
+        f"plan: {c['name']} — time to the baseline's final quality + τ ({fmt(c['tau'])} {c['quality_unit']}); "
+        f"{int(100 * p.confidence)}% intervals over replicate pairs"
+    )
     table = Table(title=title)
-    for col in ("candidate", "x", "learning curves", "pairs reached", "steps ratio [CI]", "noise curve at x",
-                "step time", "step time from", f"time to quality ({p.time_unit}) [CI]", "speed-up [CI]"):  # fmt: skip
+    for col in (
+        "candidate",
+        "x",
+        "learning curves",
+        "pairs reached",
+        "steps ratio [CI]",
+        "noise curve at x",
+        "step time",
+        "step time from",
+        f"time to quality ({p.time_unit}) [CI]",
+        "speed-up [CI]",
+    ):
         table.add_column(col, justify="left" if col in ("candidate", "learning curves", "step time from") else "right")
     for r in p.rows:
         e = r.efficiency
         lo, hi = e.interval
         steps_ci = f"[{fmt(1 / hi if hi > 0 else float('inf'))}, {fmt(1 / lo if lo > 0 else float('inf'))}]"
         table.add_row(
-            r.name, fmt(r.x), r.source, f"{e.reached}/{e.n}", f"{fmt(e.steps_ratio)} {steps_ci}",
-            fmt(r.noise_curve.steps_ratio) if r.noise_curve else "-", fmt(r.step_time_ratio), r.step_time_from,
+            r.name,
+            fmt(r.x),
+            r.source,
+            f"{e.reached}/{e.n}",
+            f"{fmt(e.steps_ratio)} {steps_ci}",
+            fmt(r.noise_curve.steps_ratio) if r.noise_curve else "-",
+            fmt(r.step_time_ratio),
+            r.step_time_from,
             f"{fmt(r.time_to_quality)} {fmt_interval(r.time_to_quality_interval)}",
             f"{fmt(r.speedup)} {fmt_interval(r.speedup_interval)}",
-        )  # fmt: skip
+        )
     out.print(table)
     t = c["baseline_steps_to_target_interval"]
-    out.print(f"baseline reaches the target at step {fmt(c['baseline_steps_to_target'])} [{fmt(t[0])}, {fmt(t[1])}] "
-              f"of {fmt(c['steps'])} ({c['baseline_replicates']} replicates, {c['evals_per_run']} evaluations per "
-              f"run); runs from {', '.join(c['ledgers'])}")  # fmt: skip
+    out.print(
+        f"baseline reaches the target at step {fmt(c['baseline_steps_to_target'])} [{fmt(t[0])}, {fmt(t[1])}] "
+        f"of {fmt(c['steps'])} ({c['baseline_replicates']} replicates, {c['evals_per_run']} evaluations per "
+        f"run); runs from {', '.join(c['ledgers'])}"
+    )
     if plot is not None:
         out.print(f"plot: {plot}")
     for w in p.warnings:

@@ -51,8 +51,11 @@ def validate(
         return Validation(None, "", errors=(exc,))
     name, how = (kind, "named by --kind") if kind else config_kind(data)
     if name not in CONFIG_KINDS:
-        error = ConfigError(f"unknown config kind {name!r} (known: {', '.join(CONFIG_KINDS)})", file=file,
-                            field="--kind" if kind else "kind")  # fmt: skip
+        error = ConfigError(
+            f"unknown config kind {name!r} (known: {', '.join(CONFIG_KINDS)})",
+            file=file,
+            field="--kind" if kind else "kind",
+        )
         return Validation(None, how, errors=(error,))
     cfg, schema = io.config_errors(data, schema_for(name), base=path.resolve().parent, file=file)
     if cfg is None:
@@ -133,9 +136,11 @@ def logs_against_protocol(cfg: Any, *, strict: bool, file: str) -> dict[str, Any
         raise ConfigError(exc.message, file=file, field=exc.field) from None
     probe, sampling = protocol.get("probe", {}), protocol.get("sampling", {})
     quantity["budget_protocol"] = {
-        "prompts": f"{probe.get('num_prompts')} probe prompts", "x": protocol.get("x", "start"),
-        "max_new_tokens": probe.get("max_new_tokens"), "sampling": sampling,
-    }  # fmt: skip
+        "prompts": f"{probe.get('num_prompts')} probe prompts",
+        "x": protocol.get("x", "start"),
+        "max_new_tokens": probe.get("max_new_tokens"),
+        "sampling": sampling,
+    }
     quantity["differences"] = diffs
     quantity["step"] = cfg.logs.step
     if diffs and strict:

@@ -274,32 +274,37 @@ def _rows(inputs: Inputs, config: BacktestConfig, ledger: Ledger, counts: dict, 
         x = float(np.mean(xs))
         predicted = float(cal.predict_cost(x))
         agree = truth.agrees(v.decision, t.label)
-        rows.append(CandidateRow.model_validate({
-            "name": cand.name,
-            "family": family(cand),
-            "candidate": cand.model_dump(mode="json", exclude_none=True),
-            "verdict": {
-                "decision": v.decision,
-                "marginal": v.marginal,
-                "decided_by": v.decided_by,
-                "estimator": v.estimator,
-                "mismatch": v.mismatch,
-                "mismatch_interval": list(v.mismatch_interval),
-                "k3": v.k3,
-                "ratio_to_budget": v.ratio_to_budget,
-                "probes": v.probes,
-                "reason": v.reason,
-            },
-            "x": x,  # the truth runs' start mismatch (the calibration's probe protocol and metric), mean over runs
-            "x_runs": xs,
-            "within_factor_3": bool(budget.value / 3 <= v.mismatch <= 3 * budget.value),
-            "predicted_cost": predicted,
-            "truth": t.to_dict() | {"paired_costs": diffs},
-            "residual": t.cost - predicted,
-            "residual_over_tau": (t.cost - predicted) / tau,
-            "agrees": agree,
-            "why": _why(v, t, predicted, tau) if agree is False else None,
-        }))  # fmt: skip
+        rows.append(
+            CandidateRow.model_validate(
+                {
+                    "name": cand.name,
+                    "family": family(cand),
+                    "candidate": cand.model_dump(mode="json", exclude_none=True),
+                    "verdict": {
+                        "decision": v.decision,
+                        "marginal": v.marginal,
+                        "decided_by": v.decided_by,
+                        "estimator": v.estimator,
+                        "mismatch": v.mismatch,
+                        "mismatch_interval": list(v.mismatch_interval),
+                        "k3": v.k3,
+                        "ratio_to_budget": v.ratio_to_budget,
+                        "probes": v.probes,
+                        "reason": v.reason,
+                    },
+                    # the truth runs' start mismatch (the calibration's probe protocol and metric), mean over runs
+                    "x": x,
+                    "x_runs": xs,
+                    "within_factor_3": bool(budget.value / 3 <= v.mismatch <= 3 * budget.value),
+                    "predicted_cost": predicted,
+                    "truth": t.to_dict() | {"paired_costs": diffs},
+                    "residual": t.cost - predicted,
+                    "residual_over_tau": (t.cost - predicted) / tau,
+                    "agrees": agree,
+                    "why": _why(v, t, predicted, tau) if agree is False else None,
+                }
+            )
+        )
     return rows
 
 
@@ -307,12 +312,16 @@ def _why(v, t: truth.Truth, predicted: float, tau: float) -> str:
     """One line on why a verdict and its truth disagree."""
     seen = f"full runs cost {t.cost:.3g} [{t.interval[0]:.3g}, {t.interval[1]:.3g}] vs τ {tau:.3g}"
     if v.marginal:
-        return (f"marginal verdict ({v.decision} by policy.undecided): the screen's interval "
-                f"[{v.mismatch_interval[0]:.3g}, {v.mismatch_interval[1]:.3g}] overlaps the budget's "
-                f"[{v.budget_interval[0]:.3g}, {v.budget_interval[1]:.3g}]; {seen}")  # fmt: skip
+        return (
+            f"marginal verdict ({v.decision} by policy.undecided): the screen's interval "
+            f"[{v.mismatch_interval[0]:.3g}, {v.mismatch_interval[1]:.3g}] overlaps the budget's "
+            f"[{v.budget_interval[0]:.3g}, {v.budget_interval[1]:.3g}]; {seen}"
+        )
     side = "below" if t.label == "admit" else "above"
-    return (f"{seen} ({side} τ), but the curve predicts {predicted:.3g} at this mismatch: this source's cost "
-            f"differs from weight noise at equal mismatch by {t.cost - predicted:+.3g}")  # fmt: skip
+    return (
+        f"{seen} ({side} τ), but the curve predicts {predicted:.3g} at this mismatch: this source's cost "
+        f"differs from weight noise at equal mismatch by {t.cost - predicted:+.3g}"
+    )
 
 
 def _report(
@@ -332,8 +341,9 @@ def _report(
             }
     agreement = truth.agreement([r.verdict.decision for r in rows], [r.truth.label for r in rows])
     decided = [r for r in rows if not r.verdict.marginal]
-    agreement["decided_verdicts"] = truth.agreement([r.verdict.decision for r in decided],
-                                                    [r.truth.label for r in decided])  # fmt: skip
+    agreement["decided_verdicts"] = truth.agreement(
+        [r.verdict.decision for r in decided], [r.truth.label for r in decided]
+    )
     looks = truth.look_counts(config.truth)
     runs = [r for r in ledger.runs.values()]
     return {

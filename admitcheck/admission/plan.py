@@ -70,9 +70,17 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe: ∞ (never reaches the target) and NaN (one pair: no interval) are None, as in screen's JSON."""
         rows = [asdict(r) | {"steps_ratio": r.steps_ratio} for r in self.rows]
-        return _json_safe({"rows": rows, "calibration": self.calibration, "levels": self.levels,
-                           "rollout_share": self.rollout_share, "time_unit": self.time_unit,
-                           "confidence": self.confidence, "warnings": self.warnings})  # fmt: skip
+        return _json_safe(
+            {
+                "rows": rows,
+                "calibration": self.calibration,
+                "levels": self.levels,
+                "rollout_share": self.rollout_share,
+                "time_unit": self.time_unit,
+                "confidence": self.confidence,
+                "warnings": self.warnings,
+            }
+        )
 
 
 def _json_safe(obj: Any) -> Any:
@@ -107,8 +115,11 @@ def _screen_candidates(config: PlanConfig, config_file: str | None) -> list[Plan
     doc = io.read_json(config.screen_result)
     verdicts = doc.get("verdicts") if isinstance(doc, dict) else None
     if not isinstance(verdicts, list):
-        raise ConfigError(f"{config.screen_result} is not `admitcheck screen --json` output (no verdicts)",
-                          file=config_file, field="screen_result")  # fmt: skip
+        raise ConfigError(
+            f"{config.screen_result} is not `admitcheck screen --json` output (no verdicts)",
+            file=config_file,
+            field="screen_result",
+        )
     by_name = {c.name: i for i, c in enumerate(cands)}
     for v in verdicts:
         if v.get("decision") != "ADMIT":
@@ -145,8 +156,10 @@ def plan(config: PlanConfig, *, config_file: str | None = None) -> Plan:
             "a straight line between them — coarse; calibrate with eval.every > 0 for real curves"
         )
     if config.rollout_share is None and share is not None:
-        warnings.append(f"rollout share {share:.2f} measured on the calibration's own machine "
-                        "(seconds_by_phase): set rollout_share for the target machine")  # fmt: skip
+        warnings.append(
+            f"rollout share {share:.2f} measured on the calibration's own machine "
+            "(seconds_by_phase): set rollout_share for the target machine"
+        )
     grid = np.linspace(0.0, max(base.curves[0].steps), 101)
     base_mean = mean_curve(base.curves, grid)
     rows = [_row(BASELINE, None, "baseline", base.efficiency, 1.0, "-", t_base.mean, scale)]
@@ -157,9 +170,12 @@ def plan(config: PlanConfig, *, config_file: str | None = None) -> Plan:
         x = cand.mismatch if cand.mismatch is not None else own.x if own is not None else None
         if x is None:
             what = "no runs in the ledgers match it" if cand.rollout or cand.staleness or cand.relative_std else ""
-            raise ConfigError(f"candidate {cand.name!r} has no mismatch{': ' + what if what else ''}; give "
-                              "`mismatch` (what screen measured)", file=config_file,
-                              field=f"{where}.mismatch")  # fmt: skip
+            raise ConfigError(
+                f"candidate {cand.name!r} has no mismatch{': ' + what if what else ''}; give "
+                "`mismatch` (what screen measured)",
+                file=config_file,
+                field=f"{where}.mismatch",
+            )
         if own is not None:
             eff, source, curve = own.efficiency, f"measured: {own.name}", mean_curve(own.curves, grid)
         elif noise:
@@ -177,15 +193,24 @@ def plan(config: PlanConfig, *, config_file: str | None = None) -> Plan:
             curves[cand.name] = ((grid * ratio * scale / eff.mean).tolist(), base_mean.tolist())
     rows.sort(key=lambda r: -r.speedup if math.isfinite(r.speedup) else math.inf)
     info = {
-        "path": str(cal.path), "name": cal.name, "tau": tau, "x": cal.x_measure, "eval_every": every,
+        "path": str(cal.path),
+        "name": cal.name,
+        "tau": tau,
+        "x": cal.x_measure,
+        "eval_every": every,
         "quality_unit": cal.quality_unit,
-        "evals_per_run": len(base.curves[0].steps), "steps": max(base.curves[0].steps),
-        "baseline_replicates": base.efficiency.n, "baseline_final_mean": float(np.mean([c.final for c in base.curves])),
-        "baseline_steps_to_target": t_base.mean, "baseline_steps_to_target_interval": list(t_base.interval),
+        "evals_per_run": len(base.curves[0].steps),
+        "steps": max(base.curves[0].steps),
+        "baseline_replicates": base.efficiency.n,
+        "baseline_final_mean": float(np.mean([c.final for c in base.curves])),
+        "baseline_steps_to_target": t_base.mean,
+        "baseline_steps_to_target_interval": list(t_base.interval),
         "ledgers": [str(ledger_path(cal.path)), *config.ledgers],
-    }  # fmt: skip
-    lv_info = [{"name": lv.name, "x": lv.x, **lv.efficiency.to_dict(), "pooled": e.to_dict()}
-               for lv, (_, e) in zip(noise, pooled)]  # fmt: skip
+    }
+    lv_info = [
+        {"name": lv.name, "x": lv.x, **lv.efficiency.to_dict(), "pooled": e.to_dict()}
+        for lv, (_, e) in zip(noise, pooled)
+    ]
     return Plan(rows, info, lv_info, share, unit, config.confidence, warnings, curves)
 
 
@@ -195,12 +220,26 @@ def _row(name, x, source, eff: Efficiency, ratio: float, how: str, t_base: float
     def over(e: float) -> float:
         return t_base * ratio * scale / e if e > 0 else math.inf
 
-    return PlanRow(name, x, source, eff, ratio, how, eff.mean / ratio, (lo / ratio, hi / ratio), over(eff.mean),
-                   (over(hi), over(lo)))  # fmt: skip
+    return PlanRow(
+        name,
+        x,
+        source,
+        eff,
+        ratio,
+        how,
+        eff.mean / ratio,
+        (lo / ratio, hi / ratio),
+        over(eff.mean),
+        (over(hi), over(lo)),
+    )
 
 
 def validate(config: PlanConfig, *, config_file: str | None = None) -> dict[str, Any]:
     """What `admitcheck validate` prints for a plan config: every input read and checked (the plan is cheap)."""
     p = plan(config, config_file=config_file)
-    return {"calibration": p.calibration["path"], "ledgers": p.calibration["ledgers"],
-            "candidates": [r.name for r in p.rows if r.source != "baseline"], "warnings": p.warnings}  # fmt: skip
+    return {
+        "calibration": p.calibration["path"],
+        "ledgers": p.calibration["ledgers"],
+        "candidates": [r.name for r in p.rows if r.source != "baseline"],
+        "warnings": p.warnings,
+    }

@@ -130,8 +130,17 @@ class ScreenSession:
         share, k = run.tail(est)
         counts = dict(looks=looks, probes=run.num_sequences, tokens=run.num_tokens, max_looks=max_looks)
         bad = dict(nonfinite=run.nonfinite, engine_nonfinite=run.engine_nonfinite)
-        return Evidence(state, dict(m.values), dict(m.intervals), self.confidence, **counts, **bad, estimator=est,
-                        top_share=share, tail_index=k)  # fmt: skip
+        return Evidence(
+            state,
+            dict(m.values),
+            dict(m.intervals),
+            self.confidence,
+            **counts,
+            **bad,
+            estimator=est,
+            top_share=share,
+            tail_index=k,
+        )
 
     def floor(self, rollout: RolloutConfig, progress: Progress | None = None) -> dict[str, Any]:
         """The engine in the reference's configuration on the first-look probes, measured once per engine kind."""
@@ -208,11 +217,27 @@ class ScreenSession:
         m = mismatch_metrics(logs.rollout_logprobs, logs.trainer_logprobs, logs.mask, confidence=self.confidence)
         est = decision_estimator(self.metric, m.values)
         sums = m.per_sequence[est]
-        state = "nonfinite" if m.nonfinite else look(*m.intervals[est], top_share(sums), pareto_k(sums),
-                                                       budget_band(self.calibration.gate_budget()))  # fmt: skip
+        state = (
+            "nonfinite"
+            if m.nonfinite
+            else look(*m.intervals[est], top_share(sums), pareto_k(sums), budget_band(self.calibration.gate_budget()))
+        )
         engine_bad = int((~np.isfinite(logs.rollout_logprobs) & logs.mask).sum())
-        e = Evidence(state, dict(m.values), dict(m.intervals), self.confidence, 1, m.num_sequences, m.num_tokens,
-                     gates, m.nonfinite, engine_bad, est, top_share(sums), pareto_k(sums))  # fmt: skip
+        e = Evidence(
+            state,
+            dict(m.values),
+            dict(m.intervals),
+            self.confidence,
+            1,
+            m.num_sequences,
+            m.num_tokens,
+            gates,
+            m.nonfinite,
+            engine_bad,
+            est,
+            top_share(sums),
+            pareto_k(sums),
+        )
         one = chosen[0] if len(chosen) == 1 else None  # the logs belong to the one candidate selected, if any
         name, capacity = (one.name, self.capacity(one)) if one else (Path(logs.path).stem, None)
         return self._verdict(name, e, None, capacity, time.perf_counter() - t0, "logs")

@@ -24,13 +24,19 @@ from admitcheck.errors import ConfigError
 def bench_speedup(bench: dict[str, Any], ref: Any, *, file: str | None, field_name: str) -> tuple[float, str]:
     """(rollout speed-up, what it is) of `ref` (config.BenchRef) in a bench JSON: BF16 decode-step time over the
     variant's, same model, context and batch."""
-    rows = [r for r in bench.get("results", []) if r.get("model") == ref.model and r.get("context") == ref.context
-            and (ref.batch is None or r.get("batch") == ref.batch)]  # fmt: skip
+    rows = [
+        r
+        for r in bench.get("results", [])
+        if r.get("model") == ref.model
+        and r.get("context") == ref.context
+        and (ref.batch is None or r.get("batch") == ref.batch)
+    ]
     batches = sorted({r.get("batch") for r in rows})
     if len(batches) != 1:
         what = "no result" if not batches else f"several batches {batches}: set step_time.bench.batch"
-        raise ConfigError(f"bench: {what} for model {ref.model!r} at context {ref.context}", file=file,
-                          field=field_name)  # fmt: skip
+        raise ConfigError(
+            f"bench: {what} for model {ref.model!r} at context {ref.context}", file=file, field=field_name
+        )
 
     def step_ms(variant: str) -> float:
         hit = [r for r in rows if r.get("variant") == variant]
@@ -46,8 +52,9 @@ def bench_speedup(bench: dict[str, Any], ref: Any, *, file: str | None, field_na
     return s, f"bench {device}: {ref.model} ctx {ref.context} batch {batches[0]} {ref.variant} decode ×{s:.2f}"
 
 
-def step_time_ratio(st: StepTimeConfig, share: float | None, bench: dict | None, *, file: str | None,
-                    field_name: str) -> tuple[float, str]:  # fmt: skip
+def step_time_ratio(
+    st: StepTimeConfig, share: float | None, bench: dict | None, *, file: str | None, field_name: str
+) -> tuple[float, str]:
     """(candidate step time / baseline step time, where it came from)."""
     if st.ratio is not None:
         return st.ratio, "given"
@@ -62,8 +69,11 @@ def step_time_ratio(st: StepTimeConfig, share: float | None, bench: dict | None,
     else:
         return 1.0, "baseline's"
     if share is None:
-        raise ConfigError("a rollout speed-up needs the rollouts' share of a step: set rollout_share", file=file,
-                          field="rollout_share")  # fmt: skip
+        raise ConfigError(
+            "a rollout speed-up needs the rollouts' share of a step: set rollout_share",
+            file=file,
+            field="rollout_share",
+        )
     if st.overlap:
         return max(share / s, 1 - share), f"{how}, async: max(f/s, 1 − f), f {share:.2f}"
     return (1 - share) + share / s, f"{how}, (1 − f) + f/s, f {share:.2f}"

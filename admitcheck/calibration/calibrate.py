@@ -133,8 +133,17 @@ def calibrate(
         "seconds": round(time.perf_counter() - t0, 1),
         "run_cpu_seconds": round(sum(p.record.cpu_seconds for p in placed), 1),
     }
-    cal = build_artifact(config, out, levels, fitted, ledger.grid, pair_fp | {"behaviour": behaviour},
-                         adaptive=adaptive, warnings=warnings, timings=timings)  # fmt: skip
+    cal = build_artifact(
+        config,
+        out,
+        levels,
+        fitted,
+        ledger.grid,
+        pair_fp | {"behaviour": behaviour},
+        adaptive=adaptive,
+        warnings=warnings,
+        timings=timings,
+    )
     return write_calibration(cal, out)
 
 
@@ -149,11 +158,13 @@ def _rounds(campaign: Campaign, levels: list[Level]):
     rounds = 0
     while True:
         campaign.run_round(planned_tasks(config, levels, counts), f"runs (round {rounds})")
-        placed = [PlacedRun(lv, r, campaign.record(lv, s))
-                  for lv, s, r in _with_replicates(config, levels, counts)]  # fmt: skip
+        placed = [PlacedRun(lv, r, campaign.record(lv, s)) for lv, s, r in _with_replicates(config, levels, counts)]
         fitted = fit_runs(config, levels, placed)
-        fit_x = {lv.name: float(np.mean([e.fit_x for e in fitted.runs if e.level == lv.name])) for lv in levels
-                 if lv.kind != "baseline" and lv.fit}  # fmt: skip
+        fit_x = {
+            lv.name: float(np.mean([e.fit_x for e in fitted.runs if e.level == lv.name]))
+            for lv in levels
+            if lv.kind != "baseline" and lv.fit
+        }
         plan = plan_round(fitted.estimate, _fit_counts(levels, counts), config.levels.interval_factor, 2, fit_x)
         added = _added_levels(levels, _measured_grid(levels, fitted.runs) or ledger.grid, plan.new_levels)
         if plan.new_levels and not added:  # no σ for a new level: more pairs where B is decided instead
@@ -177,13 +188,18 @@ def budget_warnings(est: Estimate, factor: float, runs: int, stop: str) -> list[
     out = []
     lo, hi = est.budget.interval
     if lo <= 0.0:
-        out.append(f"the budget's lower bound is 0 after {runs} runs: no candidate can be admitted against it (add "
-                   "levels below the grid, raise levels.max_runs, or gate with reject-only)")  # fmt: skip
+        out.append(
+            f"the budget's lower bound is 0 after {runs} runs: no candidate can be admitted against it (add "
+            "levels below the grid, raise levels.max_runs, or gate with reject-only)"
+        )
     if stop == "run cap":
         f = est.width_factor
-        out.append(f"precision not reached: factor {f:.3g} after {runs} runs (levels.interval_factor {factor:g}; "
-                   "raise levels.max_runs)" if math.isfinite(f) else
-                   f"precision not reached: the interval [{lo:.3g}, {hi:.3g}] is open after {runs} runs")  # fmt: skip
+        out.append(
+            f"precision not reached: factor {f:.3g} after {runs} runs (levels.interval_factor {factor:g}; "
+            "raise levels.max_runs)"
+            if math.isfinite(f)
+            else f"precision not reached: the interval [{lo:.3g}, {hi:.3g}] is open after {runs} runs"
+        )
     return out
 
 
@@ -191,8 +207,13 @@ def _measured_grid(levels: list[Level], runs: tuple[RunEntry, ...]) -> dict[str,
     """(σ, mean start-weights x) of the noise levels run so far, as a grid for `noise_for_mismatch`: the levels'
     own measurements (several replicates each) place a new level better than the one-seed grid measured before
     training. None with fewer than two noise levels."""
-    pts = sorted({(lv.relative_std, float(np.mean([r.x_start for r in runs if r.level == lv.name])))
-                  for lv in levels if lv.kind == "noise" and any(r.level == lv.name for r in runs)})  # fmt: skip
+    pts = sorted(
+        {
+            (lv.relative_std, float(np.mean([r.x_start for r in runs if r.level == lv.name])))
+            for lv in levels
+            if lv.kind == "noise" and any(r.level == lv.name for r in runs)
+        }
+    )
     if len(pts) < 2:
         return None
     return {"relative_std": [p[0] for p in pts], "mismatch": [p[1] for p in pts]}
@@ -205,8 +226,10 @@ def _added_levels(levels: list[Level], grid, targets) -> list[Level]:
         return []
     k = sum(lv.name.startswith("noise-added-") for lv in levels)
     stds = noise_for_mismatch(grid, list(targets))
-    return [Level(f"noise-added-{k + j + 1}", "noise", relative_std=std, target=float(t))
-            for j, (t, std) in enumerate(zip(targets, stds))]  # fmt: skip
+    return [
+        Level(f"noise-added-{k + j + 1}", "noise", relative_std=std, target=float(t))
+        for j, (t, std) in enumerate(zip(targets, stds))
+    ]
 
 
 def _with_replicates(config: CalibrateConfig, levels: list[Level], counts: dict[str, int]):
@@ -225,8 +248,9 @@ def _fit_counts(levels: list[Level], counts: dict[str, int]) -> dict[str, int]:
 # --------------------------------------------------------------------------------------------------- artifact
 
 
-def build_artifact(config, out: Path, levels, f: Fit, grid, pair_fp, *, adaptive=None, warnings=None,
-                   timings=None) -> CalibrationArtifact:  # fmt: skip
+def build_artifact(
+    config, out: Path, levels, f: Fit, grid, pair_fp, *, adaptive=None, warnings=None, timings=None
+) -> CalibrationArtifact:
     """The artifact (schema in `admitcheck.calibration.schema`) of the fit `f`; `adaptive` (how the rounds
     stopped), `warnings` and `timings` (provenance seconds) when the caller has them."""
     est: Estimate = f.estimate
@@ -241,29 +265,44 @@ def build_artifact(config, out: Path, levels, f: Fit, grid, pair_fp, *, adaptive
         rs = [r for r in runs if r.level == lv.name]
         c = np.array([r.quality_cost for r in rs])
         k = est.names.index(lv.name) if lv.name in est.names else None
-        report.append({
-            "level": lv.name, "kind": lv.kind, "in_fit": lv.fit, "replicates": len(rs),
-            "x": float(np.mean([r.fit_x for r in rs])) if lv.kind != "baseline" else None,
-            "x_start": float(np.mean([r.x_start for r in rs])) if lv.kind != "baseline" else None,
-            "x_run": float(np.mean([r.x_run for r in rs])) if rs[0].x_run is not None else None,
-            "paired_cost": float(c.mean()),
-            "paired_cost_interval": list(est.level_intervals[k]) if k is not None else None,
-            "paired_cost_sd": float(c.std(ddof=1)) if c.size > 1 else None,
-            "fitted_cost": float(np.mean([r.predicted_cost for r in rs])),
-            "decided_budget": lv.name in est.decided_by,
-        })  # fmt: skip
+        report.append(
+            {
+                "level": lv.name,
+                "kind": lv.kind,
+                "in_fit": lv.fit,
+                "replicates": len(rs),
+                "x": float(np.mean([r.fit_x for r in rs])) if lv.kind != "baseline" else None,
+                "x_start": float(np.mean([r.x_start for r in rs])) if lv.kind != "baseline" else None,
+                "x_run": float(np.mean([r.x_run for r in rs])) if rs[0].x_run is not None else None,
+                "paired_cost": float(c.mean()),
+                "paired_cost_interval": list(est.level_intervals[k]) if k is not None else None,
+                "paired_cost_sd": float(c.std(ddof=1)) if c.size > 1 else None,
+                "fitted_cost": float(np.mean([r.predicted_cost for r in rs])),
+                "decided_budget": lv.name in est.decided_by,
+            }
+        )
     budget = {
-        "value": b.value, "kind": b.kind, "interval": [b.interval[0], b.interval[1]],
-        "confidence": config.confidence, "n_boot": b.n_boot, "x": f.x, "x_reason": f.x_reason,
-        "rule": (f"monotone (isotonic) fit of mean paired cost on log x ({f.x}); B where it reaches τ "
-                 f"(linear in log x on log(cost + {OFFSET_SHARE:g} τ) between the bracketing levels); percentile "
-                 "bootstrap over replicate pairs and baseline replicates, τ re-estimated in each resample, cost "
-                 "spreads t-scaled, x resampled with its own spread"),
-        "decided_by": list(est.decided_by), "width_factor": est.width_factor if math.isfinite(est.width_factor)
-        else None, "by_x": f.by_x,
-        "bootstrap": {"quantiles": {str(q): _order_quantile(draws, q) for q in qs} if draws.size else {},
-                      "draws": [float(v) for v in draws]},
-    }  # fmt: skip
+        "value": b.value,
+        "kind": b.kind,
+        "interval": [b.interval[0], b.interval[1]],
+        "confidence": config.confidence,
+        "n_boot": b.n_boot,
+        "x": f.x,
+        "x_reason": f.x_reason,
+        "rule": (
+            f"monotone (isotonic) fit of mean paired cost on log x ({f.x}); B where it reaches τ "
+            f"(linear in log x on log(cost + {OFFSET_SHARE:g} τ) between the bracketing levels); percentile "
+            "bootstrap over replicate pairs and baseline replicates, τ re-estimated in each resample, cost "
+            "spreads t-scaled, x resampled with its own spread"
+        ),
+        "decided_by": list(est.decided_by),
+        "width_factor": est.width_factor if math.isfinite(est.width_factor) else None,
+        "by_x": f.by_x,
+        "bootstrap": {
+            "quantiles": {str(q): _order_quantile(draws, q) for q in qs} if draws.size else {},
+            "draws": [float(v) for v in draws],
+        },
+    }
     if adaptive is not None:
         budget["protocol"] = adaptive
     if warnings is not None:

@@ -76,8 +76,10 @@ class Campaign:
         todo = [(lv, s) for key, (lv, s) in keys.items() if key not in self.ledger.runs]
         done = len(keys) - len(todo)
         self._show(label, done, len(keys))
-        tasks = [Task(run_key(lv, s), f"{lv.name}/seed {s}", run_task, (self.config, self.config_file, lv, s))
-                 for lv, s in todo]  # fmt: skip
+        tasks = [
+            Task(run_key(lv, s), f"{lv.name}/seed {s}", run_task, (self.config, self.config_file, lv, s))
+            for lv, s in todo
+        ]
         status = getattr(self.progress, "status", None)  # the CLI's bar shows the runs in flight, retried and failed
         for task, record in self.runner.run(tasks, on_status=(lambda text: status(label, text)) if status else None):
             self.ledger.append(record.keyed(task.key))

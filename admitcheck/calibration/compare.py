@@ -100,8 +100,10 @@ def compare_budgets(first: BudgetSide, second: BudgetSide) -> Comparison:
     notes = []
     confidence = min(first.confidence, second.confidence)
     if first.confidence != second.confidence:
-        notes.append(f"the intervals have different confidence ({first.confidence:g}, {second.confidence:g}): "
-                     f"the ratio's is at most {confidence:g}")  # fmt: skip
+        notes.append(
+            f"the intervals have different confidence ({first.confidence:g}, {second.confidence:g}): "
+            f"the ratio's is at most {confidence:g}"
+        )
     ratio = second.value / first.value
     if first.kind != "point" or second.kind != "point":
         lo = second.interval[0] / first.interval[1] if first.interval[1] > 0 else 0.0

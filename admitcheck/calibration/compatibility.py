@@ -71,8 +71,11 @@ def check_compatibility(
         mine |= protocol_of_screen(config)
         theirs |= calibration.protocol.flat()
     blocking = [d for d in diffs if d.field in ("pair.tokenizer", "pair.probe_prompts")]
-    blocking += [fingerprint.Difference(k, theirs.get(k), mine.get(k)) for k in sorted(set(mine) | set(theirs))
-                 if theirs.get(k) != mine.get(k)]  # fmt: skip
+    blocking += [
+        fingerprint.Difference(k, theirs.get(k), mine.get(k))
+        for k in sorted(set(mine) | set(theirs))
+        if theirs.get(k) != mine.get(k)
+    ]
     blocking.sort(key=lambda d: d.field != "metric")
     if blocking:
         d = blocking[0]

@@ -335,8 +335,9 @@ def estimate(
     cs, ux = np.asarray(fit.cost), np.asarray(fit.x)
     at = [int(np.searchsorted(ux, x.mean())) for x in xs]  # each level's fitted point
     decided = [names[k] for k in range(len(names)) if any(cs[at[k]] == cs[j] for j in idx)]
-    lv_int = tuple(_percentile_interval(means[:, k], confidence) if n_boot else (float(ys[k].mean()),) * 2
-                   for k in range(len(ys)))  # fmt: skip
+    lv_int = tuple(
+        _percentile_interval(means[:, k], confidence) if n_boot else (float(ys[k].mean()),) * 2 for k in range(len(ys))
+    )
     return Estimate(
         fit=fit,
         tau=tau,

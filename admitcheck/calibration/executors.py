@@ -193,8 +193,9 @@ class RayExecutor(Executor):
         try:
             import ray
         except ImportError:
-            raise ConfigError(f"--executor ray needs Ray, which is not installed: {INSTALL_RAY}",
-                              field="--executor") from None  # fmt: skip
+            raise ConfigError(
+                f"--executor ray needs Ray, which is not installed: {INSTALL_RAY}", field="--executor"
+            ) from None
         address = self.address or os.environ.get("RAY_ADDRESS") or None
         hp = _host_port(address) if address else None
         if hp is not None:

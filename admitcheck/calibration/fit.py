@@ -58,12 +58,19 @@ def run_x(run: RunRecord, which: str, window: int) -> float:
     return max(float(np.mean(run.in_run_k3[:window])), 1e-12)
 
 
-def _level_data(config, levels: list[Level], placed: list[PlacedRun], costs: list[float], which: str,
-                keep) -> list[LevelData]:  # fmt: skip
+def _level_data(
+    config, levels: list[Level], placed: list[PlacedRun], costs: list[float], which: str, keep
+) -> list[LevelData]:
     by = {lv.name: [(p, c) for p, c in zip(placed, costs) if p.level.name == lv.name] for lv in levels}
-    return [LevelData(lv.name, tuple(run_x(p.record, which, config.levels.run_window) for p, _ in by[lv.name]),
-                      tuple(c for _, c in by[lv.name]))
-            for lv in levels if lv.kind != "baseline" and keep(lv)]  # fmt: skip
+    return [
+        LevelData(
+            lv.name,
+            tuple(run_x(p.record, which, config.levels.run_window) for p, _ in by[lv.name]),
+            tuple(c for _, c in by[lv.name]),
+        )
+        for lv in levels
+        if lv.kind != "baseline" and keep(lv)
+    ]
 
 
 def one_scale_score(config, levels, placed, costs, which: str, tol: Tolerance) -> dict[str, Any] | None:
@@ -74,8 +81,12 @@ def one_scale_score(config, levels, placed, costs, which: str, tol: Tolerance) -
     if len(noise) < 2 or not others:
         return None
     tau = tol.of(float(np.mean([p.record.quality for p in placed if p.level.name == "baseline"])))
-    fit = fit_levels([np.mean(d.x) for d in noise], [np.mean(d.cost) for d in noise], [len(d.x) for d in noise],
-                     OFFSET_SHARE * tau if tau > 0 else 0.0)  # fmt: skip
+    fit = fit_levels(
+        [np.mean(d.x) for d in noise],
+        [np.mean(d.cost) for d in noise],
+        [len(d.x) for d in noise],
+        OFFSET_SHARE * tau if tau > 0 else 0.0,
+    )
     z = {}
     for d in others:
         c = np.asarray(d.cost)
@@ -100,23 +111,40 @@ def fit_runs(config: CalibrateConfig, levels: list[Level], placed: list[PlacedRu
             raise CalibrationError("the run-averaged x is k3: set metric k3 or levels.x start", field="levels.x")
     elif all(scores[w] is not None for w in choices) and len(choices) == 2:
         which = min(choices, key=lambda w: scores[w]["mean_z2"])
-        reason = ("the non-noise levels fall closer to the noise curve (mean squared z "
-                  + ", ".join(f"{w} {scores[w]['mean_z2']:.3g}" for w in choices) + ")")  # fmt: skip
+        reason = (
+            "the non-noise levels fall closer to the noise curve (mean squared z "
+            + ", ".join(f"{w} {scores[w]['mean_z2']:.3g}" for w in choices)
+            + ")"
+        )
     else:
         which = "start"
         reason = "no non-noise level to compare sources with: the start-weights x (what screens measure)"
     fitted_levels = _level_data(config, levels, placed, costs, which, lambda lv: lv.fit)
     if not fitted_levels:
         raise CalibrationError("no fitted level: nothing to fit", field="levels")
-    est = estimate(fitted_levels, list(base.values()), tol, n_boot=config.bootstrap, seed=config.seed,
-                   confidence=config.confidence)  # fmt: skip
+    est = estimate(
+        fitted_levels, list(base.values()), tol, n_boot=config.bootstrap, seed=config.seed, confidence=config.confidence
+    )
     alt = {}
     for w in choices:  # the budget under each x, for the report
-        e = est if w == which else estimate(_level_data(config, levels, placed, costs, w, lambda lv: lv.fit),
-                                            list(base.values()), tol, n_boot=config.bootstrap, seed=config.seed,
-                                            confidence=config.confidence)  # fmt: skip
-        alt[w] = {"value": e.budget.value, "kind": e.budget.kind, "interval": list(e.budget.interval),
-                  "score": scores[w]}  # fmt: skip
+        e = (
+            est
+            if w == which
+            else estimate(
+                _level_data(config, levels, placed, costs, w, lambda lv: lv.fit),
+                list(base.values()),
+                tol,
+                n_boot=config.bootstrap,
+                seed=config.seed,
+                confidence=config.confidence,
+            )
+        )
+        alt[w] = {
+            "value": e.budget.value,
+            "kind": e.budget.kind,
+            "interval": list(e.budget.interval),
+            "score": scores[w],
+        }
     entries = tuple(_entry(config, p, c, which, est) for p, c in zip(placed, costs))
     return Fit(est, which, reason, alt, base, entries)
 
@@ -133,9 +161,26 @@ def _entry(config: CalibrateConfig, p: PlacedRun, cost: float, which: str, est: 
         fit_x = x_start if which == "start" else x_run
         predicted = float(est.fit.predict(fit_x))
     return RunEntry(
-        level=lv.name, kind=lv.kind, replicate=p.replicate, seed=r.seed, in_fit=lv.fit, relative_std=r.relative_std,
-        staleness=r.staleness, mismatch=r.mismatch, mismatch_interval=r.mismatch_interval, kl_exact=r.kl_exact,
-        x_start=x_start, x_run=x_run, in_run_k3_mean=r.in_run_k3_mean, fit_x=fit_x, quality=r.quality,
-        reverse_kl=r.reverse_kl, quality_cost=cost, predicted_cost=predicted, quality_start=r.quality_start,
-        accuracy=r.accuracy, accuracy_start=r.accuracy_start, steps=r.steps,
-    )  # fmt: skip
+        level=lv.name,
+        kind=lv.kind,
+        replicate=p.replicate,
+        seed=r.seed,
+        in_fit=lv.fit,
+        relative_std=r.relative_std,
+        staleness=r.staleness,
+        mismatch=r.mismatch,
+        mismatch_interval=r.mismatch_interval,
+        kl_exact=r.kl_exact,
+        x_start=x_start,
+        x_run=x_run,
+        in_run_k3_mean=r.in_run_k3_mean,
+        fit_x=fit_x,
+        quality=r.quality,
+        reverse_kl=r.reverse_kl,
+        quality_cost=cost,
+        predicted_cost=predicted,
+        quality_start=r.quality_start,
+        accuracy=r.accuracy,
+        accuracy_start=r.accuracy_start,
+        steps=r.steps,
+    )

@@ -64,9 +64,12 @@ def load_runs(cal: CalibrationArtifact, ledgers: list[str], config_file: str | N
         keys = ("pair", "config")
         diff = first_difference({k: more[0].get(k) for k in keys}, {k: header.get(k) for k in keys})
         if diff:
-            raise ConfigError(f"{path} holds runs of another recipe or pair than the calibration's ledger ({diff} "
-                              "differs): their learning curves are not comparable", file=config_file,
-                              field=f"ledgers.{i}")  # fmt: skip
+            raise ConfigError(
+                f"{path} holds runs of another recipe or pair than the calibration's ledger ({diff} "
+                "differs): their learning curves are not comparable",
+                file=config_file,
+                field=f"ledgers.{i}",
+            )
         for j, r in enumerate(more[1:], start=1):
             if r.get("kind") == "run":
                 run = read_run(r, Path(path), j)
@@ -100,22 +103,31 @@ def level_names(cal: CalibrationArtifact, ledgers: list[str]) -> dict[str, str]:
     ledger (`<stem>.yaml` of `<stem>.ledger.jsonl`), when there is one."""
     names = {}
     for lv in cal.levels:
-        spec = {"kind": lv.kind, "relative_std": lv.relative_std or 0.0, "rollout": lv.rollout,
-                "staleness": lv.staleness or 0}  # fmt: skip
+        spec = {
+            "kind": lv.kind,
+            "relative_std": lv.relative_std or 0.0,
+            "rollout": lv.rollout,
+            "staleness": lv.staleness or 0,
+        }
         names[spec_key(spec)] = lv.name
     for path in map(Path, ledgers):
         report = path.with_name(path.name.removesuffix(".ledger.jsonl") + ".yaml")
         data = io.read_yaml(report) if report.is_file() and report != path else None
         for c in data.get("candidates", []) if isinstance(data, dict) and data.get("kind") == "backtest" else []:
             cand = c.get("candidate") or {}
-            spec = {"kind": "staleness" if cand.get("staleness") else "rollout", "relative_std": 0.0,
-                    "rollout": cand.get("rollout"), "staleness": cand.get("staleness") or 0}  # fmt: skip
+            spec = {
+                "kind": "staleness" if cand.get("staleness") else "rollout",
+                "relative_std": 0.0,
+                "rollout": cand.get("rollout"),
+                "staleness": cand.get("staleness") or 0,
+            }
             names.setdefault(spec_key(spec), str(c.get("name")))
     return names
 
 
-def level_runs(cal: CalibrationArtifact, runs: list[RunRecord], tau: float, confidence: float,
-               names: dict[str, str] | None = None) -> list[LevelRuns]:  # fmt: skip
+def level_runs(
+    cal: CalibrationArtifact, runs: list[RunRecord], tau: float, confidence: float, names: dict[str, str] | None = None
+) -> list[LevelRuns]:
     """Every level with runs, its pairs' efficiencies (baseline first, efficiency 1 by definition)."""
     run_window = cal.protocol.run_window
     which, window = cal.x_measure, int(run_window if run_window is not None else 20)
@@ -151,5 +163,6 @@ def is_noise(spec: dict[str, Any]) -> bool:
     """A noise level, or a rollout level that is weight noise alone (a backtest's noise candidates)."""
     r = spec.get("rollout") or {}
     only_noise = not r.get("weights") and r.get("kv_cache", {}).get("dtype") == "auto" and not r.get("weights_from")
-    return spec["kind"] == "noise" or (spec["kind"] == "rollout" and only_noise
-                                       and r.get("noise", {}).get("relative_std", 0) > 0)  # fmt: skip
+    return spec["kind"] == "noise" or (
+        spec["kind"] == "rollout" and only_noise and r.get("noise", {}).get("relative_std", 0) > 0
+    )

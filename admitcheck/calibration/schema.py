@@ -458,9 +458,13 @@ class CalibrationArtifact(Section):
                 continue
             ci = lv.paired_cost_interval
             cost = f"[{ci[0]:+.3g}, {ci[1]:+.3g}]" if ci else "(held out)"
-            rows.append((f"level {lv.level}", f"{lv.replicates} pairs, x {lv.x:.3g}, paired cost "
-                         f"{lv.paired_cost:+.3g} {cost}, fit {lv.fitted_cost:+.3g}"
-                         + (" *" if lv.decided_budget else "")))  # fmt: skip
+            rows.append(
+                (
+                    f"level {lv.level}",
+                    f"{lv.replicates} pairs, x {lv.x:.3g}, paired cost "
+                    f"{lv.paired_cost:+.3g} {cost}, fit {lv.fitted_cost:+.3g}" + (" *" if lv.decided_budget else ""),
+                )
+            )
         return rows + [("WARNING", w) for w in self.budget.warnings]
 
     def dump(self) -> dict[str, Any]:

@@ -155,9 +155,19 @@ def measure(
     io.check_causal_lm(config.pair.teacher, file=config_file, field="pair.teacher")
     reference_model = pair.student(config.reference.dtype, config.reference.device)
     common = dict(full=config.full_logprobs, confidence=config.confidence, progress=progress)
+
     def measure_one(name: str, rollout: RolloutConfig) -> EngineMeasurement:
-        return measure_rollout(name, rollout, config.pair.student, tokens, reference_model, prompt_ids, config.probe,
-                               config.sampling, **common)  # fmt: skip
+        return measure_rollout(
+            name,
+            rollout,
+            config.pair.student,
+            tokens,
+            reference_model,
+            prompt_ids,
+            config.probe,
+            config.sampling,
+            **common,
+        )
 
     candidate = measure_one("candidate", config.rollout)
     floor = measure_one("floor", floor_rollout(config.rollout, config.reference)) if config.floor else None

@@ -177,17 +177,27 @@ def make_model(hidden: int, num_layers: int, seed: int):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
-        vocab_size=len(VOCAB), hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=num_layers,
-        num_attention_heads=hidden // 32, num_key_value_heads=hidden // 32, head_dim=32,
-        max_position_embeddings=256, tie_word_embeddings=False, bos_token_id=BOS_ID, eos_token_id=EOS_ID,
-        pad_token_id=PAD_ID, rope_theta=10000.0,
-    )  # fmt: skip
+        vocab_size=len(VOCAB),
+        hidden_size=hidden,
+        intermediate_size=4 * hidden,
+        num_hidden_layers=num_layers,
+        num_attention_heads=hidden // 32,
+        num_key_value_heads=hidden // 32,
+        head_dim=32,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+        bos_token_id=BOS_ID,
+        eos_token_id=EOS_ID,
+        pad_token_id=PAD_ID,
+        rope_theta=10000.0,
+    )
     torch.manual_seed(seed)
     return LlamaForCausalLM(config).float()
 
 
-def _sft(model, recipe: ToyRecipe, steps: int, lr: float, held_out: set[str], seed: int,
-         target_noise: float = 0.0) -> None:  # fmt: skip
+def _sft(
+    model, recipe: ToyRecipe, steps: int, lr: float, held_out: set[str], seed: int, target_noise: float = 0.0
+) -> None:
     """Cross-entropy on answer tokens (and <eos>) over fresh random prompts, never any in `held_out`.
 
     With `target_noise` p, each answer digit is replaced by a uniform random digit with probability p (in the
@@ -234,8 +244,9 @@ def _by_length(prompt_ids: list[list[int]]) -> list[list[int]]:
 
 
 @torch.no_grad()
-def generate(model, prompt_ids: list[list[int]], max_new_tokens: int = 32, *, temperature: float = 0.0,
-             seed: int = 0) -> list[list[int]]:  # fmt: skip
+def generate(
+    model, prompt_ids: list[list[int]], max_new_tokens: int = 32, *, temperature: float = 0.0, seed: int = 0
+) -> list[list[int]]:
     """Responses as id lists (<eos> included when emitted): greedy at temperature 0, else sampled at `temperature`.
 
     A plain decode loop without a KV cache (the toy sequences are < 30 tokens); the real engines live in engines/.
@@ -334,14 +345,16 @@ def _build(d: Path, recipe: ToyRecipe, seed: int, key: str) -> ToyPairSummary:
 
     samples = generate(student, ids, recipe.max_new_tokens, temperature=1.0, seed=seed)
     summary = ToyPairSummary(
-        **io.pair_dir_paths(d), seed=seed, recipe_hash=key,
+        **io.pair_dir_paths(d),
+        seed=seed,
+        recipe_hash=key,
         teacher_accuracy=accuracy(generate(teacher, ids, recipe.max_new_tokens)),
         student_accuracy=accuracy(generate(student, ids, recipe.max_new_tokens)),
         student_sampled_accuracy=accuracy(samples),
         reverse_kl_student_to_teacher=reverse_kl_student_to_teacher(student, teacher, ids, samples),
         student_response_tokens=sum(map(len, samples)) / len(samples),
         build_seconds=round(time.perf_counter() - t0, 2),
-    )  # fmt: skip
+    )
     meta = {"recipe_hash": key, "recipe": asdict(recipe), "version": TOY_RECIPE_VERSION, "summary": summary.to_dict()}
     io.write_text_atomic(d / "toy_pair.json", json.dumps(meta, indent=2) + "\n")
     return summary

@@ -27,8 +27,9 @@ def rollout_problems(rollout: RolloutConfig, num_layers: int, module_names: Sequ
     for fld, layers in fields:
         bad = [i for i in layers if num_layers and not 0 <= i < num_layers]
         if bad:
-            out.append((fld, f"layer {bad[0]} is out of range: the model has {num_layers} decoder layers "
-                             f"(0–{num_layers - 1})"))  # fmt: skip
+            out.append(
+                (fld, f"layer {bad[0]} is out of range: the model has {num_layers} decoder layers (0–{num_layers - 1})")
+            )
     if rollout.weights is not None and module_names:
         for glob in rollout.weights.exclude:
             if not any(fnmatch.fnmatchcase(n, glob) for n in module_names):

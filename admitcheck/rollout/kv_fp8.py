@@ -204,8 +204,11 @@ def calibrate_scales(
     out = torch.ones(len(mods), 3, dtype=torch.float32)
     for m in mods:
         i = m.layer_idx
-        for which, amax, fmax in ((0, q_amax.get(i), q_max), (1, cache.amax.get((i, 1)), kv_max),
-                                  (2, cache.amax.get((i, 2)), kv_max)):  # fmt: skip
+        for which, amax, fmax in (
+            (0, q_amax.get(i), q_max),
+            (1, cache.amax.get((i, 1)), kv_max),
+            (2, cache.amax.get((i, 2)), kv_max),
+        ):
             if amax is not None:
                 p = float(percentile_rank(amax.cpu(), kv.percentile))
                 out[i, which] = p * kv.margin / fmax if p > 0 else 1.0

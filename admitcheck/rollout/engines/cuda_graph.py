@@ -258,8 +258,9 @@ class CapturedDecoder:
         return self.tokens, self.logprobs, self.mask, self.full, steps
 
 
-def add_noise_on_device(targets: list[tuple[str, torch.Tensor, torch.Tensor]], relative_std: float, seed: int,
-                        step: int) -> None:  # fmt: skip
+def add_noise_on_device(
+    targets: list[tuple[str, torch.Tensor, torch.Tensor]], relative_std: float, seed: int, step: int
+) -> None:
     """For (name, parameter, clean float32 source) on one device: parameter = w + relative_std · rms(w) · N(0, 1),
     w = clean rounded to the parameter's dtype (what `apply_noise` sees), the normal drawn on that device by a
     generator seeded like the CPU recipe's: on CPU the same numbers, on CUDA the same law from another stream. In

@@ -108,7 +108,7 @@ class RolloutCache(DynamicCache):
         prefill = layer_idx >= len(self.layers) or self.layers[layer_idx].get_seq_length() == 0
         keys, values = super().update(
             *self.recipe.quantize(key_states, value_states, layer_idx), layer_idx, *args, **kwargs
-        )  # fmt: skip  (B, H, S, D): the cache now holds quantized K/V
+        )  # (B, H, S, D): the cache now holds quantized K/V
         if prefill and not self.recipe.prefill_reads_cache:
             return key_states, value_states  # fresh_prefill: the prompt attends over its unquantized K/V
         return keys, values
@@ -296,8 +296,9 @@ class HFEngine:
         """The KV recipe of this call; calibrated scales are recomputed first when the weights changed since."""
         kv = self.rollout.kv_cache
         if kv.dtype != "auto" and kv.scales == "calibrated" and self._scales_stale:
-            scales = calibrate_scales(self.model, self._clean, ids, prompt_mask, position_ids(prompt_mask), kv,
-                                      cache_kwarg=self._cache_kwarg)  # fmt: skip
+            scales = calibrate_scales(
+                self.model, self._clean, ids, prompt_mask, position_ids(prompt_mask), kv, cache_kwarg=self._cache_kwarg
+            )
             self._kv_scales.copy_(scales)  # in place: captured graphs read this memory
             self._scales_stale = False
         recipe = KVRecipe.of(kv, self._kv_scales)

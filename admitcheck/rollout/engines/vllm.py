@@ -108,11 +108,17 @@ def attention_backend(rollout: RolloutConfig, on_cpu: bool) -> str | None:
         return None
     field = "rollout.kv_cache.attention_backend"
     if kv.attention_backend == "fresh_prefill":
-        raise ConfigError("attention_backend fresh_prefill is the HF engine's old recipe; vLLM has no such backend "
-                          "(use engine: hf, or name the backend vLLM runs)", field=field)  # fmt: skip
+        raise ConfigError(
+            "attention_backend fresh_prefill is the HF engine's old recipe; vLLM has no such backend "
+            "(use engine: hf, or name the backend vLLM runs)",
+            field=field,
+        )
     if on_cpu != (kv.attention_backend == "cpu"):
-        what = "vLLM-CPU runs one attention backend: set attention_backend: cpu" if on_cpu else (
-            "attention_backend cpu is vLLM-CPU's; on a GPU name flash_attn, triton_attn or flashinfer")  # fmt: skip
+        what = (
+            "vLLM-CPU runs one attention backend: set attention_backend: cpu"
+            if on_cpu
+            else ("attention_backend cpu is vLLM-CPU's; on a GPU name flash_attn, triton_attn or flashinfer")
+        )
         raise ConfigError(what, field=field)
     return None if on_cpu else _BACKENDS[kv.attention_backend]
 
@@ -350,8 +356,9 @@ class VLLMEngine:
                 self._trainer.load_state_dict(w, strict=False)  # copy_ casts to float32 (tied lm_head: shared)
             ids, mask = left_pad(prompts, self.pad_token_id, "cpu")
             trainer, kv = self._trainer, self.rollout.kv_cache
-            self.kv_scales = calibrate_scales(trainer, trainer.state_dict(), ids, mask, position_ids(mask), kv,
-                                              cache_kwarg=cache_kwarg(trainer))  # fmt: skip
+            self.kv_scales = calibrate_scales(
+                trainer, trainer.state_dict(), ids, mask, position_ids(mask), kv, cache_kwarg=cache_kwarg(trainer)
+            )
             self._scales_stale, self._scales_unset = False, True
         if self._scales_unset:
             import functools
@@ -381,9 +388,14 @@ class VLLMEngine:
         per_token = kv_bytes_per_token(_text_config(self.source), CapacitySpec.from_rollout(self.rollout))
         kv_bytes, block = cc.kv_cache_memory_bytes, int(cc.block_size)
         estimate = int(kv_bytes) // (per_token * block) * block if kv_bytes else None  # unknown when vLLM profiled
-        return {"allocated_kv_tokens": self.allocated_kv_tokens, "estimated_kv_tokens": estimate,
-                "block_size": block, "kv_cache_dtype": str(cc.cache_dtype), "kv_cache_memory_bytes": kv_bytes,
-                "bytes_per_token": per_token}  # fmt: skip
+        return {
+            "allocated_kv_tokens": self.allocated_kv_tokens,
+            "estimated_kv_tokens": estimate,
+            "block_size": block,
+            "kv_cache_dtype": str(cc.cache_dtype),
+            "kv_cache_memory_bytes": kv_bytes,
+            "bytes_per_token": per_token,
+        }
 
     # ------------------------------------------------------------------------------------------------ sampling
 
@@ -407,11 +419,16 @@ class VLLMEngine:
             raise ConfigError(problem, field="sampling")
         full = return_full and self.full_ok
         common = dict(
-            temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,  # top_k 0 = off in 0.32
-            max_tokens=int(max_new_tokens), logprobs=-1 if full else 0,  # 0: the sampled token only
-            stop_token_ids=[self.eos_token_id], ignore_eos=False,  # vLLM keeps the EOS in token_ids, as HF does
-            detokenize=False, flat_logprobs=True,
-        )  # fmt: skip
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k,  # top_k 0 = off in 0.32
+            max_tokens=int(max_new_tokens),
+            logprobs=-1 if full else 0,  # 0: the sampled token only
+            stop_token_ids=[self.eos_token_id],
+            ignore_eos=False,  # vLLM keeps the EOS in token_ids, as HF does
+            detokenize=False,
+            flat_logprobs=True,
+        )
         params = [SamplingParams(seed=row_seed(seed, i), **common) for i in range(len(prompts))]
         if self._calibrated:
             self._send_scales(prompts)
