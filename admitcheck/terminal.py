@@ -445,7 +445,7 @@ def render_demo(result) -> None:
 
 
 def render_logged(q: dict) -> None:
-    """What logged log-probs measure (`cli._logged_quantity`), beside the budget's protocol."""
+    """What logged log-probs measure (`validation.logs_against_protocol`), beside the budget's protocol."""
     steps = ", ".join(map(str, q["steps"])) or (
         f"{q['step']} (logs.step)" if q.get("step") is not None else "not logged"
     )
