@@ -82,7 +82,8 @@ class RecordingEngine:
 
 
 def _run(tiny, mode: str, k: int, *, loss: str = "pg", rollout: RolloutConfig = NOISE, steps: int = 4,
-         stop_after: int | None = None, redraw_noise: bool = True, device: str = "cpu", engine_wrap=RecordingEngine):  # fmt: skip
+         stop_after: int | None = None, redraw_noise: bool = True, device: str = "cpu",
+         engine_wrap=RecordingEngine):  # fmt: skip
     extra = {"grpo": {"group_size": 4}} if loss == "grpo" else {}
     cfg = TrainConfig(prompts="-", steps=steps, batch_size=8, max_new_tokens=6, loss=loss, rollouts=mode, **extra)
     student = opd.cast_parameters(copy.deepcopy(tiny["student"]), "float32").to(device)

@@ -10,7 +10,13 @@ One step: a batch of train prompts (each `group_size` times) -> the rollout engi
 perturbation) samples -> the objective's targets (the teacher scores the sampled tokens; GRPO: rewards and group
 advantages) -> the student (trainer, float32) re-scores them with gradients -> the objective's loss -> AdamW step ->
 the engine is re-synced from the student and its perturbation re-applied (`noise_step` = step: a fresh noise draw
-per sync, the recipe re-quantized). With `staleness=k` the engine holds the weights of k steps earlier.
+per sync, the recipe re-quantized). With `staleness=k` the engine holds the weights of k steps earlier: batch j is
+sampled from θ_{max(0, j−k)} under `noise_step` j (0 with `redraw_noise=False`) and rollout seed j, either at the
+start of step j from a kept snapshot (`train.rollouts: sync`, the default) or, with `async`, on a background thread
+(`rollout/background.py`) while steps j−k … j−1 train: batch t+k is queued with θ_t's snapshot when step t−1
+ends, and a last sync alone leaves the engine as the synchronous loop does. The two are the same run bit for bit
+(tests/test_async_rollouts.py); only the timings differ (async: `seconds_rollout` is the wait for the batch, the
+part of its sampling not hidden behind the steps before; `seconds_sync` the snapshot). Staleness 0 is synchronous.
 
 Objectives (`TrainConfig.loss`, calibration/objectives.py): "pg" `SampledTokenPG`, "gkd_reverse_kl"
 `FullVocabReverseKL`, "grpo" `grpo.GRPO`; each gives its loss and its step log's extra fields.
@@ -154,7 +160,9 @@ def train(
     student)` is called after step k's optimizer step and engine sync (k = 1 … steps). `stop_after=n` runs only the
     first n steps of the recipe (the same schedule, so they equal the full run's first n steps). `redraw_noise=False`
     keeps the engine's step-0 noise draw for the whole run (systematic, like FP8 rounding: the same direction at
-    every sync, scaled to the current weights) instead of a fresh draw after every sync.
+    every sync, scaled to the current weights) instead of a fresh draw after every sync. `cfg.rollouts: async` with
+    `staleness` ≥ 1 samples ahead on a background thread (the same run); an exception there is raised here, and the
+    thread is joined on every way out.
     """
     objective = objective_for(cfg, teacher, prompt_ids)
     sampling = SamplingConfig(temperature=cfg.temperature)

@@ -217,10 +217,13 @@ class CapturedDecoder:
         torch.cuda.current_stream().wait_stream(stream)
         self.pool = self.pool if self.pool is not None else torch.cuda.graph_pool_handle()
         self.prefill_graph, self.step_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.prefill_graph, pool=self.pool):
+        # thread_local: only this thread is kept from unsafe CUDA calls while it captures, so a trainer on another
+        # thread (train.rollouts: async samples on a background thread) goes on; alone, the same as "global".
+        mode = "thread_local"
+        with torch.cuda.graph(self.prefill_graph, pool=self.pool, capture_error_mode=mode):
             self._prefill()
         self._reset()
-        with torch.cuda.graph(self.step_graph, pool=self.pool):
+        with torch.cuda.graph(self.step_graph, pool=self.pool, capture_error_mode=mode):
             self._step()
         torch.cuda.synchronize()
 
