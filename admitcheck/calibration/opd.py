@@ -194,6 +194,7 @@ def train(
             for j in range(min(staleness, steps) + 1):
                 job = (batch_of(j) if j < steps else None, sampling, derive_seed(seed, "rollout", j))
                 background.submit(*job, cfg.max_new_tokens, weights=theta0 if j else None, noise_step=noise_of(j))
+            del theta0  # the queued jobs hold it
         for step in range(steps):
             t0 = time.perf_counter()
             batch = batch_of(step)
