@@ -181,6 +181,9 @@ def train(
     def noise_of(j: int) -> int:  # the noise_step batch j is sampled under (the sync before it)
         return j if redraw_noise else 0
 
+    def job(j: int) -> tuple:  # batch j as a background job; past the last step a sync alone (no prompts)
+        return batch_of(j) if j < steps else None, sampling, derive_seed(seed, "rollout", j), cfg.max_new_tokens
+
     overlap = cfg.rollouts == "async" and staleness > 0  # staleness 0: nothing to sample ahead (synchronous)
     history: deque[dict[str, torch.Tensor]] = deque(maxlen=staleness + 1)  # the last k+1 clean states
     if staleness and not overlap:
@@ -192,8 +195,7 @@ def train(
         if background is not None:  # batches 0 … k all sample θ0 (batch 0 with the engine as given)
             theta0 = _snapshot(student)
             for j in range(min(staleness, steps) + 1):
-                job = (batch_of(j) if j < steps else None, sampling, derive_seed(seed, "rollout", j))
-                background.submit(*job, cfg.max_new_tokens, weights=theta0 if j else None, noise_step=noise_of(j))
+                background.submit(*job(j), weights=theta0 if j else None, noise_step=noise_of(j))
             del theta0  # the queued jobs hold it
         for step in range(steps):
             t0 = time.perf_counter()
@@ -219,8 +221,7 @@ def train(
             if background is not None:  # θ_{step+1} is what batch step+1+k samples (the last job: a sync alone)
                 j = step + 1 + staleness
                 if j <= steps:
-                    job = (batch_of(j) if j < steps else None, sampling, derive_seed(seed, "rollout", j))
-                    background.submit(*job, cfg.max_new_tokens, weights=_snapshot(student), noise_step=noise_of(j))
+                    background.submit(*job(j), weights=_snapshot(student), noise_step=noise_of(j))
             elif staleness:
                 history.append(_snapshot(student))
                 engine.load_weights(history[0], noise_step=noise_of(step + 1))  # θ_{max(0, step+1−k)}
