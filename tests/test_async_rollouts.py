@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import threading
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 import torch
@@ -220,9 +221,19 @@ def test_background_rollouts_run_jobs_in_order_and_close_is_idempotent(tiny) -> 
 
 
 def test_the_switch_is_validated_and_never_dumped() -> None:
-    cfg = TrainConfig(prompts="p.jsonl", rollouts="async")
-    assert cfg.rollouts == "async" and "rollouts" not in cfg.model_dump()  # out of ledger headers and recipes
-    assert TrainConfig(prompts="p.jsonl").rollouts == "sync"
+    """Not part of what a run is: the ledger header (`run_relevant_config`), the artifact's recipe (`recipe_of`) and
+    its resolved config are all dumps of the config, and are the same under sync and async."""
+    import yaml
+
+    from admitcheck.calibration.artifact import recipe_of
+    from admitcheck.config import CalibrateConfig
+
+    data = yaml.safe_load((Path(__file__).resolve().parents[1] / "examples" / "toy_calibrate_quick.yaml").read_text())
+    sync = CalibrateConfig.model_validate(data)
+    real = CalibrateConfig.model_validate({**data, "train": {**data["train"], "rollouts": "async"}})
+    assert sync.train.rollouts == "sync" and real.train.rollouts == "async"
+    assert sync.model_dump(mode="json") == real.model_dump(mode="json") and recipe_of(sync) == recipe_of(real)
+    assert "rollouts" not in real.model_dump(mode="json")["train"]
     with pytest.raises(ValueError, match="rollouts"):
         TrainConfig(prompts="p.jsonl", rollouts="overlap")
 
@@ -252,3 +263,17 @@ def test_async_rollouts_on_cuda_are_bit_identical_to_the_simulated_staleness(tin
         tiny["teacher"].to("cpu")
     assert_bit_identical(sync, real)
     assert not worker_threads()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_cuda_engine_shares_no_tensor_with_a_cuda_trainer(tiny) -> None:
+    student = copy.deepcopy(tiny["student"]).to("cuda")
+    engine = HFEngine(student, RolloutConfig(dtype="float32", device="cuda"), eos_token_id=2, pad_token_id=0)
+    ours = {t.data_ptr() for t in student.state_dict().values()}
+    snapshot = {n: v.clone() for n, v in student.state_dict().items()}
+    engine.load_weights(snapshot, noise_step=1)  # in place (captured graphs stay valid): copies, never aliases
+    engine.sample(tiny["train_ids"][:4], SamplingConfig(), 5, 6)
+    theirs = [t.data_ptr() for t in engine.model.state_dict().values()] + [t.data_ptr() for t in engine._clean.values()]
+    assert not (ours | {t.data_ptr() for t in snapshot.values()}) & set(theirs)
+    engine.close()
