@@ -284,6 +284,11 @@ class TrainConfig(Strict):
     tis_cap: float | None = Field(None, gt=0)  # truncated importance sampling: weight min(pi/mu, C); null = plain ratio
     temperature: float = Field(1.0, gt=0)  # rollout sampling temperature during training
     grpo: GRPOConfig | None = None  # the RL objective's settings (loss: grpo only; filled with defaults there)
+    # How (not what) a run with staleness k >= 1 executes: "async" samples batch t+k on a background thread while
+    # step t trains (bit-identical to "sync", which samples each batch at the start of its step from the kept
+    # snapshot). Staleness 0 has nothing to sample ahead: both are the synchronous loop. Never dumped: out of
+    # ledger headers, run keys and the artifact's recipe, so a calibration may switch it and resume.
+    rollouts: Literal["sync", "async"] = Field("sync", exclude=True)
 
     @model_validator(mode="before")
     @classmethod

@@ -10,7 +10,13 @@ One step: a batch of train prompts (each `group_size` times) -> the rollout engi
 perturbation) samples -> the objective's targets (the teacher scores the sampled tokens; GRPO: rewards and group
 advantages) -> the student (trainer, float32) re-scores them with gradients -> the objective's loss -> AdamW step ->
 the engine is re-synced from the student and its perturbation re-applied (`noise_step` = step: a fresh noise draw
-per sync, the recipe re-quantized). With `staleness=k` the engine holds the weights of k steps earlier.
+per sync, the recipe re-quantized). With `staleness=k` the engine holds the weights of k steps earlier: batch j is
+sampled from θ_{max(0, j−k)} under `noise_step` j (0 with `redraw_noise=False`) and rollout seed j, either at the
+start of step j from a kept snapshot (`train.rollouts: sync`, the default) or, with `async`, on a background thread
+(`rollout/background.py`) while steps j−k … j−1 train: batch t+k is queued with θ_t's snapshot when step t−1
+ends, and a last sync alone leaves the engine as the synchronous loop does. The two are the same run bit for bit
+(tests/test_async_rollouts.py); only the timings differ (async: `seconds_rollout` is the wait for the batch, the
+part of its sampling not hidden behind the steps before; `seconds_sync` the snapshot). Staleness 0 is synchronous.
 
 Objectives (`TrainConfig.loss`, calibration/objectives.py): "pg" `SampledTokenPG`, "gkd_reverse_kl"
 `FullVocabReverseKL`, "grpo" `grpo.GRPO`; each gives its loss and its step log's extra fields.
@@ -40,6 +46,7 @@ from admitcheck.calibration.runs import OPDResult, Quality, StepHook, StepLog, d
 from admitcheck.config import EvalConfig, ReferenceConfig, RolloutConfig, SamplingConfig, TrainConfig
 from admitcheck.measurement.metrics import k3_terms
 from admitcheck.measurement.scorer import response_logprobs, score
+from admitcheck.rollout.background import BackgroundRollouts
 
 
 def quality_value(cfg: TrainConfig, q: Quality) -> float:
@@ -153,7 +160,9 @@ def train(
     student)` is called after step k's optimizer step and engine sync (k = 1 … steps). `stop_after=n` runs only the
     first n steps of the recipe (the same schedule, so they equal the full run's first n steps). `redraw_noise=False`
     keeps the engine's step-0 noise draw for the whole run (systematic, like FP8 rounding: the same direction at
-    every sync, scaled to the current weights) instead of a fresh draw after every sync.
+    every sync, scaled to the current weights) instead of a fresh draw after every sync. `cfg.rollouts: async` with
+    `staleness` ≥ 1 samples ahead on a background thread (the same run); an exception there is raised here, and the
+    thread is joined on every way out.
     """
     objective = objective_for(cfg, teacher, prompt_ids)
     sampling = SamplingConfig(temperature=cfg.temperature)
@@ -162,46 +171,76 @@ def train(
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     if cfg.lr_schedule == "cosine":  # the final iterate settles: less run-to-run noise in the final quality
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1.0 + math.cos(math.pi * s / cfg.steps)))
+    steps = cfg.steps if stop_after is None else min(stop_after, cfg.steps)
+    group = objective.group_size  # rollouts per drawn prompt, consecutive rows
+
+    def batch_of(j: int) -> list[list[int]]:  # batch j's prompts, each `group` times
+        return [prompt_ids[i] for i in _batch_indices(len(prompt_ids), cfg.batch_size // group, seed, j) for _ in
+                range(group)]  # fmt: skip
+
+    def noise_of(j: int) -> int:  # the noise_step batch j is sampled under (the sync before it)
+        return j if redraw_noise else 0
+
+    def job(j: int) -> tuple:  # batch j as a background job; past the last step a sync alone (no prompts)
+        return batch_of(j) if j < steps else None, sampling, derive_seed(seed, "rollout", j), cfg.max_new_tokens
+
+    overlap = cfg.rollouts == "async" and staleness > 0  # staleness 0: nothing to sample ahead (synchronous)
     history: deque[dict[str, torch.Tensor]] = deque(maxlen=staleness + 1)  # the last k+1 clean states
-    if staleness:
+    if staleness and not overlap:
         history.append(_snapshot(student))
     evals = [evaluator(student, 0)] if evaluator else []
     logs: list[StepLog] = []
-    group = objective.group_size  # rollouts per drawn prompt, consecutive rows
-    for step in range(cfg.steps if stop_after is None else min(stop_after, cfg.steps)):
-        t0 = time.perf_counter()
-        chosen = _batch_indices(len(prompt_ids), cfg.batch_size // group, seed, step)
-        batch = [prompt_ids[i] for i in chosen for _ in range(group)]
-        ro = engine.sample(batch, sampling, derive_seed(seed, "rollout", step), cfg.max_new_tokens)
-        t1 = time.perf_counter()
-        targets = objective.targets(batch, ro, sampling)  # teacher scores, or rewards and advantages (GRPO)
-        t2 = time.perf_counter()
-        full = objective.full_vocab
-        lp, full_lp = response_logprobs(student, ro.prompt_ids, ro.token_ids, ro.mask, sampling, full=full)
-        loss, fields = objective.step_loss(lp, full_lp, ro, targets)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        clip = cfg.grad_clip if cfg.grad_clip is not None else float("inf")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
-        opt.step()
-        if cfg.lr_schedule == "cosine":
-            sched.step()
-        t3 = time.perf_counter()
-        noise_step = step + 1 if redraw_noise else 0
-        if staleness:
-            history.append(_snapshot(student))
-            engine.load_weights(history[0], noise_step=noise_step)  # θ_{max(0, step+1−k)}
-        else:
-            engine.load_weights(student.state_dict(), noise_step=noise_step)
-        t4 = time.perf_counter()
-        mismatch = _in_run_mismatch(lp.detach().cpu(), ro)
-        seconds = (t1 - t0, t2 - t1, t3 - t2, t4 - t3)
-        logs.append(objective.log_type(step + 1, float(loss.detach()), grad_norm, *mismatch, *seconds, **fields))
-        if on_step is not None:
-            on_step(step + 1, student)
-        due = (eval_every and (step + 1) % eval_every == 0) or step + 1 == cfg.steps
-        if evaluator and due:
-            evals.append(evaluator(student, step + 1))
+    background = BackgroundRollouts(engine) if overlap else None
+    try:
+        if background is not None:  # batches 0 … k all sample θ0 (batch 0 with the engine as given)
+            theta0 = _snapshot(student)
+            for j in range(min(staleness, steps) + 1):
+                background.submit(*job(j), weights=theta0 if j else None, noise_step=noise_of(j))
+            del theta0  # the queued jobs hold it
+        for step in range(steps):
+            t0 = time.perf_counter()
+            batch = batch_of(step)
+            if background is not None:  # sampled while the steps before trained
+                ro = background.result()
+            else:
+                ro = engine.sample(batch, sampling, derive_seed(seed, "rollout", step), cfg.max_new_tokens)
+            t1 = time.perf_counter()
+            targets = objective.targets(batch, ro, sampling)  # teacher scores, or rewards and advantages (GRPO)
+            t2 = time.perf_counter()
+            full = objective.full_vocab
+            lp, full_lp = response_logprobs(student, ro.prompt_ids, ro.token_ids, ro.mask, sampling, full=full)
+            loss, fields = objective.step_loss(lp, full_lp, ro, targets)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            clip = cfg.grad_clip if cfg.grad_clip is not None else float("inf")
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
+            opt.step()
+            if cfg.lr_schedule == "cosine":
+                sched.step()
+            t3 = time.perf_counter()
+            if background is not None:  # θ_{step+1} is what batch step+1+k samples (the last job: a sync alone)
+                j = step + 1 + staleness
+                if j <= steps:
+                    background.submit(*job(j), weights=_snapshot(student), noise_step=noise_of(j))
+            elif staleness:
+                history.append(_snapshot(student))
+                engine.load_weights(history[0], noise_step=noise_of(step + 1))  # θ_{max(0, step+1−k)}
+            else:
+                engine.load_weights(student.state_dict(), noise_step=noise_of(step + 1))
+            t4 = time.perf_counter()
+            mismatch = _in_run_mismatch(lp.detach().cpu(), ro)
+            seconds = (t1 - t0, t2 - t1, t3 - t2, t4 - t3)
+            logs.append(objective.log_type(step + 1, float(loss.detach()), grad_norm, *mismatch, *seconds, **fields))
+            if on_step is not None:
+                on_step(step + 1, student)
+            due = (eval_every and (step + 1) % eval_every == 0) or step + 1 == cfg.steps
+            if evaluator and due:
+                evals.append(evaluator(student, step + 1))
+        if background is not None:
+            background.result()  # the last sync: the engine ends holding what the synchronous loop leaves in it
+    finally:
+        if background is not None:
+            background.close()  # queued jobs cancelled, the running one finished, the thread joined
     return OPDResult(logs, evals)
 
 

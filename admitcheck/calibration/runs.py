@@ -42,10 +42,10 @@ class StepLog:
     k1: float  # mean(log μ − log π_θ)
     abs_diff: float  # mean |ℓ|
     tokens: int  # response tokens in the batch
-    seconds_rollout: float
+    seconds_rollout: float  # train.rollouts async: the wait for the batch sampled in the background
     seconds_teacher: float
     seconds_backward: float  # trainer forward + backward + optimizer step
-    seconds_sync: float  # engine re-sync and perturbation re-applied
+    seconds_sync: float  # engine re-sync and perturbation re-applied (async: the snapshot handed to the engine)
 
 
 @dataclass(frozen=True)

@@ -217,10 +217,14 @@ class CapturedDecoder:
         torch.cuda.current_stream().wait_stream(stream)
         self.pool = self.pool if self.pool is not None else torch.cuda.graph_pool_handle()
         self.prefill_graph, self.step_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.prefill_graph, pool=self.pool):
+        # Captured on this decoder's own side stream (not torch's one default capture stream, which two threads
+        # would share) and thread_local: only this thread is kept from unsafe CUDA calls while it captures, so a
+        # trainer on another thread (`train.rollouts: async`) goes on; in one thread the same as the defaults.
+        kw = {"pool": self.pool, "stream": stream, "capture_error_mode": "thread_local"}
+        with torch.cuda.graph(self.prefill_graph, **kw):
             self._prefill()
         self._reset()
-        with torch.cuda.graph(self.step_graph, pool=self.pool):
+        with torch.cuda.graph(self.step_graph, **kw):
             self._step()
         torch.cuda.synchronize()
 
