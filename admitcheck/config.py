@@ -685,8 +685,9 @@ def config_kind(data: Any) -> tuple[str, str]:
 
     def misfit(name: str) -> float:
         known = list(schema_for(name).model_fields)
-        return sum(0.5 if difflib.get_close_matches(k, known, n=1, cutoff=0.75) else 1.0
-                   for k in keys if k not in known)  # fmt: skip
+        return sum(
+            0.5 if difflib.get_close_matches(k, known, n=1, cutoff=0.75) else 1.0 for k in keys if k not in known
+        )
 
     if misfit(kind):
         kind = min((kind, *CONFIG_KINDS), key=misfit)  # ties keep the rule's kind (first)
@@ -695,9 +696,15 @@ def config_kind(data: Any) -> tuple[str, str]:
 
 def schema_for(kind: str) -> type[BaseModel]:
     """The pydantic schema of a config kind (ValueError for an unknown one)."""
-    schemas = {"measure": MeasureConfig, "calibrate": CalibrateConfig, "screen": ScreenConfig,
-               "sensitivity": SensitivityConfig, "recipe": RecipeSearchConfig, "backtest": BacktestConfig,
-               "plan": PlanConfig}  # fmt: skip
+    schemas = {
+        "measure": MeasureConfig,
+        "calibrate": CalibrateConfig,
+        "screen": ScreenConfig,
+        "sensitivity": SensitivityConfig,
+        "recipe": RecipeSearchConfig,
+        "backtest": BacktestConfig,
+        "plan": PlanConfig,
+    }
     if kind not in schemas:
         raise ValueError(f"unknown config kind {kind!r} (known: {', '.join(CONFIG_KINDS)})")
     return schemas[kind]

@@ -175,8 +175,11 @@ def train(
     group = objective.group_size  # rollouts per drawn prompt, consecutive rows
 
     def batch_of(j: int) -> list[list[int]]:  # batch j's prompts, each `group` times
-        return [prompt_ids[i] for i in _batch_indices(len(prompt_ids), cfg.batch_size // group, seed, j) for _ in
-                range(group)]  # fmt: skip
+        return [
+            prompt_ids[i]
+            for i in _batch_indices(len(prompt_ids), cfg.batch_size // group, seed, j)
+            for _ in range(group)
+        ]
 
     def noise_of(j: int) -> int:  # the noise_step batch j is sampled under (the sync before it)
         return j if redraw_noise else 0
