@@ -287,12 +287,23 @@ def pair(
 
     def body() -> int:
         from admitcheck.demo import built_or_reused
-        from admitcheck.pairs import build_pair
+        from admitcheck.pairs import PAIRS, build_pair
+
+        ops = None
+        if name in PAIRS and PAIRS[name].needs_ops:  # the SmolLM2 build samples and scores models
+            from admitcheck.measurement.pair_ops import MODEL_OPS as ops
 
         summary, reused = built_or_reused(
             directory,
             lambda: build_pair(
-                name, directory, seed=seed, force=force, source=source, device=device, say=lambda m: err.print(m)
+                name,
+                directory,
+                seed=seed,
+                force=force,
+                source=source,
+                device=device,
+                say=lambda m: err.print(m),
+                ops=ops,
             ),
         )
         if as_json:

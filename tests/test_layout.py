@@ -203,13 +203,7 @@ FLOW = [
 STAGES = {name: i for i, names in enumerate(FLOW) for name in names}
 
 # (importer, imported): why the arrow is still there. Remove an entry when its arrow goes (the test says when).
-AGAINST_THE_FLOW = {
-    ("admitcheck.pairs.smollm2", "admitcheck.rollout.engines.hf"): "building the SmolLM2 pair samples the "
-    "converted models (layer scan, summary): the build is a command's work sitting in pairs/; moving it to the edge "
-    "is left open",
-    ("admitcheck.pairs.smollm2", "admitcheck.measurement.scorer"): "building the SmolLM2 pair scores the "
-    "converted models (layer scan, summary), as above",
-}
+AGAINST_THE_FLOW = {}
 
 
 def stage(module: str) -> int | None:

