@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -88,12 +89,36 @@ def test_probe_run_pools_batches_and_stops_early(model, prompts):
 
 
 def test_guard_wraps_every_engine_and_reference_call(model, prompts):
+    """`guard()` is a context around each engine and reference call: an error raised inside reaches it."""
     engine = HFEngine(model, RolloutConfig(dtype="float32"), eos_token_id=NO_EOS, pad_token_id=0)
     calls = []
 
-    def guard(fn):
-        calls.append(fn)
-        return fn()
+    @contextmanager
+    def guard():
+        calls.append("enter")
+        yield
+        calls.append("exit")
 
     list(probe_batches(engine, model, prompts, PROBE, SamplingConfig(), full=False, max_batches=2, guard=guard))
-    assert len(calls) == 4  # sample + score per batch
+    assert calls == ["enter", "exit"] * 4  # sample + score per batch
+
+    class Boom(RuntimeError):
+        pass
+
+    seen = []
+
+    @contextmanager
+    def catching():
+        try:
+            yield
+        except Boom as exc:
+            seen.append(exc)
+            raise ValueError("converted") from exc
+
+    def failing_sample(*args, **kwargs):
+        raise Boom("engine died")
+
+    engine.sample = failing_sample
+    with pytest.raises(ValueError, match="converted"):
+        list(probe_batches(engine, model, prompts, PROBE, SamplingConfig(), full=False, guard=catching))
+    assert len(seen) == 1
