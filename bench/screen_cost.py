@@ -39,7 +39,7 @@ def stand_in_artifact(path: Path, screen_cfg, cal_cfg, budget: float) -> Path:
         dump_calibration,
         fingerprint_pair,
         prompt_hashes,
-        recipe_of,
+        training_recipe_of,
     )
 
     fp = fingerprint_pair(screen_cfg.pair) | {"prompts": prompt_hashes(cal_cfg)}
@@ -53,7 +53,7 @@ def stand_in_artifact(path: Path, screen_cfg, cal_cfg, budget: float) -> Path:
             "probe": {"max_new_tokens": screen_cfg.probe.max_new_tokens},
             "reference": {"dtype": screen_cfg.reference.dtype},
         },
-        "recipe": recipe_of(cal_cfg) | {"prompts": str(Path(cal_cfg.train.prompts).resolve())},
+        "recipe": training_recipe_of(cal_cfg) | {"prompts": str(Path(cal_cfg.train.prompts).resolve())},
         "tolerance": {"value": 0.05, "rule": "stand-in"},
         "quality": {},
         "runs": [

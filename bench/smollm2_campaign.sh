@@ -35,8 +35,8 @@ case "$stage" in
     mkdir -p smollm2
     python3 - <<'PY'  # the layer scan measured on an H200 (docs/smollm2_h200/pair.json), as the build caches it
 import json
-from admitcheck.pairs.smollm2 import GGUF_SHA256, SMOLLM2_RECIPE_VERSION, SmolRecipe
-r, pair = SmolRecipe(), json.load(open("docs/smollm2_h200/pair.json"))
+from admitcheck.pairs.smollm2 import GGUF_SHA256, SMOLLM2_RECIPE_VERSION, SmolBuild
+r, pair = SmolBuild(), json.load(open("docs/smollm2_h200/pair.json"))
 key = {"gguf": GGUF_SHA256, "seed": 0, "version": SMOLLM2_RECIPE_VERSION, "scan_prompts": r.scan_prompts,
        "scan_tokens": r.scan_tokens}
 json.dump({"key": key, "costs": pair["layer_costs"]}, open("smollm2/layer_scan.json", "w"), indent=2)

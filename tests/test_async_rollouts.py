@@ -221,18 +221,21 @@ def test_background_rollouts_run_jobs_in_order_and_close_is_idempotent(tiny) -> 
 
 
 def test_the_switch_is_validated_and_never_dumped() -> None:
-    """Not part of what a run is: the ledger header (`run_relevant_config`), the artifact's recipe (`recipe_of`) and
-    its resolved config are all dumps of the config, and are the same under sync and async."""
+    """Not part of what a run is: the ledger header (`run_relevant_config`), the artifact's recipe
+    (`training_recipe_of`) and its resolved config are all dumps of the config, and are the same under sync and
+    async."""
     import yaml
 
-    from admitcheck.calibration.artifact import recipe_of
+    from admitcheck.calibration.artifact import training_recipe_of
     from admitcheck.config import CalibrateConfig
 
     data = yaml.safe_load((Path(__file__).resolve().parents[1] / "examples" / "toy_calibrate_quick.yaml").read_text())
     sync = CalibrateConfig.model_validate(data)
     real = CalibrateConfig.model_validate({**data, "train": {**data["train"], "rollouts": "async"}})
     assert sync.train.rollouts == "sync" and real.train.rollouts == "async"
-    assert sync.model_dump(mode="json") == real.model_dump(mode="json") and recipe_of(sync) == recipe_of(real)
+    assert sync.model_dump(mode="json") == real.model_dump(mode="json") and training_recipe_of(
+        sync
+    ) == training_recipe_of(real)
     assert "rollouts" not in real.model_dump(mode="json")["train"]
     with pytest.raises(ValueError, match="rollouts"):
         TrainConfig(prompts="p.jsonl", rollouts="overlap")

@@ -120,7 +120,7 @@ def test_without_layers_renumbers_and_keeps_the_rest(slice_model):
 def test_layer_costs_and_the_drop_rule(slice_model):
     from admitcheck.pairs.load import PairTokens
 
-    recipe = smollm2.SmolRecipe(scan_tokens=4, batch_size=2)
+    recipe = smollm2.SmolBuild(scan_tokens=4, batch_size=2)
     costs = smollm2.layer_costs(slice_model, prompts(2), PairTokens(None, EOS, PAD, 49152), recipe, 0, "cpu", MODEL_OPS)
     assert len(costs) == 2 and all(c > 0 for c in costs)
     assert smollm2.least_important([0.9, 0.2, 0.5, 0.2, 3.0], 2) == [1, 3]
@@ -150,7 +150,7 @@ def test_saved_dirs_read_the_same_in_both_transformers_conventions(slice_model, 
 
 
 def test_prompt_sets_are_disjoint_checkable_and_sized():
-    recipe = smollm2.SmolRecipe()
+    recipe = smollm2.SmolBuild()
     splits = smollm2.make_splits(recipe, seed=0)
     assert {k: len(v) for k, v in splits.items()} == {"eval": 128, "probe": 256, "train": 1024}
     texts = [r["instruction"] for rows in splits.values() for r in rows]

@@ -41,7 +41,7 @@ from admitcheck.admission.backtest_report import (
     dump_backtest,
     load_backtest,
 )
-from admitcheck.calibration.artifact import plain, recipe_of
+from admitcheck.calibration.artifact import plain, training_recipe_of
 from admitcheck.calibration.campaign import Campaign, check_jobs, open_executor, run_key
 from admitcheck.calibration.compatibility import calibration_matches
 from admitcheck.calibration.ledger import Ledger, ledger_header, ledger_path, read_run
@@ -154,7 +154,7 @@ def validate(config: BacktestConfig, *, config_file: str | None = None) -> dict[
 
 def _recipe_difference(config: CalibrateConfig, calibration: CalibrationArtifact) -> str:
     """The first field in which the calibrate config's full recipe (steps, seed, eval) differs from the artifact's."""
-    mine = fingerprint.flatten({"recipe": {k: v for k, v in recipe_of(config).items() if k != "prompts"}})
+    mine = fingerprint.flatten({"recipe": {k: v for k, v in training_recipe_of(config).items() if k != "prompts"}})
     mine |= fingerprint.flatten({"eval": config.eval.model_dump(mode="json", exclude={"prompts"})})
     stored = calibration.recipe.model_dump(mode="json", exclude_unset=True, exclude={"prompts"})
     theirs = fingerprint.flatten({"recipe": stored})

@@ -42,7 +42,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from admitcheck.measurement.metrics import PARETO_K_LIMIT, sequential_confidence
+from admitcheck.measurement.metrics import PARETO_K_LIMIT
+from admitcheck.measurement.metrics import sequential_confidence as confidence_per_look  # noqa: F401 (the look plan's level, for session, checks and tests)
 
 if TYPE_CHECKING:
     from admitcheck.calibration.curve import Budget
@@ -137,11 +138,6 @@ def looks_plan(config: ScreenConfig, num_prompts: int) -> tuple[int, int, int]:
     max_batches = math.ceil(min(config.probe.num_prompts, num_prompts) / bs)
     first = min(math.ceil(config.probe.min_prompts / bs), max_batches)
     return first, max_batches, max_batches - first + 1
-
-
-def confidence_per_look(confidence: float, max_looks: int) -> float:
-    """The level of each look's interval when the screen looks at most `max_looks` times (α spent evenly)."""
-    return sequential_confidence(confidence, max_looks)
 
 
 def decision_estimator(metric: str, available: Any) -> str:

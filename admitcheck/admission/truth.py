@@ -29,6 +29,7 @@ import numpy as np
 from scipy import stats
 
 from admitcheck.config import TruthConfig
+from admitcheck.measurement.metrics import sequential_confidence
 
 Label = Literal["admit", "reject", "undecided", "ambiguous"]
 
@@ -40,8 +41,9 @@ def look_counts(truth: TruthConfig) -> list[int]:
 
 
 def confidence_per_look(confidence: float, looks: int) -> float:
-    """Two-sided level of each look's interval: the error α = 1 − confidence spent evenly over the looks."""
-    return 1.0 - (1.0 - confidence) / max(looks, 1)
+    """Two-sided level of each look's interval: the error α = 1 − confidence spent evenly over the looks (at least
+    one), `metrics.sequential_confidence` as a screen's looks."""
+    return sequential_confidence(confidence, max(looks, 1))
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from admitcheck.errors import AdmitcheckError, CalibrationError
 __all__ = ["SCHEMA_VERSION", "CalibrationArtifact", "protocol_keys"]
 M = TypeVar("M", bound=BaseModel)
 # Recipe fields that define the training recipe a budget belongs to (steps, levels and seeds are effort, not recipe).
-RECIPE_KEYS = ("loss", "student_logprobs", "lr", "lr_schedule", "tis_cap", "temperature", "grad_clip",
+TRAINING_RECIPE_KEYS = ("loss", "student_logprobs", "lr", "lr_schedule", "tis_cap", "temperature", "grad_clip",
                "weight_decay", "max_new_tokens")  # fmt: skip
 
 
@@ -131,11 +131,11 @@ def prompt_hashes(config: CalibrateConfig) -> dict[str, str]:
     }
 
 
-def recipe_of(config: CalibrateConfig) -> dict[str, Any]:
+def training_recipe_of(config: CalibrateConfig) -> dict[str, Any]:
     """The training recipe as stored (train prompts path excluded: `calibrate` stores it relative to the artifact)."""
     train = config.train.model_dump(mode="json", exclude={"prompts"})
     return {**train, "rollout": config.rollout.model_dump(mode="json"), "seed": config.seed}
 
 
-def recipe_core(recipe: dict[str, Any]) -> dict[str, Any]:
-    return {k: recipe.get(k) for k in RECIPE_KEYS} | {"rollout": recipe.get("rollout")}
+def training_recipe_core(recipe: dict[str, Any]) -> dict[str, Any]:
+    return {k: recipe.get(k) for k in TRAINING_RECIPE_KEYS} | {"rollout": recipe.get("rollout")}

@@ -40,7 +40,7 @@ from admitcheck.calibration.artifact import (  # re-exported: the public calibra
     load_calibration,
     plain,
     protocol_of_screen,
-    recipe_of,
+    training_recipe_of,
     write_calibration,
 )
 from admitcheck.calibration.campaign import Campaign, check_jobs, open_executor, run_key
@@ -320,7 +320,7 @@ def build_artifact(
             "x": f.x,
             "run_window": config.levels.run_window,
         },
-        "recipe": {**recipe_of(config), "prompts": _relpath(config.train.prompts, out.parent)},
+        "recipe": {**training_recipe_of(config), "prompts": _relpath(config.train.prompts, out.parent)},
         "quality": {
             "definition": quality_definition(config.train),
             "eval": config.eval.model_dump(mode="json", exclude={"prompts"}),

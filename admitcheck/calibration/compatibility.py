@@ -23,8 +23,8 @@ from admitcheck.calibration.artifact import (
     prompt_hashes,
     protocol_keys,
     protocol_of_screen,
-    recipe_core,
-    recipe_of,
+    training_recipe_core,
+    training_recipe_of,
 )
 from admitcheck.calibration.schema import CalibrationArtifact, TrainingRecipe
 from admitcheck.config import CalibrateConfig, ScreenConfig
@@ -176,7 +176,7 @@ def check_logs_checkpoint(config: ScreenConfig, calibration: CalibrationArtifact
 
 def calibration_matches(config: CalibrateConfig, artifact: CalibrationArtifact | str | Path) -> tuple[bool, str]:
     """(True, "") when `artifact` is valid for `config`: same pair (models, tokenizer, all prompt sets), protocol,
-    metric and training recipe (`RECIPE_KEYS`, the base rollout); else (False, the first differing field).
+    metric and training recipe (`TRAINING_RECIPE_KEYS`, the base rollout); else (False, the first differing field).
 
     Steps, levels, seeds, eval size and tolerance are calibration effort: they may differ (so a quick demo setting
     can reuse a fuller shipped calibration of the same pair and recipe).
@@ -189,9 +189,11 @@ def calibration_matches(config: CalibrateConfig, artifact: CalibrationArtifact |
     if diffs:
         return False, str(diffs[0])
     recipe = cal.recipe.model_dump(mode="json", exclude_unset=True)
-    theirs = cal.protocol.flat() | {"metric": cal.metric} | fingerprint.flatten({"recipe": recipe_core(recipe)})
+    theirs = (
+        cal.protocol.flat() | {"metric": cal.metric} | fingerprint.flatten({"recipe": training_recipe_core(recipe)})
+    )
     mine = protocol_keys(config.sampling, config.probe, config.reference) | {"metric": config.metric}
-    mine |= fingerprint.flatten({"recipe": recipe_core(recipe_of(config))})
+    mine |= fingerprint.flatten({"recipe": training_recipe_core(training_recipe_of(config))})
     for key in sorted(set(mine) | set(theirs)):
         if mine.get(key) != theirs.get(key):
             return False, f"{key}: artifact has {theirs.get(key)!r}, config has {mine.get(key)!r}"

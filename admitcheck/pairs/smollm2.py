@@ -54,7 +54,7 @@ TURN_END = "<|im_end|>"  # the chat turn's end: the engines' EOS for this pair
 
 
 @dataclass(frozen=True)
-class SmolRecipe:
+class SmolBuild:
     """Every build setting; its hash (with the version, seed and the GGUF's sha256) keys the cache."""
 
     student_layers: int = 24  # decoder layers kept (of 30)
@@ -318,7 +318,7 @@ class ModelOps:
     kl: Callable[..., float]
 
 
-def layer_costs(teacher, prompt_ids, tokens, recipe: SmolRecipe, seed: int, device: str, ops: ModelOps) -> list[float]:
+def layer_costs(teacher, prompt_ids, tokens, recipe: SmolBuild, seed: int, device: str, ops: ModelOps) -> list[float]:
     """KL(π_without_i ‖ π_T) per token for each decoder layer i, on the teacher's own T=1 samples."""
     responses = ops.sample(teacher, prompt_ids, tokens, recipe.scan_tokens, seed, device)
     costs = []
@@ -399,7 +399,7 @@ def open_prompts() -> list[str]:
     return [t.format(t=topic) for t in OPEN_TEMPLATES for topic in TOPICS]
 
 
-def make_splits(recipe: SmolRecipe, seed: int) -> dict[str, list[dict]]:
+def make_splits(recipe: SmolBuild, seed: int) -> dict[str, list[dict]]:
     """Disjoint train/probe/eval rows {"instruction", "kind", "answer"?}; eval only checkable ones."""
     rng = random.Random(seed)
     checkable = checkable_prompts(rng)
@@ -437,7 +437,7 @@ def answer_found(answer: str, reply: str) -> bool:
 # ----------------------------------------------------------------------------------------------- build
 
 
-def recipe_hash(recipe: SmolRecipe, seed: int) -> str:
+def recipe_hash(recipe: SmolBuild, seed: int) -> str:
     blob = {"version": SMOLLM2_RECIPE_VERSION, "seed": seed, "gguf": GGUF_SHA256, **asdict(recipe)}
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -449,13 +449,13 @@ def build_smollm2_pair(
     *,
     source: str | Path | None = None,
     device: str = "cpu",
-    recipe: SmolRecipe | None = None,
+    recipe: SmolBuild | None = None,
     say=None,
     ops: ModelOps | None = None,
 ) -> SmolPairSummary:
     """Build (or reuse) the pair in `dir` (see the module docstring); `say(str)` reports progress. `ops` samples and
     scores the models (the layer scan, the summary): needed unless the pair is already built (a cache hit)."""
-    recipe = recipe or SmolRecipe()
+    recipe = recipe or SmolBuild()
     d, key = Path(dir), recipe_hash(recipe, seed)
     if not force and (hit := io.read_pair_cache(d, "smollm2_pair.json", key, SmolPairSummary)) is not None:
         return hit
