@@ -219,6 +219,11 @@ def read_prompts(path: str | Path, limit: int | None = None, *, field: str = "pr
     return rows
 
 
+def relative_path(path: str | Path, base: Path) -> str:
+    """`path` relative to the directory `base` (both resolved): how artifacts store the files they were made from."""
+    return os.path.relpath(Path(path).resolve(), base.resolve())
+
+
 def write_text_atomic(path: str | Path, text: str) -> None:
     """Write via a temp file in the same dir and os.replace, so readers never see a partial file (UTF-8)."""
     write_bytes_atomic(path, text.encode("utf-8"))

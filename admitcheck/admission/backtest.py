@@ -350,7 +350,7 @@ def _report(
         "schema_version": SCHEMA_VERSION,
         "kind": "backtest",
         "calibration": {
-            "path": _relpath(cal.path, out.parent),
+            "path": io.relative_path(cal.path, out.parent),
             "name": cal.name,
             "metric": cal.metric,
             "budget": b.value,
@@ -392,17 +392,11 @@ def _curve_points(cal: CalibrationArtifact, xs: list[float]) -> dict[str, list[f
     return {"x": [float(x) for x in grid], "cost": [float(cal.predict_cost(float(x))) for x in grid]}
 
 
-def _relpath(path: str | Path, base: Path) -> str:
-    import os
-
-    return os.path.relpath(Path(path).resolve(), base.resolve())
-
-
 def _portable(config: BacktestConfig, base: Path) -> dict[str, Any]:
     d = config.model_dump(mode="json", exclude_none=True)
     for k in ("calibrate_config", "screen_config", "output"):
         if d.get(k):
-            d[k] = _relpath(d[k], base)
+            d[k] = io.relative_path(d[k], base)
     return d
 
 

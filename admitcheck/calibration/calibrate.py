@@ -320,7 +320,7 @@ def build_artifact(
             "x": f.x,
             "run_window": config.levels.run_window,
         },
-        "recipe": {**training_recipe_of(config), "prompts": _relpath(config.train.prompts, out.parent)},
+        "recipe": {**training_recipe_of(config), "prompts": io.relative_path(config.train.prompts, out.parent)},
         "quality": {
             "definition": quality_definition(config.train),
             "eval": config.eval.model_dump(mode="json", exclude={"prompts"}),
@@ -345,12 +345,6 @@ def build_artifact(
 def _order_quantile(values: np.ndarray, q: float) -> float:
     """The q-quantile by order statistic (inf-safe: no interpolation between an inf and a number)."""
     return float(np.sort(values)[min(round(q * (values.size - 1)), values.size - 1)])
-
-
-def _relpath(path: str, base: Path) -> str:
-    import os
-
-    return os.path.relpath(Path(path).resolve(), base.resolve())
 
 
 def _provenance(config: CalibrateConfig, out: Path) -> dict[str, Any]:
@@ -378,7 +372,7 @@ def _provenance(config: CalibrateConfig, out: Path) -> dict[str, Any]:
         + [(resolved, "output")]
     ):
         if holder.get(key) and Path(holder[key]).is_absolute():
-            holder[key] = _relpath(holder[key], out.parent)
+            holder[key] = io.relative_path(holder[key], out.parent)
     return {
         "admitcheck": __version__,
         "torch": str(torch.__version__),

@@ -333,7 +333,8 @@ def run_mismatch(
 
     A calibration fitted on x_run (artifact `budget.x: run`) measured it exactly so, on the first
     `levels.run_window` steps of each run (replicate 0 has the seed `levels.replicate_seed(recipe seed, 0)`);
-    a screen calls this with the same recipe, window and seed to measure the same quantity. `student0` is copied."""
+    a screen of a run-x budget would call this with the same recipe, window and seed (not wired: screens measure at
+    the start weights and refuse a run-x budget, issue 24). `student0` is copied."""
     kw = {"steps": steps, "staleness": staleness, "seed": seed, "tokens": tokens}
     _, result = first_steps(student0, teacher, prompt_ids, cfg, rollout, **kw)
     return sum(s.k3 for s in result.steps) / max(len(result.steps), 1)
