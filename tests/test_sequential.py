@@ -41,7 +41,7 @@ def budget(value: float = 0.05, kind: str = "point") -> Budget:
 
 
 def evidence(state: str, k3: float = 0.01, half: float = 0.01, **kw) -> Evidence:
-    """Evidence with the k3 interval k3 ± half (at 0.99 per look, 2 of 4 looks, 16 probes), light tail."""
+    """Evidence whose functional (on k3, κ 8) is k3 with the interval k3 ± half (0.99, 2 of 4 looks, 16 probes)."""
     fields = dict(
         state=state,
         values={"k3": k3, "k1": 0.0},
@@ -53,6 +53,9 @@ def evidence(state: str, k3: float = 0.01, half: float = 0.01, **kw) -> Evidence
         max_looks=4,
         top_share=0.05,
         tail_index=0.1,
+        mismatch=k3,
+        mismatch_interval=(k3 - half, k3 + half),
+        kappa=8.0,
     )
     return Evidence(**(fields | kw))
 
@@ -70,31 +73,38 @@ def test_looks_plan_and_confidence_per_look():
 
 
 @pytest.mark.parametrize(
-    ("lo", "hi", "share", "k_hat", "kind", "state"),
+    ("level", "kind", "state"),
     [
-        (0.001, 0.02, 0.05, 0.1, "point", "admit"),  # upper 0.02 < B_lo 0.025
-        (0.001, 0.03, 0.05, 0.1, "point", "undecided"),  # below B = 0.05 but not below B_lo: the budget's doubt
-        (0.11, 0.2, 0.05, 0.1, "point", "reject"),  # lower 0.11 > B_hi 0.1
-        (0.06, 0.2, 0.05, 0.1, "point", "undecided"),  # above B but not above B_hi
-        (0.001, 0.02, 0.30, 0.1, "point", "heavy_tail"),  # one sequence carries 30%: draw more first
-        (0.11, 0.2, 0.05, 0.9, "point", "heavy_tail"),  # k̂ 0.9 > 0.7: the mean is not reliable yet
-        (0.06, 0.2, 0.05, 0.1, "lower_bound", "undecided"),  # B ≥ b: (b, inf) never rejects by the bound
-        (0.001, 0.02, 0.05, 0.1, "upper_bound", "undecided"),  # B ≤ b: (0, b) never admits by the bound
-        (0.11, 0.2, 0.05, 0.1, "upper_bound", "reject"),
-        (math.nan, math.nan, 0.05, 0.1, "point", "undecided"),
+        (0.005, "point", "admit"),  # x 0.005 ≪ B_lo 0.025: 96 sequences are enough evidence
+        (0.04, "point", "undecided"),  # below B = 0.05 but not clearly below B_lo
+        (0.4, "point", "reject"),  # x 0.4 ≫ B_hi 0.1
+        (0.07, "point", "undecided"),  # above B but not clearly above B_hi
+        (0.4, "lower_bound", "undecided"),  # B ≥ b: (b, inf) never rejects by the bound
+        (0.005, "upper_bound", "undecided"),  # B ≤ b: (0, b) never admits by the bound
+        (0.4, "upper_bound", "reject"),
     ],
 )
-def test_look(lo, hi, share, k_hat, kind, state):
-    assert look(lo, hi, share, k_hat, budget_band(budget(0.05, kind))) == state
+def test_look(level, kind, state):
+    x = level * np.random.default_rng(0).gamma(4.0, 0.25, 96)  # sequence means, mean `level`
+    assert look(x, budget_band(budget(0.05, kind)), kappa=8.0, alpha=0.025) == state
+
+
+def test_look_is_a_test_of_the_budget_end_at_every_sequence():
+    """The look decides when the capital crossed 1/α at any sequence so far (Ville), not only at the last one."""
+    x = np.full(64, 0.001)
+    assert look(x, (0.025, 0.1), 8.0, 0.025) == "admit"
+    late = np.concatenate([x, np.full(400, 0.2)])  # the capital crossed early, then fell: still decided
+    assert look(late, (0.025, 0.1), 8.0, 0.025) == "admit"
+    assert look(x[:3], (0.025, 0.1), 8.0, 0.025) == "undecided"  # three sequences cannot reach 1/α
 
 
 def test_look_states_vectorised_matches_scalar():
     rng = np.random.default_rng(0)
-    lo, hi = rng.uniform(0, 0.2, 50), rng.uniform(0, 0.2, 50)
-    share, k_hat = rng.uniform(0, 0.2, 50), rng.uniform(0, 1, 50)
+    x = rng.gamma(2.0, 0.5, (30, 96)) * rng.choice([0.002, 0.05, 0.3], (30, 1))  # (30 rows, 96 sequences)
     band = budget_band(budget())
-    states = look_states(lo, hi, share, k_hat, band)
-    assert list(states) == [look(*x, band) for x in zip(lo, hi, share, k_hat)]
+    states = look_states(x, band, 8.0, 0.025)
+    assert list(states) == [look(row, band, 8.0, 0.025) for row in x]
+    assert set(states) == {"admit", "undecided", "reject"}
 
 
 def test_decision_estimator():
@@ -106,14 +116,14 @@ def test_decision_estimator():
 
 def test_ruling_by_state_budget_interval_and_policy():
     d, marginal, control, by, reason, margin = ruling(evidence("admit", k3=0.004, half=0.001), budget(), "reject")
-    assert (d, marginal, control) == ("ADMIT", False, True) and "at 0.99 per look" in reason
-    assert reason.startswith("k3 upper bound 0.005 < budget lower bound 0.025")
+    assert (d, marginal, control) == ("ADMIT", False, True) and "at 0.99, valid at every look" in reason
+    assert reason.startswith("k3 (κ 8) upper bound 0.005 < budget lower bound 0.025")
     assert margin == pytest.approx(0.025 - 0.005) and by == "budget"  # 0.025 of budget doubt vs 0.001 of candidate
     narrow = Budget(0.05, "point", (0.045, 0.1), tolerance=0.05)  # 0.005 of budget doubt below B
     _, _, _, by, _, _ = ruling(evidence("admit", k3=0.01, half=0.02), narrow, "reject")
     assert by == "candidate"
     d, _, _, _, reason, _ = ruling(evidence("admit", half=0.001, max_looks=1), budget(), "reject")
-    assert "per look" not in reason  # one look (logs): nominal confidence
+    assert "every look" not in reason  # one look (logs)
     d, marginal, control, by, reason, margin = ruling(evidence("reject", k3=0.3, half=0.05), budget(), "reject")
     assert (d, marginal, control) == ("REJECT", False, True) and "lower bound 0.25 > budget upper bound 0.1" in reason
     assert margin == pytest.approx(0.15)
@@ -126,8 +136,8 @@ def test_ruling_by_state_budget_interval_and_policy():
     for k3, decision in ((0.04, "ADMIT"), (0.06, "REJECT")):
         d, marginal, control, _, reason, _ = ruling(evidence("undecided", k3=k3, half=0.02), budget(), "admit")
         assert (d, marginal, control) == (decision, True, False) and "NO ERROR CONTROL" in reason
-    _, _, _, _, reason, _ = ruling(evidence("heavy_tail", top_share=0.3), budget(), "reject")
-    assert "heavy tail: one sequence carries 30%" in reason
+    _, _, _, _, reason, _ = ruling(evidence("admit", half=0.001, capped_share=0.3), budget(), "reject")
+    assert "heavy tail: 30% of k3 lies above the cap" in reason  # reported beside the verdict; it blocks nothing
     d, marginal, _, _, reason, _ = ruling(evidence("nonfinite", nonfinite=3, engine_nonfinite=3), budget(), "admit")
     assert (d, marginal, reason) == ("REJECT", False, "engine produced 3 non-finite log-probs")
     _, _, _, _, reason, _ = ruling(evidence("nonfinite", k3=math.inf, nonfinite=2), budget(), "admit")
@@ -146,6 +156,7 @@ def test_verdict_golden():
     values = {"k3": 0.012, "kl_exact": 0.01, "k1": 0.0}
     intervals = {"k3": (0.002, 0.03), "kl_exact": (0.008, 0.012)}
     e = evidence("admit", values=values, intervals=intervals, estimator="kl_exact", top_share=0.04, tail_index=0.3)
+    e = Evidence(**(e.__dict__ | {"mismatch": 0.01, "mismatch_interval": (0.008, 0.012), "capped_share": 0.02}))
     v = verdict("fp8_kv", e, budget(0.05), "reject", lambda x: 2 * x, floor=1e-9, capacity={"ratio_vs_bf16": 2.0})
     assert isinstance(v, Verdict) and v.admitted and not v.marginal and v.error_control and v.source == "engine"
     assert (v.estimator, v.mismatch, v.mismatch_interval) == ("kl_exact", 0.01, (0.008, 0.012))
@@ -156,6 +167,7 @@ def test_verdict_golden():
     assert (v.budget, v.budget_interval, v.budget_kind) == (0.05, (0.025, 0.1), "point")
     assert (v.probes, v.tokens, v.looks, v.confidence_per_look) == (16, 160, 2, 0.99)
     assert not v.heavy_tail and v.decided_by == "budget" and v.to_dict()["capacity"] == {"ratio_vs_bf16": 2.0}
+    assert (v.capped_share, v.kappa) == (0.02, 8.0)
     assert "k3_interval" not in v.to_dict()
 
 

@@ -82,6 +82,7 @@ def load_checked_calibration(
             file=config_file,
             field="calibration",
         )
+    check_functional(calibration, config_file)
     notes = check_compatibility(config, calibration, config_file=config_file)
     if notes and behaviour:
         stored = calibration.pair.behaviour
@@ -115,6 +116,20 @@ def load_checked_calibration(
             stacklevel=2,
         )
     return calibration
+
+
+def check_functional(calibration: CalibrationArtifact, config_file: str | None) -> None:
+    """A CalibrationError (exit 2) unless the artifact states its functional (`protocol.functional`): the screen's
+    mismatch is that functional, so a budget fitted on another number (the uncapped token mean that artifacts
+    written before issue #35 hold) cannot be compared with it."""
+    if calibration.functional is None:
+        raise CalibrationError(
+            f"{calibration.path}: protocol.functional is absent: its levels' x is the uncapped {calibration.metric} "
+            "token mean, but a screen measures the self-winsorized sequence mean (metrics.Functional, "
+            "docs/statistics.md); re-measure the levels' x (`python bench/remeasure_levels.py`) and re-fit",
+            file=config_file,
+            field="calibration.protocol.functional",
+        )
 
 
 class PairRewrittenWarning(AdmitcheckWarning):
@@ -189,7 +204,10 @@ def validate(
         "source": config.source,
         "probes_available": probes,
         "max_looks": looks,
-        "confidence_per_look": confidence_per_look(config.policy.confidence, looks),
+        # engine screens: a confidence sequence (no split over looks); logs: α spent over the gate's runs
+        "confidence_per_look": confidence_per_look(config.policy.confidence, config.logs.gates)
+        if config.source == "logs"
+        else config.policy.confidence,
     }
 
 

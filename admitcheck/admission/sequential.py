@@ -1,34 +1,35 @@
-"""Admission: the pure decision rule of a screen — look plan, per-look level, the look, the verdict.
+"""Admission: the pure decision rule of a screen — look plan, the look, the verdict.
 
-    from admitcheck.admission.sequential import Evidence, confidence_per_look, look, looks_plan, verdict
+    from admitcheck.admission.sequential import Evidence, look, looks_plan, verdict
     first, most, max_looks = looks_plan(screen_config, num_prompts=512)  # batches: before the 1st look, at most; K
-    conf = confidence_per_look(0.95, max_looks)                          # 1 − α/K (Bonferroni)
-    state = look(lo, hi, share, budget_interval=(0.01, 0.023), at_cap=False)   # admit | reject | undecided | heavy_tail
-    v = verdict("fp8_kv", Evidence(state, values, intervals, conf, looks, probes, tokens, estimator="kl_exact"),
-                budget, "reject", predict_cost)
-    v.decision, v.decided_by, v.error_control, v.mismatch_interval, v.margin
+    state = look(x, budget_interval=(0.01, 0.023), kappa=8.0, alpha=0.025)   # admit | reject | undecided
+    v = verdict("fp8_kv", Evidence(state, values, intervals, 0.95, looks, probes, tokens, estimator="kl_exact",
+                mismatch=x_hat, mismatch_interval=(lo, hi), capped_share=0.04), budget, "reject", predict_cost)
+    v.decision, v.decided_by, v.error_control, v.mismatch_interval, v.margin, v.capped_share
 
-The rule (docs/statistics.md has the error accounting). The mismatch m is measured by the estimator with the least
-variance for the budget's quantity (`decision_estimator`: kl_exact where full rows exist, k3 otherwise; both are
-KL(μ‖π)). After the batch that reaches probe.min_prompts and after every later one, its studentized-bootstrap
-interval over all sequences so far (`metrics.bootstrap_t_bounds`, two-sided level 1 − α/K: α spent evenly over the
-K possible looks) is compared with the budget's own interval [B_lo, B_hi] (the calibration's bootstrap interval):
+The rule (docs/statistics.md has the error accounting). The mismatch is the calibration's functional
+(`metrics.Functional`): the self-winsorized sequence mean of its estimator (kl_exact or k3), the same number the
+budget's x is. After the batch that reaches probe.min_prompts and after every later one, two bettors that have
+watched every sequence so far are asked (`metrics.betting_decides`, each at α = (1 − confidence)/2):
 
-    ADMIT  when the mismatch upper bound < B_lo      REJECT when the mismatch lower bound > B_hi
+    ADMIT  when the capital against "x ≥ B_lo" has reached 1/α      REJECT when the capital against "x ≤ B_hi" has
 
-so a wrong ADMIT needs the candidate's upper bound to miss (≤ α/2 over all looks) or the budget's lower bound to
-miss (≤ (1 − c_B)/2): P(wrong ADMIT) ≤ α/2 + (1 − c_B)/2, the same for REJECT. Bound-only budgets fit the same
+[B_lo, B_hi] the budget's own interval (the calibration's bootstrap interval). The capital is a nonnegative
+supermartingale under its null, so by Ville's inequality a wrong ADMIT needs the candidate's bettor to win against a
+true null (≤ α over all looks together, whatever the stopping rule: no Bonferroni split) or the budget's lower bound
+to miss (≤ (1 − c_B)/2): P(wrong ADMIT) ≤ α + (1 − c_B)/2, the same for REJECT. Bound-only budgets fit the same
 rule: "lower_bound" (B ≥ b) has the interval (b, ∞) and never rejects by the bound; "upper_bound" (B ≤ b) has
-(0, b) and never admits by it. Heavy tails: while one sequence carries more than HEAVY_TAIL_SHARE of the estimator's
-total, no look decides and more probes are drawn; at probe.num_prompts the bound decides and the verdict is flagged
-`heavy_tail`. Still undecided at probe.num_prompts: `marginal`; policy.undecided = reject rejects it, `admit` lets
-the point estimate decide against B (marked error_control = False: nothing bounds that decision's error).
+(0, b) and never admits by it. Still undecided at probe.num_prompts: `marginal`; policy.undecided = reject rejects
+it, `admit` lets the point estimate decide against B (marked error_control = False: nothing bounds that decision's
+error). No look is held back for a heavy tail: the functional is bounded relative to itself, and what its cap leaves
+out is reported beside every verdict (`capped_share`); `heavy_tail` flags a capped share above HEAVY_TAIL_SHARE.
 
 `decided_by`: "candidate" or "budget" — whose uncertainty was the larger part of the gap between the point estimate
 and the budget on the deciding side (for a marginal verdict: "budget" when the candidate's interval alone would have
 decided against the point budget, else "candidate"); "policy" is never a value: error_control says that.
 margin (nats/token, on the deciding side): ADMIT B_lo − upper; REJECT lower − B_hi; marginal: the side of the point
-estimate, negative. Non-finite log-probs reject at once, with their count.
+estimate, negative. The interval shown is the confidence sequence at the last look (`metrics.winsorized_bounds`).
+Non-finite log-probs reject at once, with their count.
 
 Pure: numbers, numpy arrays and dataclasses in, dataclasses out; no files, devices, torch or printing.
 """
@@ -42,8 +43,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from admitcheck.measurement.metrics import PARETO_K_LIMIT
-from admitcheck.measurement.metrics import sequential_confidence as confidence_per_look  # noqa: F401 (the look plan's level, for session, checks and tests)
+from admitcheck.measurement.metrics import betting_decides
+from admitcheck.measurement.metrics import sequential_confidence as confidence_per_look  # noqa: F401 (logs: α over gates)
 
 if TYPE_CHECKING:
     from admitcheck.calibration.curve import Budget
@@ -52,10 +53,9 @@ if TYPE_CHECKING:
 Decision = Literal["ADMIT", "REJECT"]
 BudgetKind = Literal["point", "lower_bound", "upper_bound"]
 Policy = Literal["reject", "admit"]  # policy.undecided: what a marginal verdict gets
-# What the looks found so far: decided (admit, reject), not yet (undecided), not while one sequence dominates
-# (heavy_tail, before the probe cap), or stopped by non-finite log-probs (nonfinite).
-LookState = Literal["admit", "reject", "undecided", "heavy_tail", "nonfinite"]
-HEAVY_TAIL_SHARE = 0.10  # a look with one sequence above this share of the total draws more probes first
+# What the looks found so far: decided (admit, reject), not yet (undecided), or stopped by non-finite log-probs.
+LookState = Literal["admit", "reject", "undecided", "nonfinite"]
+HEAVY_TAIL_SHARE = 0.10  # a capped share above this is flagged `heavy_tail` beside the verdict (it blocks nothing)
 KL_ESTIMATORS = ("kl_exact", "k3")  # the same KL(μ‖π): kl_exact (full rows) has far less variance
 
 
@@ -71,8 +71,8 @@ class Verdict:
     reason: str
     metric: str  # the budget's scale (the calibration's metric)
     estimator: str  # what measured it: kl_exact (full rows) or the metric itself
-    mismatch: float  # the estimator's value over every probe, nats/token
-    mismatch_interval: tuple[float, float]  # its studentized-bootstrap interval at confidence_per_look
+    mismatch: float  # the calibration's functional (metrics.Functional) over every probe, nats/token
+    mismatch_interval: tuple[float, float]  # its confidence sequence at the last look (valid at every look)
     budget: float
     budget_interval: tuple[float, float]  # the calibration's; the rule compares with its ends
     budget_kind: BudgetKind
@@ -80,19 +80,22 @@ class Verdict:
     ratio_to_budget: float  # mismatch / budget
     top_share: float  # the largest sequence's share of the estimator's total
     tail_index: float  # Pareto k̂ of the estimator's per-sequence sums (metrics.pareto_k); −inf: no tail to fit
-    heavy_tail: bool  # top_share > HEAVY_TAIL_SHARE or tail_index > PARETO_K_LIMIT: the bounds did not decide
+    heavy_tail: bool  # capped_share > HEAVY_TAIL_SHARE: the functional leaves a large part of the mean out
     quality_cost: float | None  # the calibration curve at the mismatch, nats/token; None when not finite
     quality_cost_interval: tuple[float, float] | None  # the curve at the interval ends (it is monotone)
     floor: float | None  # the floor engine's mismatch on the same estimator, first-look probes
     probes: int  # sequences measured
     tokens: int
     looks: int
-    confidence_per_look: float
-    metrics: dict[str, float] = field(default_factory=dict)  # every metric over every probe
+    confidence_per_look: float  # the policy's confidence: a confidence sequence spends no α per look
+    metrics: dict[str, float] = field(default_factory=dict)  # every metric over every probe (uncapped token means)
     metric_intervals: dict[str, tuple[float, float]] = field(default_factory=dict)  # one per metric, same level
     capacity: dict[str, Any] | None = None  # `capacity.kv_capacity` of the candidate, ratio_vs_bf16 first
     seconds: float = 0.0  # engine start + measurement (+ OPD steps for staleness)
     source: Literal["engine", "logs"] = "engine"
+    capped_share: float = 0.0  # share of the estimator's sequence means above κ × mismatch (not counted)
+    kappa: float = math.nan  # the functional's κ
+    functional: str = ""  # metrics.Functional.describe()
 
     @property
     def admitted(self) -> bool:
@@ -115,18 +118,23 @@ class Evidence:
     """What one candidate's measurement found: the final metrics and the state of the sequential test."""
 
     state: LookState
-    values: dict[str, float]  # every metric over all sequences measured, nats/token
-    intervals: dict[str, tuple[float, float]]  # studentized-bootstrap intervals at `confidence`
-    confidence: float  # per look, two-sided
+    values: dict[str, float]  # every metric over all sequences measured (uncapped token means), nats/token
+    intervals: dict[str, tuple[float, float]]  # their studentized-bootstrap intervals at `confidence` (descriptive)
+    confidence: float  # two-sided; each bettor at α = (1 − confidence)/2, at every look
     looks: int  # looks taken
     probes: int  # sequences measured
     tokens: int
     max_looks: int = 1  # looks the plan allowed (> 1: the reason says "per look")
     nonfinite: int = 0  # non-finite log-probs on either side, masked tokens
     engine_nonfinite: int = 0  # of them on the engine (rollout) side
-    estimator: str = "k3"  # the key of `values` that decides
+    estimator: str = "k3"  # the functional's estimator (a key of `values`)
     top_share: float = 0.0  # the largest sequence's share of the estimator's total
     tail_index: float = -math.inf  # Pareto k̂ of the estimator's per-sequence sums (metrics.pareto_k)
+    mismatch: float = math.nan  # the functional's value, nats/token
+    mismatch_interval: tuple[float, float] = (math.nan, math.nan)  # its confidence sequence at the last look
+    capped_share: float = 0.0  # metrics.capped_share
+    kappa: float = math.nan
+    functional: str = ""
 
 
 # ------------------------------------------------------------------------------------------------ the look plan
@@ -141,8 +149,8 @@ def looks_plan(config: ScreenConfig, num_prompts: int) -> tuple[int, int, int]:
 
 
 def decision_estimator(metric: str, available: Any) -> str:
-    """The key that measures the budget's `metric` with the least variance among `available` keys (finite ones):
-    kl_exact for the KL scale (k3 or kl_exact) where full rows gave it, else the metric (k3 for kl_exact)."""
+    """The estimator of a calibration without a stated functional (the budget's `metric`; kl_exact for the KL scale
+    where full rows gave it): what `logs` and old reports name. A calibration's functional states its own."""
     if metric in KL_ESTIMATORS:
         return "kl_exact" if "kl_exact" in available else "k3"
     return metric
@@ -157,26 +165,28 @@ def budget_band(budget: Budget) -> tuple[float, float]:
     return min(lo, float(budget.value)), max(hi, float(budget.value))
 
 
-def is_heavy(share: Any, tail_index: Any) -> Any:
-    """True where one sequence carries > HEAVY_TAIL_SHARE of the total or the tail index k̂ > PARETO_K_LIMIT."""
+def is_heavy(capped: Any) -> Any:
+    """True where the functional leaves more than HEAVY_TAIL_SHARE of the estimator's total out (informational)."""
     with np.errstate(invalid="ignore"):
-        return (np.asarray(share) > HEAVY_TAIL_SHARE) | (np.asarray(tail_index) > PARETO_K_LIMIT)
+        return np.asarray(capped) > HEAVY_TAIL_SHARE
 
 
-def look_states(lower: Any, upper: Any, share: Any, tail_index: Any, budget_interval: tuple[float, float]) -> Any:
-    """Vectorised look (numpy arrays broadcast): "admit" | "reject" | "undecided" | "heavy_tail" per element."""
-    lo, hi = (np.asarray(x, dtype=np.float64) for x in (lower, upper))
+def look_states(x: Any, budget_interval: tuple[float, float], kappa: float, alpha: float) -> Any:
+    """Vectorised look: (k, m) rows of sequence means in probe order -> "admit" | "reject" | "undecided" per row.
+
+    ADMIT: the bettor against "x ≥ B_lo" has reached 1/α; REJECT: the one against "x ≤ B_hi" has (module
+    docstring). B_lo ≤ 0 never admits; an infinite B_hi never rejects."""
+    xs = np.atleast_2d(np.asarray(x, dtype=np.float64))  # (k, m)
     b_lo, b_hi = budget_interval
-    with np.errstate(invalid="ignore"):
-        admit, reject = hi < b_lo, lo > b_hi  # nan compares False: undecided
-        heavy = is_heavy(share, tail_index)
-    out = np.where(admit, "admit", np.where(reject, "reject", "undecided")).astype(object)
-    return np.where(heavy & (admit | reject), "heavy_tail", out)
+    k = xs.shape[0]
+    admit = betting_decides(xs, b_lo, kappa, alpha, "below") if b_lo > 0 else np.zeros(k, bool)
+    reject = betting_decides(xs, b_hi, kappa, alpha, "above") if math.isfinite(b_hi) else np.zeros(k, bool)
+    return np.where(admit, "admit", np.where(reject, "reject", "undecided")).astype(object)
 
 
-def look(lower: float, upper: float, share: float, tail_index: float, budget_interval: tuple[float, float]) -> str:
-    """One look: the mismatch interval [lower, upper] against the budget's interval (module docstring)."""
-    return str(look_states(lower, upper, share, tail_index, budget_interval)[()])  # type: ignore[return-value]
+def look(x: Any, budget_interval: tuple[float, float], kappa: float, alpha: float) -> str:
+    """One look at the sequence means measured so far (module docstring)."""
+    return str(look_states(np.asarray(x, dtype=np.float64)[None], budget_interval, kappa, alpha)[0])
 
 
 # ------------------------------------------------------------------------------------------------ the verdict
@@ -191,9 +201,9 @@ def ruling(evidence: Evidence, budget: Budget, policy: Policy) -> tuple[Decision
     """(decision, marginal, error_control, decided_by, reason, margin) from the final state of the test."""
     e, b = evidence, float(budget.value)
     b_lo, b_hi = budget_band(budget)
-    m, (lo, hi) = e.values[e.estimator], e.intervals[e.estimator]
-    at = f"at {e.confidence:.4g}" + (" per look" if e.max_looks > 1 else "")
-    name = e.estimator
+    m, (lo, hi) = e.mismatch, e.mismatch_interval
+    at = f"at {e.confidence:.4g}" + (", valid at every look" if e.max_looks > 1 else "")
+    name = f"{e.estimator} (κ {e.kappa:g})"
     below = m < b
     # the candidate's and the budget's half-widths on the side of the point estimate
     cand_w, budget_w = (hi - m, b - b_lo) if below else (m - lo, b_hi - b)
@@ -207,9 +217,9 @@ def ruling(evidence: Evidence, budget: Budget, policy: Policy) -> tuple[Decision
         )
         return "REJECT", False, True, "candidate", reason, math.inf
     heavy = (
-        f"; heavy tail: one sequence carries {e.top_share:.0%} of {name}, tail index k̂ {e.tail_index:.2f} (limits "
-        f"{HEAVY_TAIL_SHARE:.0%}, {PARETO_K_LIMIT}): more probes needed"
-        if is_heavy(e.top_share, e.tail_index)
+        f"; heavy tail: {e.capped_share:.0%} of {e.estimator} lies above the cap κ × {m:.3g} and is not counted "
+        f"(top sequence {e.top_share:.0%}, k̂ {e.tail_index:.2f}; the uncapped mean is in the metrics)"
+        if is_heavy(e.capped_share)
         else ""
     )
     if e.state == "admit":
@@ -262,8 +272,8 @@ def verdict(
 ) -> Verdict:
     """The Verdict of one candidate: the ruling, the interval, margin, ratio and predicted quality cost."""
     decision, marginal, control, by, reason, margin = ruling(evidence, budget, policy)
-    m = evidence.values[evidence.estimator]
-    lo, hi = evidence.intervals[evidence.estimator]
+    m = evidence.mismatch
+    lo, hi = evidence.mismatch_interval
     cost, cost_interval = predicted_cost(predict_cost, m, lo, hi)
     return Verdict(
         name=name,
@@ -283,7 +293,7 @@ def verdict(
         ratio_to_budget=ratio_to_budget(m, float(budget.value)),
         top_share=evidence.top_share,
         tail_index=evidence.tail_index,
-        heavy_tail=bool(is_heavy(evidence.top_share, evidence.tail_index)),
+        heavy_tail=bool(is_heavy(evidence.capped_share)),
         quality_cost=cost,
         quality_cost_interval=cost_interval,
         floor=floor,
@@ -296,4 +306,7 @@ def verdict(
         capacity=capacity,
         seconds=seconds,
         source=source,
+        capped_share=evidence.capped_share,
+        kappa=evidence.kappa,
+        functional=evidence.functional,
     )

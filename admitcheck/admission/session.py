@@ -26,7 +26,6 @@ from admitcheck.admission.sequential import (
     Verdict,
     budget_band,
     confidence_per_look,
-    decision_estimator,
     look,
     looks_plan,
     verdict,
@@ -34,7 +33,7 @@ from admitcheck.admission.sequential import (
 from admitcheck.admission.staleness import stale_reference
 from admitcheck.calibration.schema import CalibrationArtifact
 from admitcheck.config import CandidateConfig, RolloutConfig, ScreenConfig
-from admitcheck.errors import EngineError
+from admitcheck.errors import CalibrationError, EngineError
 from admitcheck.pairs.load import LoadedPair
 
 # Re-exported: the verdict and the look plan were defined here before `admission` (cli, report, bench use them).
@@ -61,7 +60,8 @@ class ScreenSession:
         self.config, self.file = config, config_file
         self.pair = pair if pair is not None else LoadedPair(config.pair, file=config_file)  # read once, shared
         self.calibration = calibration or load_checked_calibration(config, config_file=config_file, pair=self.pair)
-        self.metric = self.calibration.metric  # the budget's scale; `sequential.decision_estimator` measures it
+        self.metric = self.calibration.metric  # the budget's scale
+        self.functional = self.calibration.functional  # what the budget's x is: the screen measures the same number
         self.tokens: Any = None
         self.prompt_ids: list[list[int]] = []
         self.reference: Any = None
@@ -82,7 +82,7 @@ class ScreenSession:
         prompts = probe_prompts(cfg, file)
         self.prompt_ids = tokenize_prompts(self.tokens, prompts, file=cfg.probe.prompts)
         self.plan = looks_plan(cfg, len(prompts))
-        self.confidence = confidence_per_look(cfg.policy.confidence, self.plan[2])
+        self.confidence = cfg.policy.confidence  # a confidence sequence: valid at every look, no α split
         io.check_causal_lm(cfg.pair.teacher, file=file, field="pair.teacher")
         self.reference = self.pair.student(cfg.reference.dtype, cfg.reference.device)
 
@@ -117,17 +117,29 @@ class ScreenSession:
             if not decide or batch.index + 1 < self.plan[0]:
                 continue
             looks += 1
-            pooled = run.pooled(self.confidence)
-            est = decision_estimator(self.metric, pooled.values)
-            state = look(*pooled.intervals[est], *run.tail(est), budget_band(self.calibration.gate_budget()))
+            x = self._sequence_means(run.sums(), name)
+            alpha = (1.0 - self.confidence) / 2.0
+            state = look(x, budget_band(self.calibration.gate_budget()), self.functional.kappa, alpha)
             if state in ("admit", "reject"):
                 break
         return run, state, looks
 
+    def _sequence_means(self, sums: dict[str, Any], name: str) -> Any:
+        """The functional's per-sequence means; a CalibrationError when this engine cannot measure its estimator."""
+        est = self.functional.estimator
+        if est not in sums:
+            raise CalibrationError(
+                f"the budget's x is {self.functional.describe()}, but candidate {name!r} gives no full-vocabulary "
+                "rows (kl_exact): its mismatch would be another number; screen it against a calibration on k3",
+                file=self.file,
+                field="calibration.protocol.functional",
+            )
+        return self.functional.sequence_means(sums)
+
     def _evidence(self, run, state: str, looks: int, max_looks: int) -> Evidence:
         m = run.metrics(self.confidence)
-        est = decision_estimator(self.metric, m.values)
-        share, k = run.tail(est)
+        fv = run.functional(self.functional, self.confidence)
+        share, k = run.tail(fv.estimator)
         counts = dict(looks=looks, probes=run.num_sequences, tokens=run.num_tokens, max_looks=max_looks)
         bad = dict(nonfinite=run.nonfinite, engine_nonfinite=run.engine_nonfinite)
         return Evidence(
@@ -137,9 +149,14 @@ class ScreenSession:
             self.confidence,
             **counts,
             **bad,
-            estimator=est,
+            estimator=fv.estimator,
             top_share=share,
             tail_index=k,
+            mismatch=fv.value,
+            mismatch_interval=fv.interval,
+            capped_share=fv.capped_share,
+            kappa=fv.kappa,
+            functional=self.functional.describe(),
         )
 
     def floor(self, rollout: RolloutConfig, progress: Progress | None = None) -> dict[str, Any]:
@@ -163,8 +180,10 @@ class ScreenSession:
                 raise
             pooled = run.pooled(self.confidence)
             keys = [k for k in ("k3", "kl_exact") if k in pooled.values]
+            fv = run.functional(self.functional, self.confidence) if self.functional.estimator in keys else None
             self.floors[fr.engine] = {
                 "dtype": fr.dtype,
+                "mismatch": fv.value if fv else None,  # the functional, the verdict's scale
                 **{k: pooled.values[k] for k in keys},
                 **{f"{k}_interval": pooled.intervals[k] for k in keys},
                 "probes": run.num_sequences,
@@ -200,7 +219,7 @@ class ScreenSession:
             engine.close()
         e = self._evidence(run, state, looks, self.plan[2])
         capacity = self.capacity(cand) | ({"engine_allocated": allocated} if allocated else {})
-        return self._verdict(cand.name, e, floor.get(e.estimator), capacity, time.perf_counter() - t0, "engine")
+        return self._verdict(cand.name, e, floor.get("mismatch"), capacity, time.perf_counter() - t0, "engine")
 
     def screen_logs(self, chosen: list[CandidateConfig]) -> Verdict:
         """One verdict from a pipeline's logged log-probs: every sequence at once (one look), at the policy's
@@ -208,20 +227,19 @@ class ScreenSession:
         import numpy as np
 
         from admitcheck.measurement.logs import read_logs
-        from admitcheck.measurement.metrics import mismatch_metrics, pareto_k, top_share
+        from admitcheck.measurement.metrics import functional_value, mismatch_metrics, pareto_k, top_share
 
         t0 = time.perf_counter()
         logs = read_logs(self.config.logs.path, format=self.config.logs.format)
         gates = self.config.logs.gates  # a gate re-run on every checked step: α spent over the runs, as over looks
         self.confidence = confidence_per_look(self.config.policy.confidence, gates)
         m = mismatch_metrics(logs.rollout_logprobs, logs.trainer_logprobs, logs.mask, confidence=self.confidence)
-        est = decision_estimator(self.metric, m.values)
-        sums = m.per_sequence[est]
-        state = (
-            "nonfinite"
-            if m.nonfinite
-            else look(*m.intervals[est], top_share(sums), pareto_k(sums), budget_band(self.calibration.gate_budget()))
-        )
+        x = self._sequence_means(m.per_sequence, Path(logs.path).stem)
+        fv = functional_value(m.per_sequence, self.functional, self.confidence)
+        sums = m.per_sequence[fv.estimator]
+        alpha = (1.0 - self.confidence) / 2.0
+        band = budget_band(self.calibration.gate_budget())
+        state = "nonfinite" if m.nonfinite else look(x, band, self.functional.kappa, alpha)
         engine_bad = int((~np.isfinite(logs.rollout_logprobs) & logs.mask).sum())
         e = Evidence(
             state,
@@ -234,9 +252,14 @@ class ScreenSession:
             gates,
             m.nonfinite,
             engine_bad,
-            est,
+            fv.estimator,
             top_share(sums),
             pareto_k(sums),
+            fv.value,
+            fv.interval,
+            fv.capped_share,
+            fv.kappa,
+            self.functional.describe(),
         )
         one = chosen[0] if len(chosen) == 1 else None  # the logs belong to the one candidate selected, if any
         name, capacity = (one.name, self.capacity(one)) if one else (Path(logs.path).stem, None)

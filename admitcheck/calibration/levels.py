@@ -35,6 +35,7 @@ from admitcheck.calibration.runs import derive_seed
 from admitcheck.config import CalibrateConfig, NoiseConfig, RolloutConfig, SamplingConfig
 from admitcheck.errors import ConfigError
 from admitcheck.measurement.measure import measure_engine
+from admitcheck.measurement.metrics import Functional
 from admitcheck.pairs.load import PairTokens, load_pair_tokenizer, tokenize_prompts
 from admitcheck.rollout.floor import floor_rollout
 
@@ -209,15 +210,31 @@ def _engine(ctx: RunContext, model: torch.nn.Module, rollout: RolloutConfig):
     return HFEngine(model, rollout, eos_token_id=ctx.tokens.eos_token_id, pad_token_id=ctx.tokens.pad_token_id)
 
 
+def level_functional(config: CalibrateConfig, vocab_size: int) -> Functional | None:
+    """What a level's x is (`metrics.Functional`, written to the artifact's `protocol.functional`): the KL metrics'
+    self-winsorized sequence mean, on kl_exact where a probe batch's full rows fit in FULL_ROWS_BYTES, else on k3.
+    None for another metric (its x stays the uncapped token mean; a screen refuses it)."""
+    if config.metric not in ("k3", "kl_exact"):
+        return None
+    full = config.probe.batch_size * config.probe.max_new_tokens * vocab_size * 4 <= FULL_ROWS_BYTES
+    return Functional("kl_exact" if full else "k3")
+
+
 def _measure(ctx: RunContext, config: CalibrateConfig, engine, reference) -> dict[str, Any]:
-    """The engine's mismatch against `reference` on the probe set, as `screen` measures it."""
+    """The engine's mismatch against `reference` on the probe set, as `screen` measures it: the level's x is the
+    calibration's functional through `ProbeRun.functional`, the screen's code path (k3 and kl_exact beside it)."""
     probe = config.probe
+    functional = level_functional(config, ctx.tokens.vocab_size)
     full = probe.batch_size * probe.max_new_tokens * ctx.tokens.vocab_size * 4 <= FULL_ROWS_BYTES
     acc = measure_engine(engine, reference, ctx.probe_ids, probe, config.sampling, full=full)
     m = acc.metrics(config.confidence)
-    lo, hi = m.intervals[config.metric]
+    if functional is not None:
+        fv = acc.functional(functional, config.confidence)
+        x, (lo, hi) = fv.value, fv.interval
+    else:
+        x, (lo, hi) = m.values[config.metric], m.intervals[config.metric]
     return {
-        "mismatch": float(m.values[config.metric]),
+        "mismatch": float(x),
         "mismatch_interval": [float(lo), float(hi)],
         "k3": float(m.values["k3"]),
         "kl_exact": float(m.values["kl_exact"]) if "kl_exact" in m.values else None,

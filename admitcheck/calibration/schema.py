@@ -43,6 +43,7 @@ from admitcheck.config import (
     TrainConfig,
 )
 from admitcheck.errors import CalibrationError
+from admitcheck.measurement.metrics import Functional
 
 SCHEMA_VERSION = 2
 BudgetKind = Literal["point", "lower_bound", "upper_bound"]
@@ -103,10 +104,20 @@ class ReferenceProtocol(ReferenceConfig):
     device: None = Field(None, exclude=True)  # type: ignore[assignment]
 
 
+class FunctionalProtocol(Section):
+    """Which number the levels' x is (`metrics.Functional`): a screen's mismatch is the same number."""
+
+    estimator: Literal["kl_exact", "k3"]  # per-token term whose sequence means are aggregated
+    kappa: float = Field(gt=1)  # each sequence counts at most κ × the value
+    aggregate: Literal["sequence_mean"] = "sequence_mean"
+
+
 class Protocol(Section):
     """How the mismatch was measured: what a screen must measure the same way."""
 
     metric: MetricName | None = None
+    # absent: the x is the uncapped token mean of `metric` (artifacts written before issue #35); a screen refuses it
+    functional: FunctionalProtocol | None = None
     sampling: SamplingConfig
     probe: ProbeProtocol
     reference: ReferenceProtocol
@@ -395,6 +406,13 @@ class CalibrationArtifact(Section):
         """Which mismatch the budget is in: "start" (probe measurement at the start weights) or "run" (engine vs
         trainer k3 averaged over the first `protocol.run_window` training steps, `opd.run_mismatch`)."""
         return self.budget.x
+
+    @property
+    def functional(self) -> Functional | None:
+        """What the budget's x is (`metrics.Functional`); None for an artifact written before issue #35 (its x is
+        the uncapped token mean of `metric`)."""
+        f = self.protocol.functional
+        return Functional(f.estimator, f.kappa, f.aggregate) if f is not None else None
 
     def budget_draws(self) -> list[float]:
         """The bootstrap draws of the budget (nats/token; 0 = below the smallest level, inf = above the largest)."""

@@ -407,71 +407,12 @@ def bootstrap_t_bounds(
     return est, lower, upper
 
 
-LOGNORMAL_PIVOTS = 20000  # draws of the generalized pivot; ≥ 60 fall beyond a screen's 0.31% per-look quantile
-LOGNORMAL_SEED = 20261204  # fixed: a bound is a function of the data
-
-
-@functools.lru_cache(maxsize=64)
-def _lognormal_pivots(m: int) -> tuple[np.ndarray, np.ndarray]:
-    """(Z, U²) draws for m units: Z ~ N(0, 1), U² ~ χ²(m − 1); cached and read-only."""
-    rng = np.random.default_rng([LOGNORMAL_SEED, m])
-    z, u2 = rng.standard_normal(LOGNORMAL_PIVOTS), rng.chisquare(max(m - 1, 1), LOGNORMAL_PIVOTS)
-    z.flags.writeable = u2.flags.writeable = False
-    return z, u2
-
-
-def lognormal_upper(sums: np.ndarray, counts: np.ndarray, alpha: float) -> np.ndarray:
-    """Upper bound of the ratio Σs/Σn at level 1 − alpha per row, valid when the per-unit sums are lognormal:
-    the generalized-pivot bound of a lognormal mean (Krishnamoorthy & Mathew 2003), E[s] = exp(μ + σ²/2), divided by
-    the mean count. sums, counts: (k, m). Rows with zeros use the positive units and the Clopper-Pearson upper
-    bound of their share (alpha split between the two); rows with a negative value, or < 3 positive units, get nan
-    (no bound: the caller falls back to the bootstrap-t alone)."""
-    from scipy.stats import beta
-
-    s, n = np.asarray(sums, dtype=np.float64), np.asarray(counts, dtype=np.float64)  # (k, m)
-    k, m = s.shape
-    out = np.full(k, np.nan)
-    for i in range(k):  # rows differ in how many units are positive
-        row = s[i]
-        pos = row[row > 0]
-        if np.any(row < 0) or pos.size < 3 or not np.all(np.isfinite(row)):
-            continue
-        zeros = pos.size < m
-        a = alpha / 2 if zeros else alpha
-        lr = np.log(pos)
-        mu, sd, mp = float(lr.mean()), float(lr.std(ddof=1)), pos.size
-        z, u2 = _lognormal_pivots(mp)
-        t = mu - z * sd * math.sqrt(mp - 1) / (np.sqrt(u2) * math.sqrt(mp)) + (mp - 1) * sd * sd / (2.0 * u2)
-        ub = math.exp(float(np.quantile(t, 1.0 - a)))  # E[s | s > 0]
-        share = float(beta.ppf(1.0 - a, mp + 1, m - mp)) if zeros else 1.0  # P(s > 0), Clopper-Pearson upper
-        out[i] = share * ub / float(n[i].mean())
-    return out
-
-
-def ratio_bounds(
-    sums: np.ndarray, counts: np.ndarray, alpha_low: float, alpha_high: float, weights: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The screen's bounds of Σs/Σn, (k, m) -> (estimate, lower, upper), each (k,): the bootstrap-t bounds
-    (`bootstrap_t_bounds`), the upper one raised to the lognormal bound (`lognormal_upper`) where that exists.
-
-    Why both: on lognormal per-sequence sums (σ 1.5–2, the heavy tails FP8 KV gives) the bootstrap-t upper bound
-    misses far more often than its level — the resamples cannot contain the values a few hundred sequences have not
-    shown — and a rule that waits while one sequence dominates decides exactly on the draws that lack them
-    (bench/coverage.py --bootstrap-only: 5.8–7.1% wrong ADMITs at 1.05 B on σ 1.5–2, nominal 2.5%). The lognormal
-    bound knows the tail from the spread of log sums; where the truth is lighter-tailed it is the looser of the two
-    and costs power, reported beside the error rates. A wrong ADMIT needs both upper bounds to miss."""
-    est, lower, upper = bootstrap_t_bounds(sums, counts, alpha_low, alpha_high, weights)
-    ln = lognormal_upper(sums, counts, alpha_high)
-    return est, lower, np.where(np.isnan(ln), upper, np.fmax(upper, ln))
-
-
 def ratio_interval_t(sums: Any, counts: Any, confidence: float = 0.95) -> tuple[float, float, float]:
-    """Ratio estimator Σs/Σn with a two-sided interval at `confidence` -> (mean, lo, hi): `ratio_bounds`.
+    """Ratio estimator Σs/Σn with a two-sided interval at `confidence` -> (mean, lo, hi): `bootstrap_t_bounds`.
 
-    The interval every published figure and every screen decision uses: studentized bootstrap, the upper end raised
-    to the lognormal bound for nonnegative units (docs/statistics.md; bench/coverage.py), where the delta-method t
-    interval of `ratio_interval` does not keep its level. Non-finite or degenerate inputs behave as in
-    `ratio_interval`.
+    The interval every token-mean metric is reported with (descriptive: on heavy-tailed sequences no interval for an
+    unbounded mean keeps its level, docs/statistics.md; a screen decides on `Functional` with `betting_decides`).
+    Non-finite or degenerate inputs behave as in `ratio_interval`.
     """
     s = np.asarray(sums, dtype=np.float64)  # (m,)
     n = np.asarray(counts, dtype=np.float64)  # (m,)
@@ -479,7 +420,7 @@ def ratio_interval_t(sums: Any, counts: Any, confidence: float = 0.95) -> tuple[
     if not (math.isfinite(est) and math.isfinite(lo) and math.isfinite(hi)) or s.size < 3 or hi == lo:
         return est, lo, hi
     a = (1.0 - confidence) / 2.0
-    e, lo_b, hi_b = ratio_bounds(s[None], n[None], a, a, resample_counts(s.size))
+    e, lo_b, hi_b = bootstrap_t_bounds(s[None], n[None], a, a, resample_counts(s.size))
     return float(e[0]), float(lo_b[0]), float(hi_b[0])
 
 
@@ -525,3 +466,166 @@ def pareto_k(sums: Any) -> float:
         b_post = float((b * w).sum() / w.sum())
         k_post = float(np.log1p(-b_post * x).mean())
     return (n * k_post + 10 * 0.5) / (n + 10)  # shrunk toward 0.5 with weight 10, as in PSIS
+
+
+# ------------------------------------------------------------------------------- the screen's estimand and its bound
+
+WINSOR_KAPPA = 8.0  # a sequence counts at most κ × the estimand (docs/statistics.md §1 says how κ was chosen)
+BET_TRUNCATION = 0.5  # bets risk at most half the capital on one sequence (Waudby-Smith & Ramdas 2024, §5)
+
+
+@dataclass(frozen=True)
+class Functional:
+    """What a budget's x and a screen's mismatch both are: the self-winsorized sequence mean of one estimator.
+
+    Each probe sequence i gives its token mean X_i = s_i / n_i of the estimator (kl_exact or k3; nats/token). The
+    functional is the T that solves T = E[min(X, κ T)]: the mean over sequences with every sequence counted at most
+    κ × T. It is the plain sequence mean where no sequence exceeds κ × T (light tails), scale-equivariant, and bounded
+    relative to itself, which is what makes an anytime-valid bound with power possible (`betting_log_capital`).
+    `estimator` None: the calibration's metric decides (`admission.sequential.decision_estimator`).
+    """
+
+    estimator: str | None = None
+    kappa: float = WINSOR_KAPPA
+    aggregate: Literal["sequence_mean"] = "sequence_mean"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"estimator": self.estimator, "kappa": self.kappa, "aggregate": self.aggregate}
+
+    def describe(self) -> str:
+        return f"{self.estimator or 'metric'} sequence means, self-winsorized at {self.kappa:g} × the value"
+
+    def sequence_means(self, per_sequence: Mapping[str, np.ndarray], key: str | None = None) -> np.ndarray:
+        """(m,) X_i = s_i / n_i of `key` (default: the functional's estimator)."""
+        k = key or self.estimator
+        s, n = (np.asarray(per_sequence[x], dtype=np.float64) for x in (k, "num_tokens"))
+        with np.errstate(all="ignore"):
+            return s / n
+
+    def value(self, per_sequence: Mapping[str, np.ndarray], key: str | None = None) -> float:
+        """The functional of the measured sequences (plug-in: the fixed point on their empirical distribution)."""
+        return float(winsorized_mean(self.sequence_means(per_sequence, key)[None], self.kappa)[0])
+
+
+def winsorized_mean(x: Any, kappa: float) -> np.ndarray:
+    """Row-wise T solving T = mean(min(x, κ T)) for (k, m) nonnegative rows -> (k,) (κ > 1).
+
+    T(1 − κ j / m) = (sum of the m − j smallest) / m when exactly j values exceed κ T: found by trying every j on the
+    sorted row. 0 for an all-zero row (and when fewer than m/κ values are positive); inf/nan propagate."""
+    a = -np.sort(-np.asarray(x, dtype=np.float64), axis=1)  # (k, m) descending
+    k, m = a.shape
+    if m == 0:
+        return np.full(k, np.nan)
+    j = np.arange(m)  # values above the cap
+    rest = a.sum(1, keepdims=True) - np.concatenate([np.zeros((k, 1)), np.cumsum(a, 1)[:, :-1]], 1)  # (k, m)
+    denom = m - kappa * j  # (m,)
+    with np.errstate(all="ignore"):
+        t = np.where(denom > 0, rest / denom, np.inf)  # (k, m) candidate T for each j
+        above = np.where(j > 0, a[:, np.maximum(j - 1, 0)] > kappa * t, True)  # the j largest exceed κT
+        below = a <= kappa * t  # the (j+1)-th largest does not exceed κT
+        ok = above & below & (denom > 0)
+    first = np.argmax(ok, axis=1)  # (k,)
+    out = t[np.arange(k), first]
+    out = np.where(ok.any(1), out, 0.0)
+    bad = ~np.isfinite(a).all(1)
+    return np.where(bad, np.where(np.isnan(a).any(1), np.nan, np.inf), out)
+
+
+def capped_share(x: Any, value: float, kappa: float) -> float:
+    """Share of Σ X_i above the cap κ × value: what the functional does not count (0 with no sequence above)."""
+    a = np.asarray(x, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        total = float(a.sum())
+        over = float(np.clip(a - kappa * value, 0.0, None).sum())
+    return over / total if total > 0 and math.isfinite(total) else 0.0
+
+
+def betting_log_capital(x: Any, threshold: Any, kappa: float, side: Literal["below", "above"]) -> np.ndarray:
+    """Log capital of a bettor against "the functional is ≥ threshold" (side "below": evidence that it is below) or
+    "≤ threshold" ("above"), after each sequence: (k, m) rows of X_i in their sequence order -> (k, m).
+
+    T ≥ b  ⇔  E[min(X, κ b)] ≥ b  (T = E[min(X, κT)] with the right side concave in T), so with
+    z_i = (min(X_i, κ b) − b) / (κ b) ∈ [−1/κ, 1 − 1/κ] the capital Π (1 + λ_i y_i), y = −z ("below") or z
+    ("above"), is a nonnegative supermartingale under the null for any predictable λ_i ∈ [0, 1 / max(−y)]
+    (Waudby-Smith & Ramdas 2024, JRSSB): by Ville's inequality it ever reaches 1/α with probability ≤ α, at every
+    look and every stopping time alike, with no split of α over the looks. λ_i: the aGRAPA bet
+    mean(y) / mean(y²) of the sequences before i (one prior pseudo-sequence at y = 0, y² = (range/2)²), truncated to
+    [0, BET_TRUNCATION / max(−y)]."""
+    xs = np.asarray(x, dtype=np.float64)  # (k, m)
+    b = np.broadcast_to(np.asarray(threshold, dtype=np.float64).reshape(-1, 1), (xs.shape[0], 1))  # (k, 1)
+    with np.errstate(all="ignore"):
+        z = (np.minimum(xs, kappa * b) - b) / (kappa * b)  # (k, m)
+    z = np.where(np.isnan(z), 1.0 - 1.0 / kappa, z)  # a non-finite X counts as the cap
+    y, worst = (-z, 1.0 - 1.0 / kappa) if side == "below" else (z, 1.0 / kappa)  # max(−y)
+    prior_sq = (0.5 / 1.0) ** 2  # (range / 2)², the range of z being 1
+    s1 = np.concatenate([np.zeros((xs.shape[0], 1)), np.cumsum(y, 1)[:, :-1]], 1)  # (k, m) Σ y before i
+    s2 = np.concatenate([np.zeros((xs.shape[0], 1)), np.cumsum(y * y, 1)[:, :-1]], 1)
+    count = np.arange(xs.shape[1]) + 1.0  # sequences before i, plus the prior one
+    lam = np.clip((s1 / count) / ((s2 + prior_sq) / count), 0.0, BET_TRUNCATION / worst)  # (k, m)
+    return np.cumsum(np.log1p(lam * y), axis=1)
+
+
+def betting_decides(x: Any, threshold: Any, kappa: float, alpha: float, side: Literal["below", "above"]) -> np.ndarray:
+    """(k,) True where the capital against the other side reached 1/α at some sequence of the row (Ville)."""
+    cap = betting_log_capital(x, threshold, kappa, side)
+    return cap.max(axis=1) >= math.log(1.0 / alpha) if cap.shape[1] else np.zeros(cap.shape[0], bool)
+
+
+def winsorized_bounds(x: Any, kappa: float, alpha: float, iters: int = 48) -> tuple[float, float, float]:
+    """(estimate, lower, upper) of the functional from one row of sequence means: the confidence sequence
+    {b : neither bettor has reached 1/α against b}, each end found by bisection in log b (each side at level α).
+
+    Valid at every look (Ville); the ends assume the rejected sets are monotone in b, which they are up to the
+    bets' adaptation — the screen's decisions test the budget's own ends directly (`betting_decides`), so this
+    interval is for display."""
+    a = np.asarray(x, dtype=np.float64)[None]  # (1, m)
+    est = float(winsorized_mean(a, kappa)[0])
+    if a.size == 0 or not math.isfinite(est):
+        return est, est, est
+    if est == 0.0 and not (a > 0).any():
+        return 0.0, 0.0, 0.0
+    top = float(np.nanmax(a)) if a.size else 1.0
+    scale = max(est, top / kappa, 1e-300)
+
+    def rejects(b: float, side: str) -> bool:
+        return bool(betting_decides(a, b, kappa, alpha, side)[0])  # type: ignore[arg-type]
+
+    def edge(side: str) -> float:
+        # side "below" rejects large b (upper end); "above" rejects small b (lower end)
+        lo, hi = math.log(scale) - 40.0, math.log(scale) + 40.0
+        if side == "below" and not rejects(math.exp(hi), side):
+            return math.inf
+        if side == "above" and not rejects(math.exp(lo), side):
+            return 0.0
+        for _ in range(iters):
+            mid = 0.5 * (lo + hi)
+            if rejects(math.exp(mid), side) == (side == "below"):
+                hi = mid
+            else:
+                lo = mid
+        return math.exp(hi if side == "below" else lo)
+
+    return est, edge("above"), edge("below")
+
+
+@dataclass(frozen=True)
+class FunctionalValue:
+    """A functional measured on probe sequences: the value, its confidence sequence and what the cap left out."""
+
+    value: float  # nats/token
+    interval: tuple[float, float]  # `winsorized_bounds` at (1 − confidence)/2 per side
+    capped_share: float  # `capped_share`
+    estimator: str
+    kappa: float
+    num_sequences: int
+
+
+def functional_value(
+    per_sequence: Mapping[str, np.ndarray], functional: Functional, confidence: float = 0.95
+) -> FunctionalValue:
+    """The one measurement of a `Functional`: a calibration level's x and a screen's mismatch both come from here."""
+    x = functional.sequence_means(per_sequence)  # (m,)
+    est, lo, hi = winsorized_bounds(x, functional.kappa, (1.0 - confidence) / 2.0)
+    return FunctionalValue(
+        est, (lo, hi), capped_share(x, est, functional.kappa), str(functional.estimator), functional.kappa, x.size
+    )

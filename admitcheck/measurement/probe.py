@@ -31,9 +31,12 @@ import torch
 
 from admitcheck.config import ProbeConfig, SamplingConfig
 from admitcheck.measurement.metrics import (
+    Functional,
+    FunctionalValue,
     MismatchMetrics,
     PooledMetrics,
     combine,
+    functional_value,
     metrics_from_per_sequence,
     mismatch_metrics,
     pareto_k,
@@ -168,6 +171,11 @@ class ProbeRun:
     def pooled(self, confidence: float = 0.95) -> PooledMetrics:
         """The metrics per-sequence sums determine, with studentized-bootstrap intervals at `confidence`."""
         return metrics_from_per_sequence(self.sums(), confidence)
+
+    def functional(self, functional: Functional, confidence: float = 0.95) -> FunctionalValue:
+        """The calibration's functional over every sequence so far (`metrics.functional_value`): what a level's x
+        and a screen's mismatch both are."""
+        return functional_value(self.sums(), functional, confidence)
 
     def tail(self, key: str) -> tuple[float, float]:
         """(top share, Pareto k̂) of `key`'s per-sequence sums: the heavy-tail diagnostics of `admission`."""
