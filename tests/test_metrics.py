@@ -281,3 +281,70 @@ def test_pareto_k_and_top_share() -> None:
     assert pareto_k(rng.exponential(size=4000)) < 0.2  # light tail: k ≈ 0
     assert pareto_k(np.zeros(50)) == -math.inf and pareto_k([1.0] * 5) == -math.inf  # nothing to fit
     assert top_share([1.0, 1.0, 2.0]) == 0.5 and top_share([0.0, 0.0]) == 0.0 and top_share([-3.0, 1.0]) == 0.75
+
+
+# ------------------------------------------------------------------------------- the screen's functional and bound
+
+
+def test_winsorized_mean_is_the_fixed_point():
+    from admitcheck.measurement.metrics import winsorized_mean
+
+    rng = np.random.default_rng(0)
+    light = rng.gamma(4.0, 0.25, 500)  # no value above 8 × the mean: the plain mean
+    assert winsorized_mean(light[None], 8.0)[0] == pytest.approx(light.mean(), rel=1e-12)
+    spike = np.array([1.0] * 99 + [1000.0])  # one sequence at 1000: counted at κ T, T = (99 + 8 T) / 100
+    t = winsorized_mean(spike[None], 8.0)[0]
+    assert t == pytest.approx(99 / 92) and np.minimum(spike, 8 * t).mean() == pytest.approx(t)
+    assert winsorized_mean((5.0 * spike)[None], 8.0)[0] == pytest.approx(5 * t)  # scale-equivariant
+    rows = rng.lognormal(0.0, 2.0, (20, 64))
+    t = winsorized_mean(rows, 8.0)
+    assert np.allclose(np.minimum(rows, 8.0 * t[:, None]).mean(1), t)  # every row solves its own equation
+    assert winsorized_mean(np.zeros((1, 5)), 8.0)[0] == 0.0
+    assert winsorized_mean(np.array([[1.0, math.inf]]), 8.0)[0] == math.inf
+
+
+def test_capped_share():
+    from admitcheck.measurement.metrics import capped_share
+
+    assert capped_share([1.0, 1.0, 10.0], 1.0, 8.0) == pytest.approx(2.0 / 12.0)
+    assert capped_share([1.0, 2.0], 1.5, 8.0) == 0.0 and capped_share([0.0, 0.0], 0.0, 8.0) == 0.0
+
+
+def test_betting_bound_keeps_its_level_at_every_look_where_bootstrap_t_does_not():
+    """The capital against a true null crosses 1/α in ≤ α of the rows, over all 256 sequences together (Ville), on
+    a spike mixture where the unbounded mean's bootstrap-t bound misses far more often; and it has power."""
+    from admitcheck.measurement.metrics import betting_decides, betting_log_capital, winsorized_mean
+
+    rng = np.random.default_rng(3)
+    spikes = lambda size: np.where(rng.random(size) < 0.02, rng.lognormal(3.0, 1.0, size), 0.1)  # noqa: E731
+    truth = winsorized_mean(spikes((1, 2_000_000)), 8.0)[0]
+    x = spikes((800, 256))
+    wrong = betting_decides(x, truth, 8.0, 0.025, "below")  # "T < truth": false, at any sequence
+    assert wrong.mean() <= 0.025 + 3.09 * math.sqrt(0.025 * 0.975 / 800)
+    assert betting_decides(x, truth, 8.0, 0.025, "above").mean() <= 0.025 + 3.09 * math.sqrt(0.025 * 0.975 / 800)
+    assert betting_decides(x, 3.0 * truth, 8.0, 0.025, "below").mean() > 0.9  # power at truth = B/3
+    cap = betting_log_capital(x[:2], truth, 8.0, "below")
+    assert cap.shape == (2, 256) and np.all(np.isfinite(cap))
+
+
+def test_winsorized_bounds_contain_the_estimate_and_shrink():
+    from admitcheck.measurement.metrics import winsorized_bounds
+
+    rng = np.random.default_rng(4)
+    x = rng.gamma(2.0, 0.01, 1024)
+    est, lo, hi = winsorized_bounds(x[:64], 8.0, 0.025)
+    est2, lo2, hi2 = winsorized_bounds(x, 8.0, 0.025)
+    assert lo < est < hi and lo2 < est2 < hi2 and hi2 - lo2 < hi - lo
+    assert lo2 < 0.02 < hi2  # the truth, 2 × 0.01
+    assert winsorized_bounds(np.zeros(10), 8.0, 0.025) == (0.0, 0.0, 0.0)  # identical engines: exactly zero
+
+
+def test_functional_value_is_one_code_path():
+    from admitcheck.measurement.metrics import Functional, functional_value, winsorized_mean
+
+    n = np.array([2.0] * 20 + [8.0])
+    ps = {"num_tokens": n, "kl_exact": np.array([0.2] * 20 + [40.0]), "k3": np.ones(21)}  # means 0.1 × 20, 5
+    f = Functional("kl_exact", 8.0)
+    fv = functional_value(ps, f, 0.95)
+    assert fv.value == pytest.approx(winsorized_mean(np.array([[0.1] * 20 + [5.0]]), 8.0)[0]) == f.value(ps)
+    assert fv.estimator == "kl_exact" and fv.kappa == 8.0 and fv.num_sequences == 21 and fv.capped_share > 0.5

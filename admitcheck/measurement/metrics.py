@@ -517,7 +517,8 @@ def winsorized_mean(x: Any, kappa: float) -> np.ndarray:
     if m == 0:
         return np.full(k, np.nan)
     j = np.arange(m)  # values above the cap
-    rest = a.sum(1, keepdims=True) - np.concatenate([np.zeros((k, 1)), np.cumsum(a, 1)[:, :-1]], 1)  # (k, m)
+    with np.errstate(all="ignore"):
+        rest = a.sum(1, keepdims=True) - np.concatenate([np.zeros((k, 1)), np.cumsum(a, 1)[:, :-1]], 1)
     denom = m - kappa * j  # (m,)
     with np.errstate(all="ignore"):
         t = np.where(denom > 0, rest / denom, np.inf)  # (k, m) candidate T for each j
