@@ -153,7 +153,8 @@ def run(sims: int, seed: int = 0, settings=tuple(SETTINGS) + REAL, chunk: int = 
         for key in keys:
             rng = np.random.default_rng([seed, (list(SETTINGS) + list(REAL)).index(name), len(key or "")])
             if key is None:
-                x = np.concatenate([sequences(name, min(chunk, sims - c), PLAN["most"], rng) for c in range(0, sims, chunk)])
+                parts = [sequences(name, min(chunk, sims - c), PLAN["most"], rng) for c in range(0, sims, chunk)]
+                x = np.concatenate(parts)
                 truth = truth_of(name)
                 extra = {}
             else:
@@ -179,8 +180,8 @@ def kappa_choice(sims: int = 1000, seed: int = 1) -> list[dict]:
         for kappa in (4.0, 5.0, 8.0, 10.0):
             t = float(winsorized_mean(big, kappa)[0])
             hit = np.maximum.accumulate(betting_log_capital(x, 3.0 * t, kappa, "below"), 1) >= thr
-            out.append({"sigma": sigma, "kappa": kappa, "functional_over_mean": t,
-                        "admit@B/3_by128": float(hit[:, 127].mean()), "admit@B/3_by256": float(hit[:, 255].mean())})  # fmt: skip
+            power = {"admit@B/3_by128": float(hit[:, 127].mean()), "admit@B/3_by256": float(hit[:, 255].mean())}
+            out.append({"sigma": sigma, "kappa": kappa, "functional_over_mean": t, **power})
     return out
 
 

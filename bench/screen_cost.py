@@ -41,6 +41,7 @@ def stand_in_artifact(path: Path, screen_cfg, cal_cfg, budget: float) -> Path:
         prompt_hashes,
         training_recipe_of,
     )
+    from admitcheck.measurement.metrics import WINSOR_KAPPA
 
     fp = fingerprint_pair(screen_cfg.pair) | {"prompts": prompt_hashes(cal_cfg)}
     data = {
@@ -52,6 +53,7 @@ def stand_in_artifact(path: Path, screen_cfg, cal_cfg, budget: float) -> Path:
             "sampling": screen_cfg.sampling.model_dump(),
             "probe": {"max_new_tokens": screen_cfg.probe.max_new_tokens},
             "reference": {"dtype": screen_cfg.reference.dtype},
+            "functional": {"estimator": "kl_exact", "kappa": WINSOR_KAPPA},  # what the toy's levels measure
         },
         "recipe": training_recipe_of(cal_cfg) | {"prompts": str(Path(cal_cfg.train.prompts).resolve())},
         "tolerance": {"value": 0.05, "rule": "stand-in"},
@@ -116,6 +118,7 @@ def main(argv: list[str] | None = None) -> dict:
         help="toy_screen.yaml candidates for parts 2 and 3 (part 1 screens the first)",
     )
     ap.add_argument("--skip-calibration-run", action="store_true", help="skip part 1's denominator")
+    ap.add_argument("--out", type=Path, default=None, help="also write the JSON result here")
     args = ap.parse_args(argv)
 
     import torch
@@ -149,6 +152,7 @@ def main(argv: list[str] | None = None) -> dict:
                 "decided_by": v.decided_by,
                 "heavy_tail": v.heavy_tail,
                 "top_share": v.top_share,
+                "capped_share": v.capped_share,
             }
         rows.append(row)
     out["sequential"] = rows
@@ -176,6 +180,8 @@ def main(argv: list[str] | None = None) -> dict:
     # 3 -- the intervals' miss rates on the toy pair moved to bench/coverage.py --toy (one probe loop, public API)
     _print(out)
     print(json.dumps(out))
+    if args.out:
+        args.out.write_text(json.dumps(out, indent=2))
     return out
 
 

@@ -27,8 +27,9 @@ from admitcheck.errors import CalibrationError, ConfigError, EngineError
 from tests.test_cli import assert_user_error
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-# 16 per batch: a look with fewer than 10 sequences never decides (one of them is > 10% of any total)
-PROBE = {"min_prompts": 16, "num_prompts": 48, "batch_size": 16, "max_new_tokens": 16, "seed": 0}
+# 32 per batch, 3 looks: a bettor that gains at most ~7% a sequence (κ 8) needs ≥ 54 sequences to reach 1/α = 40
+PROBE = {"min_prompts": 32, "num_prompts": 96, "batch_size": 32, "max_new_tokens": 16, "seed": 0}
+FUNCTIONAL = {"estimator": "kl_exact", "kappa": 8.0}
 BF16 = {"name": "bf16", "rollout": {"engine": "hf", "dtype": "bfloat16"}}
 NOISE = {"name": "noise", "rollout": {"engine": "hf", "dtype": "float32", "noise": {"relative_std": 0.3}}}
 NAN = {"name": "nan", "rollout": {"engine": "hf", "dtype": "float16", "noise": {"relative_std": 1e6}}}  # fp16 overflow
@@ -56,6 +57,7 @@ def write_artifact(path: Path, toy: Path, budget: float = 0.05, kind: str = "poi
     fp["prompts"] = {k: prompts_fingerprint(toy / "prompts" / f"{k}.jsonl") for k in ("probe", "train", "eval")}
     interval = {"point": [budget / 2, budget * 2], "lower_bound": [budget, math.inf], "upper_bound": [0.0, budget]}
     sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": 0} | protocol.pop("sampling", {})
+    functional = protocol.pop("functional", FUNCTIONAL)  # None: an artifact written before issue #35
     data = {
         "schema_version": SCHEMA_VERSION,
         "name": "toy",
@@ -65,7 +67,8 @@ def write_artifact(path: Path, toy: Path, budget: float = 0.05, kind: str = "poi
             "sampling": sampling,
             "probe": {"max_new_tokens": protocol.pop("max_new_tokens", 16)},
             "reference": {"dtype": protocol.pop("reference_dtype", "float32")},
-        },
+        }
+        | ({"functional": functional} if functional is not None else {}),
         "recipe": {
             "steps": 50,
             "batch_size": 16,
@@ -187,7 +190,9 @@ def test_verdicts(result):
         assert x.floor is not None and abs(x.floor) < 1e-6 and x.tokens > x.probes > 0 and x.seconds > 0
         assert x.quality_cost is not None and x.quality_cost_interval[0] <= x.quality_cost <= x.quality_cost_interval[1]
         assert {"k1", "k3", "kl_exact", "abs_diff_p99", "ess"} <= set(x.metrics)
-    assert result.exit_code == 1 and result.floor["hf"]["probes"] == 16
+    assert result.exit_code == 1 and result.floor["hf"]["probes"] == 32
+    assert v["bf16"].looks == 2 and v["bf16"].confidence_per_look == 0.95  # a confidence sequence: no α split
+    assert v["bf16"].kappa == 8.0 and 0.0 <= v["bf16"].capped_share < 1.0
 
 
 @pytest.mark.slow
@@ -229,7 +234,7 @@ def test_marginal_follows_policy(setup, tmp_path, toy_pair_dir):
     from admitcheck.admission.screen import screen
 
     _, cal = setup
-    probe = {**PROBE, "min_prompts": 48}  # one look, at the maximum
+    probe = {**PROBE, "min_prompts": 96}  # one look, at the maximum
     p = write_config(tmp_path / "s.yaml", toy_pair_dir, cal, [BF16], probe=probe)
     cfg = io.load_config(p, ScreenConfig)
     k3 = screen(cfg).verdicts[0].mismatch
@@ -249,15 +254,58 @@ def test_marginal_follows_policy(setup, tmp_path, toy_pair_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("metric", "estimator"), [("kl_exact", "kl_exact"), ("k1", "k1")])
-def test_metric_key_works_everywhere(tmp_path, toy_pair_dir, metric, estimator):
-    """A calibration on any metric screens on that metric's scale (kl_exact and k3 are one KL)."""
+@pytest.mark.parametrize("estimator", ["kl_exact", "k3"])
+def test_the_screen_measures_the_calibrations_functional(tmp_path, toy_pair_dir, estimator):
+    """The functional's estimator is the calibration's (k3 even where full rows exist), its value the fixed point
+    of the sequence means, and the uncapped token means stay in the metrics."""
     from admitcheck.admission.screen import screen
+    from admitcheck.measurement.metrics import winsorized_mean
 
-    cal = write_artifact(tmp_path / "cal.yaml", toy_pair_dir, metric=metric)
+    cal = write_artifact(tmp_path / "cal.yaml", toy_pair_dir, functional={"estimator": estimator, "kappa": 8.0})
     p = write_config(tmp_path / "s.yaml", toy_pair_dir, cal, [BF16])
     v = screen(io.load_config(p, ScreenConfig)).verdicts[0]
-    assert (v.metric, v.estimator) == (metric, estimator) and v.mismatch == v.metrics[estimator]
+    assert v.estimator == estimator and "kl_exact" in v.metrics and "k3" in v.metrics
+    assert v.mismatch_interval[0] <= v.mismatch <= v.mismatch_interval[1]
+    assert v.mismatch == pytest.approx(v.metrics[estimator], rel=0.5)  # light tail: near the token mean
+    assert winsorized_mean([[v.mismatch]], 8.0)[0] == pytest.approx(v.mismatch)
+
+
+@pytest.mark.slow
+def test_calibration_x_and_screen_mismatch_are_one_functional(tmp_path, toy_pair_dir):
+    """A calibration level's x (`levels.level_mismatch`, what the ledger stores) and a screen's mismatch of the same
+    engine on the same probes are the same number, interval included: one code path (`ProbeRun.functional`)."""
+    from admitcheck.admission.screen import screen
+    from admitcheck.calibration.levels import Level, level_functional, level_mismatch, load_context
+    from admitcheck.config import CalibrateConfig, RolloutConfig
+
+    raw = yaml.safe_load((EXAMPLES / "toy_calibrate.yaml").read_text())
+    raw["pair"] = {"name": "toy", "student": str(toy_pair_dir / "student"), "teacher": str(toy_pair_dir / "teacher")}
+    raw["probe"] |= {"prompts": str(toy_pair_dir / "prompts" / "probe.jsonl"), "num_prompts": 64, "max_new_tokens": 16}
+    raw["train"]["prompts"] = str(toy_pair_dir / "prompts" / "train.jsonl")
+    raw["eval"]["prompts"] = str(toy_pair_dir / "prompts" / "eval.jsonl")
+    raw["output"] = str(tmp_path / "cal.yaml")
+    config = CalibrateConfig.model_validate(raw)
+    ctx = load_context(config)
+    functional = level_functional(config, ctx.tokens.vocab_size)
+    rollout = RolloutConfig(engine="hf", dtype="bfloat16")
+    x = level_mismatch(ctx, config, Level("bf16", "rollout", rollout=rollout), seed=0)
+
+    cal = write_artifact(tmp_path / "a.yaml", toy_pair_dir, functional=functional.to_dict())
+    probe = {**PROBE, "min_prompts": 64, "num_prompts": 64, "batch_size": config.probe.batch_size}
+    p = write_config(tmp_path / "s.yaml", toy_pair_dir, cal, [BF16], probe=probe)
+    v = screen(io.load_config(p, ScreenConfig)).verdicts[0]
+    assert v.estimator == functional.estimator == "kl_exact" and v.probes == 64
+    assert x["mismatch"] == pytest.approx(v.mismatch, rel=1e-12)
+    assert x["mismatch_interval"] == pytest.approx(list(v.mismatch_interval), rel=1e-9)
+    assert x["k3"] == pytest.approx(v.k3, rel=1e-12)  # the uncapped token mean stays beside it
+
+
+@pytest.mark.slow
+def test_an_artifact_without_its_functional_is_refused(tmp_path, toy_pair_dir):
+    old = write_artifact(tmp_path / "old.yaml", toy_pair_dir, functional=None)
+    p = write_config(tmp_path / "s.yaml", toy_pair_dir, old, [BF16])
+    for cmd in ("screen", "validate"):
+        assert_user_error(cli(cmd, str(p)), "protocol.functional", "uncapped k3 token mean")
 
 
 @pytest.mark.slow
@@ -300,7 +348,7 @@ def test_from_logs_gives_the_same_metrics(setup, tmp_path, toy_pair_dir):
     from admitcheck.pairs.load import load_pair_tokenizer, tokenize_prompts
     from admitcheck.rollout.engines import build_engine
 
-    _, cal = setup
+    cal = write_artifact(tmp_path / "k3.yaml", toy_pair_dir, functional={"estimator": "k3", "kappa": 8.0})
     probe = {**PROBE, "min_prompts": 32, "num_prompts": 32}  # one look over all 32, like the logs
     p = write_config(tmp_path / "s.yaml", toy_pair_dir, cal, [NOISE], probe=probe, full_logprobs=False)
     cfg = io.load_config(p, ScreenConfig)
@@ -323,6 +371,10 @@ def test_from_logs_gives_the_same_metrics(setup, tmp_path, toy_pair_dir):
     assert engine_run.k3 == pytest.approx(from_logs.k3, rel=1e-9)
     assert engine_run.k3_interval == pytest.approx(from_logs.k3_interval, rel=1e-9)
     assert engine_run.decision == from_logs.decision
+    assert engine_run.mismatch == pytest.approx(from_logs.mismatch, rel=1e-9)  # the same functional
+    kl_cal = write_config(tmp_path / "kl.yaml", toy_pair_dir, setup[1], [NOISE], probe=probe)
+    with pytest.raises(CalibrationError, match="no full-vocabulary rows"):  # logs cannot give kl_exact
+        screen(io.load_config(kl_cal, ScreenConfig), from_logs=tmp_path / "logs.jsonl")
 
 
 # --------------------------------------------------------------------------------------------- CLI
@@ -358,16 +410,18 @@ def test_cli_exit_1_every_output_format(cli_config, tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_cli_from_logs_and_validate(cli_config, tmp_path):
-    # trainer log-probs that differ a little (identical ones everywhere are refused: the trainer never recomputed)
-    # 40 sequences: the largest (i = 39) carries 39²/Σi² = 7.4% of k3, under the 10% that holds a decision back
-    lines = [{"rollout_logprobs": [-0.5, -0.1], "trainer_logprobs": [-0.5, -0.1 - 1e-4 * i]} for i in range(40)]
+def test_cli_from_logs_and_validate(cli_config, tmp_path, toy_pair_dir):
+    # trainer log-probs that differ a little (identical ones everywhere are refused: the trainer never recomputed);
+    # 80 sequences: the bettor gains at most ~7% a sequence, and needs 1/α = 40
+    lines = [{"rollout_logprobs": [-0.5, -0.1], "trainer_logprobs": [-0.5, -0.1 - 1e-4 * i]} for i in range(80)]
     logs = tmp_path / "l.jsonl"
     logs.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    r = cli("screen", str(cli_config), "--from-logs", str(logs), "--json")
+    k3_cal = write_artifact(tmp_path / "k3.yaml", toy_pair_dir, functional={"estimator": "k3", "kappa": 8.0})
+    k3_config = write_config(tmp_path / "k3s.yaml", toy_pair_dir, k3_cal, [BF16, NOISE])  # logs give no kl_exact
+    r = cli("screen", str(k3_config), "--from-logs", str(logs), "--json")
     assert r.exit_code == 0, r.output
     v = json.loads(r.stdout)["verdicts"][0]
-    assert 0.0 < v["metrics"]["k3"] < 1e-5 and v["source"] == "logs" and v["probes"] == 40
+    assert 0.0 < v["metrics"]["k3"] < 1e-5 and v["source"] == "logs" and v["probes"] == 80
     assert v["decision"] == "ADMIT" and not v["heavy_tail"]
     r = cli("validate", str(cli_config))
     assert r.exit_code == 0, r.output
