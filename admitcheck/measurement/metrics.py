@@ -553,10 +553,11 @@ def betting_log_capital(x: Any, threshold: Any, kappa: float, side: Literal["bel
     mean(y) / mean(y²) of the sequences before i (one prior pseudo-sequence at y = 0, y² = (range/2)²), truncated to
     [0, BET_TRUNCATION / max(−y)]."""
     xs = np.asarray(x, dtype=np.float64)  # (k, m)
+    xs = np.where(np.isnan(xs), np.inf, np.maximum(xs, 0.0))  # a nan counts as the cap; rounding below 0 as 0
     b = np.broadcast_to(np.asarray(threshold, dtype=np.float64).reshape(-1, 1), (xs.shape[0], 1))  # (k, 1)
     with np.errstate(all="ignore"):
         z = (np.minimum(xs, kappa * b) - b) / (kappa * b)  # (k, m)
-    z = np.where(np.isnan(z), 1.0 - 1.0 / kappa, z)  # a non-finite X counts as the cap
+    z = np.where(np.isfinite(z), z, 0.0)  # a threshold of 0 or inf: no bet
     y, worst = (-z, 1.0 - 1.0 / kappa) if side == "below" else (z, 1.0 / kappa)  # max(−y)
     prior_sq = (0.5 / 1.0) ** 2  # (range / 2)², the range of z being 1
     s1 = np.concatenate([np.zeros((xs.shape[0], 1)), np.cumsum(y, 1)[:, :-1]], 1)  # (k, m) Σ y before i
