@@ -60,23 +60,23 @@ def _verdict_word(v: Verdict) -> str:
 
 
 def _mismatch(v: Verdict) -> str:
-    """The deciding estimator with its interval, e.g. `kl_exact 0.0012 [0.001, 0.0015]`."""
+    """The functional (the budget's x) with its confidence sequence, e.g. `kl_exact 0.0012 [0.001, 0.0015]`."""
     return f"{v.estimator} {fmt(v.mismatch)} {fmt_interval(v.mismatch_interval)}"
 
 
 def _other(v: Verdict) -> str:
-    """The other KL estimator (k3 when kl_exact decided), shown beside: they estimate the same KL(μ‖π)."""
-    other = "k3" if v.estimator == "kl_exact" else "kl_exact"
-    if other not in v.metrics:
+    """The estimator's uncapped token mean with its bootstrap interval: the number a training dashboard shows."""
+    if v.estimator not in v.metrics:
         return "-"
-    return f"{fmt(v.metrics[other])} {fmt_interval(v.metric_intervals.get(other))}"
+    return f"{fmt(v.metrics[v.estimator])} {fmt_interval(v.metric_intervals.get(v.estimator))}"
 
 
 def _tail(v: Verdict) -> str:
-    """Top sequence's share, and the tail index k̂ only where it was estimated (−inf: no tail to fit)."""
+    """The capped share (what the functional leaves out), then the top sequence's share and the tail index k̂ where
+    it was estimated (−inf: no tail to fit)."""
     flag = " ⚠" if v.heavy_tail else ""
     k = f", k̂ {fmt(v.tail_index)}" if math.isfinite(v.tail_index) else ""
-    return f"{v.top_share:.0%}{k}{flag}"
+    return f"{v.capped_share:.0%} (top {v.top_share:.0%}{k}){flag}"
 
 
 def to_junit_xml(result: ScreenResult) -> str:
@@ -111,6 +111,7 @@ def to_junit_xml(result: ScreenResult) -> str:
             ("budget_kind", v.budget_kind),
             ("margin", fmt(v.margin)),
             ("top_share", fmt(v.top_share)),
+            ("capped_share", fmt(v.capped_share)),
             ("heavy_tail", str(v.heavy_tail).lower()),
             ("probes", str(v.probes)),
             ("kv_capacity_vs_bf16", fmt(_capacity_ratio(v))),
@@ -132,7 +133,7 @@ def _detail(v: Verdict) -> str:
         f"{_verdict_word(v)}: {v.reason}\n"
         f"{_mismatch(v)} vs budget {fmt(v.budget)} {fmt_interval(v.budget_interval)} ({v.budget_kind}); "
         f"decided by the {v.decided_by}'s uncertainty; margin {fmt(v.margin)}; k3 {fmt(v.k3)} "
-        f"{fmt_interval(v.k3_interval)}; top sequence share, tail index: {_tail(v)}; predicted quality cost "
+        f"{fmt_interval(v.k3_interval)}; capped share (top sequence, tail index): {_tail(v)}; predicted quality cost "
         f"{fmt(v.quality_cost)} {fmt_interval(v.quality_cost_interval)}; floor {fmt(v.floor)}; {v.probes} probes, "
         f"{v.tokens} tokens, {v.seconds:.1f} s"
     )
@@ -142,11 +143,11 @@ _COLUMNS = (
     "candidate",
     "verdict",
     "mismatch [CI]",
-    "other estimator",
+    "token mean [CI]",
     "budget [CI]",
     "decided by",
     "margin",
-    "top share, k̂",
+    "capped share (top, k̂)",
     "pred. cost",
     "floor",
     "KV × BF16",
