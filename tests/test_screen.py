@@ -29,7 +29,8 @@ from tests.test_cli import assert_user_error
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 # 32 per batch, 3 looks: a bettor that gains at most ~7% a sequence (κ 8) needs ≥ 54 sequences to reach 1/α = 40
 PROBE = {"min_prompts": 32, "num_prompts": 96, "batch_size": 32, "max_new_tokens": 16, "seed": 0}
-FUNCTIONAL = {"estimator": "kl_exact", "kappa": 8.0}
+FUNCTIONAL = {"estimator": "k3", "kappa": 8.0}  # logs give k3 only; the toy-pair fixture below states kl_exact
+KL_EXACT = {"estimator": "kl_exact", "kappa": 8.0}
 BF16 = {"name": "bf16", "rollout": {"engine": "hf", "dtype": "bfloat16"}}
 NOISE = {"name": "noise", "rollout": {"engine": "hf", "dtype": "float32", "noise": {"relative_std": 0.3}}}
 NAN = {"name": "nan", "rollout": {"engine": "hf", "dtype": "float16", "noise": {"relative_std": 1e6}}}  # fp16 overflow
@@ -158,7 +159,7 @@ def test_examples_parse(name):
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, toy_pair_dir):
     d = tmp_path_factory.mktemp("screen")
-    cal = write_artifact(d / "cal.yaml", toy_pair_dir, budget=0.05)
+    cal = write_artifact(d / "cal.yaml", toy_pair_dir, budget=0.05, functional=KL_EXACT)
     return d, cal
 
 
