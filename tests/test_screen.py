@@ -239,13 +239,15 @@ def test_marginal_follows_policy(setup, tmp_path, toy_pair_dir):
     p = write_config(tmp_path / "s.yaml", toy_pair_dir, cal, [BF16], probe=probe)
     cfg = io.load_config(p, ScreenConfig)
     k3 = screen(cfg).verdicts[0].mismatch
-    edge = write_artifact(tmp_path / "edge.yaml", toy_pair_dir, budget=k3 * 1.01)  # inside any interval
+    edge = write_artifact(tmp_path / "edge.yaml", toy_pair_dir, budget=k3 * 1.01, functional=KL_EXACT)  # inside
     for policy, decision in (("reject", "REJECT"), ("admit", "ADMIT")):
         p = write_config(tmp_path / "s.yaml", toy_pair_dir, edge, [BF16], probe=probe, policy={"undecided": policy})
         v = screen(io.load_config(p, ScreenConfig)).verdicts[0]
         assert v.marginal and v.decision == decision and "marginal" in v.reason, v.reason
         assert v.error_control == (policy == "reject")  # the point estimate deciding has no error control
-    lower = write_artifact(tmp_path / "lower.yaml", toy_pair_dir, budget=k3 * 1.01, kind="upper_bound")
+    lower = write_artifact(
+        tmp_path / "lower.yaml", toy_pair_dir, budget=k3 * 1.01, kind="upper_bound", functional=KL_EXACT
+    )
     p = write_config(tmp_path / "s.yaml", toy_pair_dir, lower, [BF16], probe=probe)
     with pytest.raises(CalibrationError, match="lower confidence bound 0"):  # (0, b): nothing can be admitted
         screen(io.load_config(p, ScreenConfig))
