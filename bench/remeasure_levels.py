@@ -9,7 +9,8 @@ measures it now (`levels.level_mismatch`: the run's engine at the start weights 
 `ProbeRun.functional`, the screen's code path). The report says, per run, the stored and the new `mismatch`, the new
 `mismatch_interval`, and whether the stored k3 and kl_exact (uncapped token means) are reproduced — i.e. whether a
 run line changes in anything but its x. `--write` replaces `mismatch` and `mismatch_interval` of those lines (nothing
-else; the uncapped k3 and kl_exact token means stay in the line as they were). Then
+else; the uncapped k3 and kl_exact token means stay in the line as they were) and records the functional in the
+ledger's header line (`functional`: a key `Ledger.open` does not compare). Then
 re-fit (the lead's re-fit command) so the artifact's budget and `protocol.functional` carry the new functional.
 """
 
@@ -85,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"line {i}: {key['level']['kind']} {rows[-1]['old_mismatch']:.4g} -> {new['mismatch']:.4g} {same}",
               file=sys.stderr)  # fmt: skip
     if args.write:
+        header = json.loads(lines[0])  # a record of what the x in this ledger is (Ledger.open compares other keys)
+        if header.get("kind") == "header" and functional is not None:
+            header["functional"] = functional.to_dict()
+            lines[0] = json.dumps(header, sort_keys=True)
         ledger.write_text("\n".join(lines) + "\n", encoding="utf-8")
     result = {
         "config": str(args.config),

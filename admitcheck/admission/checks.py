@@ -82,8 +82,8 @@ def load_checked_calibration(
             file=config_file,
             field="calibration",
         )
-    check_functional(calibration, config_file)
     notes = check_compatibility(config, calibration, config_file=config_file)
+    check_functional(calibration, config_file)  # after the pair, protocol and objective: those name the file first
     if notes and behaviour:
         stored = calibration.pair.behaviour
         if stored is None:

@@ -212,12 +212,13 @@ def _engine(ctx: RunContext, model: torch.nn.Module, rollout: RolloutConfig):
 
 def level_functional(config: CalibrateConfig, vocab_size: int) -> Functional | None:
     """What a level's x is (`metrics.Functional`, written to the artifact's `protocol.functional`): the KL metrics'
-    self-winsorized sequence mean, on kl_exact where a probe batch's full rows fit in FULL_ROWS_BYTES, else on k3.
-    None for another metric (its x stays the uncapped token mean; a screen refuses it)."""
+    self-winsorized sequence mean of k3, the estimator every engine, every pipeline's logs and every training dashboard
+    has (kl_exact needs full rows, which logs and large-vocabulary vLLM engines lack; docs/statistics.md §1). None for
+    another metric (its x stays the uncapped token mean; a screen refuses it). `vocab_size` is kept for a calibration
+    that would choose kl_exact where its rows fit."""
     if config.metric not in ("k3", "kl_exact"):
         return None
-    full = config.probe.batch_size * config.probe.max_new_tokens * vocab_size * 4 <= FULL_ROWS_BYTES
-    return Functional("kl_exact" if full else "k3")
+    return Functional("k3")
 
 
 def _measure(ctx: RunContext, config: CalibrateConfig, engine, reference) -> dict[str, Any]:
