@@ -86,6 +86,12 @@ def test_probe_run_pools_batches_and_stops_early(model, prompts):
     s = run.sums()["k3"]
     assert share == pytest.approx(s.max() / s.sum()) and k_hat == -math.inf  # < 100 sequences: no tail fit
     np.testing.assert_array_equal(run.sums()["num_tokens"], np.full(32, 16.0))
+    from admitcheck.measurement.metrics import Functional, winsorized_mean
+
+    for key in ("k3", "kl_exact"):  # the functional of the sums so far: a level's x and a screen's mismatch
+        fv = run.functional(Functional(key), 0.9)
+        assert fv.value == pytest.approx(winsorized_mean((run.sums()[key] / 16.0)[None], 8.0)[0], rel=1e-12)
+        assert fv.interval[0] <= fv.value <= fv.interval[1] and fv.num_sequences == 32 and fv.estimator == key
 
 
 def test_guard_wraps_every_engine_and_reference_call(model, prompts):
