@@ -71,6 +71,13 @@ def _other(v: Verdict) -> str:
     return f"{fmt(v.metrics[v.estimator])} {fmt_interval(v.metric_intervals.get(v.estimator))}"
 
 
+def _kl_exact(v: Verdict) -> str:
+    """`, kl_exact 0.0012 [0.001, 0.0015]` where full rows gave it (the same KL as k3, less variance), else ''."""
+    if "kl_exact" not in v.metrics or v.metrics["kl_exact"] is None:
+        return ""
+    return f", kl_exact {fmt(v.metrics['kl_exact'])} {fmt_interval(v.metric_intervals.get('kl_exact'))}"
+
+
 def _tail(v: Verdict) -> str:
     """The capped share (what the functional leaves out), then the top sequence's share and the tail index k̂ where
     it was estimated (−inf: no tail to fit)."""
@@ -132,10 +139,10 @@ def _detail(v: Verdict) -> str:
     return (
         f"{_verdict_word(v)}: {v.reason}\n"
         f"{_mismatch(v)} vs budget {fmt(v.budget)} {fmt_interval(v.budget_interval)} ({v.budget_kind}); "
-        f"decided by the {v.decided_by}'s uncertainty; margin {fmt(v.margin)}; k3 {fmt(v.k3)} "
-        f"{fmt_interval(v.k3_interval)}; capped share (top sequence, tail index): {_tail(v)}; predicted quality cost "
-        f"{fmt(v.quality_cost)} {fmt_interval(v.quality_cost_interval)}; floor {fmt(v.floor)}; {v.probes} probes, "
-        f"{v.tokens} tokens, {v.seconds:.1f} s"
+        f"decided by the {v.decided_by}'s uncertainty; margin {fmt(v.margin)}; token means: k3 {fmt(v.k3)} "
+        f"{fmt_interval(v.k3_interval)}{_kl_exact(v)}; capped share (top sequence, tail index): {_tail(v)}; "
+        f"predicted quality cost {fmt(v.quality_cost)} {fmt_interval(v.quality_cost_interval)}; "
+        f"floor {fmt(v.floor)}; {v.probes} probes, {v.tokens} tokens, {v.seconds:.1f} s"
     )
 
 
