@@ -83,7 +83,7 @@ class Tolerance:
     def rule(self) -> str:
         if self.absolute is not None:
             return f"absolute: τ = {self.absolute:g} nats/token"
-        return f"relative: τ = {self.relative:g} × baseline mean quality (re-estimated in every bootstrap resample)"
+        return f"relative: τ = {self.relative:g} × baseline mean quality"
 
 
 @dataclass(frozen=True)

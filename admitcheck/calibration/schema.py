@@ -355,6 +355,7 @@ class BudgetModel(Section):
     seeds: int
     lack_of_fit: LackOfFitEntry
     accepted: bool
+    x_log_se: float = 0.0  # the levels' log-x standard error the interval was widened by
 
 
 class BudgetBracket(Section):
