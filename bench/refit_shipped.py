@@ -1,7 +1,7 @@
 """Re-fit every shipped calibration from its ledger and re-make the toy backtests' verdicts: one command, no run made.
 
-    python bench/refit_shipped.py            # rewrites calibrations/*.yaml/.png, the pooled SmolLM2 budget, the toy
-                                             # backtests' verdicts (.yaml/.md/.png); writes bench/results/budget_refit.json
+    python bench/refit_shipped.py   # rewrites calibrations/*.yaml, .png, the pooled SmolLM2 budget, the toy backtests;
+                                    # writes bench/results/budget_refit.json
 
 What it does (issue 34), in order:
 1. `refit.refit` of calibrations/toy.yaml, toy_rl.yaml, smollm2.yaml, smollm2-seed1000.yaml, smollm2-seed2000.yaml:

@@ -11,7 +11,7 @@ finished ledger would make — except that the pair's fingerprints, the adaptive
 old artifact's (the models are not loaded), with `provenance.refit` saying when and with what. `refit_pooled` fits
 the runs of several calibrations of one pair and recipe as one calibration: every calibration's replicates are
 their own seeds (their replicate ids offset by 1000 × its position), their levels their own (names prefixed by the
-calibration's name), one baseline.
+calibration's file stem), one baseline.
 """
 
 from __future__ import annotations
@@ -135,11 +135,12 @@ def refit_pooled(paths: list[str | Path], out: str | Path, name: str | None = No
     placed: list[PlacedRun] = []
     looks = 0
     for k, cal in enumerate(cals):
-        mine = _levels(cal, prefix=f"{cal.name}:" if k else "")
+        prefix = f"{Path(cal.path).stem}:" if k else ""  # the file's name: the pooled calibrations share the pair's
+        mine = _levels(cal, prefix=prefix)
         if k:  # one baseline level: the first calibration's
             base = next(lv for lv in levels if lv.kind == "baseline")
             mine = [lv if lv.kind != "baseline" else base for lv in mine]
-        placed += _placed(cal, mine, offset=k * REPLICATE_OFFSET, prefix=f"{cal.name}:" if k else "")
+        placed += _placed(cal, mine, offset=k * REPLICATE_OFFSET, prefix=prefix)
         levels += [lv for lv in mine if lv.kind != "baseline" or not levels]
         looks += (cal.budget.protocol.rounds if cal.budget.protocol is not None else 0) + 1
     fitted = fit_runs(config, levels, placed, looks=looks)
