@@ -11,10 +11,11 @@ against log σ), and the named extra levels (rollout configs, noise sizes, stale
 `fit: false` is a held-out check: run, measured and compared with the curve, but not fitted). Runs are paired
 (docs/calibration.md): replicate r of every level uses the baseline's replicate-r seed (`levels.replicate_seed`),
 so a level's cost is its quality minus its baseline pair's. Round 0 runs `levels.replicates` pairs of every level;
-later rounds add a pair at the levels bracketing τ until the budget's interval is narrower than
-`levels.interval_factor` or `levels.max_runs` is reached. Each run's x is measured at the start weights (as a
+later rounds put their runs where `design.plan_round` says (around B) until the next round would pass
+`levels.max_runs` (the number of runs is fixed before looking). Each run's x is measured at the start weights (as a
 screen measures it) and averaged over the run's first `levels.run_window` steps; the fit (`curve.estimate`:
-isotonic, bootstrap over replicate pairs) is made on each and the x chosen by the evidence is recorded.
+the seed-effect model over every run, gated, else the shape-free bracket) is made on each and the x chosen by
+the evidence is recorded.
 
 Every finished run (and the grid measurement) is appended at once to `<output stem>.ledger.jsonl`; a re-run reads
 it and runs only what is missing, so an interrupted calibration finishes with the artifact an uninterrupted one
@@ -148,11 +149,11 @@ def calibrate(
 
 
 def _rounds(campaign: Campaign, levels: list[Level]):
-    """Round 0 runs every level's first replicates; each later round follows `design.plan_round`: one more pair at the
-    levels bracketing τ, or a new noise level below the grid (when the budget's interval reaches 0) or between the
-    bracketing levels, until the interval is narrower than `levels.interval_factor` or the next round would pass
-    `levels.max_runs` (decided from the ledger alone: resumable, the added levels included). `levels` grows in
-    place with the added levels."""
+    """Round 0 runs every level's first replicates; each later round follows `design.plan_round` (pairs at the levels
+    nearest B/2 and 2B under the model, at the bracket's levels otherwise; new levels there, below the grid while the
+    interval reaches 0, or between bracketing levels) until the next round would pass `levels.max_runs` (decided
+    from the ledger alone: resumable, the added levels included). Each round's fit spends the bracket's α over the
+    rounds so far (`looks`). `levels` grows in place with the added levels."""
     config, ledger = campaign.config, campaign.ledger
     counts = {lv.name: config.levels.replicates for lv in levels}
     rounds = 0

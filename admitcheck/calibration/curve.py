@@ -1,35 +1,30 @@
 # long module: one estimator: monotone fit, tau, budget inverse, the bootstrap re-running them
-"""Quality cost vs mismatch from paired replicates: a monotone fit, τ, the budget and its bootstrap (REFERENCE §3.3).
+"""The budget from a calibration's paired runs: the seed-effect model, its gate, the shape-free bracket (issue 34).
 
-    levels = [LevelData("noise-1", x=[1e-3, 1.1e-3], cost=[0.001, -0.002]), ...]   # per replicate pair
-    est = estimate(levels, baseline=[0.43, 0.44], tolerance=Tolerance(relative=0.05), n_boot=500, seed=0)
-    est.budget.value, est.budget.kind, est.budget.interval, est.draws       # nats/token; bootstrap draws of B
-    est.fit.predict(0.01), est.fit.inverse(est.tau)                         # the monotone curve
+    levels = [LevelData("noise-1", x=(1e-3, 1.1e-3), cost=(0.001, -0.002), replicates=(0, 1)), ...]
+    est = estimate(levels, baseline={0: 0.43, 1: 0.44}, tolerance=Tolerance(relative=0.05))
+    est.budget.value, est.budget.interval, est.method, est.method_reason   # nats/token; "model" or "bracket"
+    est.model, est.bracket, est.spread_check, est.fit                      # the pieces; est.curve: the one used
 
 Data: a level's replicate r is a pair of runs sharing every random number (data order, rollout uniforms, eval
 seeds) — the level's run and the baseline's run r — and its cost is their quality difference; x is the level's
-mismatch in that replicate. The fit is isotonic regression (pool-adjacent-violators, weighted by replicates) of the
-levels' mean paired cost on their order in x, so one noisy level is pooled with its neighbours instead of bending
-the curve; between two levels it is linear in log x on the scale log(max(cost, 0) + δ), δ = OFFSET_SHARE · τ: a power
-law through the two fitted points where both are ≫ δ (cost ∝ x^p is then nearly exact), linear in log x where they
-are ≪ δ, and one rule whatever their sign, so B moves continuously with every fitted cost (a power law between
-positive points and a line elsewhere made B jump ×2.5 when one fitted cost crossed 0). Below the smallest level the
-curve falls linearly to 0 at x = 0, above the largest it stays flat. The budget B is where the curve reaches τ:
+mismatch in that replicate. `estimate` turns the pairs back into runs (a level run's quality = its cost + its
+baseline's) and fits **one model over every run** (`model.fit_seed_power_law`: quality = seed effect + τ·(x/B)^p,
+the baseline = the seed effect; its F-profile interval, widened by the levels' x error), which makes the budget when
+its gate passes (`_gate`: lack of fit, one run variance, B inside the levels' range). Otherwise the budget is the
+isotonic fit's crossing of τ (`fit_levels`, `budget_of`: pool-adjacent-violators on the levels' mean costs, linear in
+log x on log(max(cost, 0) + δ) between levels, δ = OFFSET_SHARE · τ) with **the shape-free bracket** as its interval
+(`level_bracket`: each level's own Student-t test, a fixed sequence from each end, α split over the rounds looked
+at). The bracket is always computed and kept beside the model (a diagnostic). Kinds of the isotonic budget:
 
-- "point": the fitted cost crosses τ between two levels (the levels that decided B are recorded);
-- "upper_bound" (below the smallest level): the fitted cost exceeds τ already at the smallest level, so B < x₁;
-  a pooled block needs two levels to get there unless the smallest level alone has ≥ 2 replicates above τ on
-  average — add lower levels to find B;
+- "point": the fitted cost crosses τ between two levels;
+- "upper_bound" (below the smallest level): the fitted cost exceeds τ already at the smallest level;
 - "lower_bound": no level reaches τ, B > the largest level.
 
-τ is the user's quality goal: `relative` × the baseline's mean quality (the same pairs' baseline runs), or
-`absolute`. Noise never enters τ; it enters the interval. The bootstrap resamples each level's replicate pairs
-(x and cost together; deviations about the level mean scaled by √(n/(n−1)) · t/z — the level's own n − 1 degrees
-of freedom for the levels that decide B, pooled over the levels for the others — so that a few replicates do not
-understate the spread) and the baseline's replicates,
-re-estimating τ and the fit in every resample; the interval is the percentile interval of the resampled B (a
-resample below the smallest level counts as B = 0, one above the largest as B = ∞).
-Pure numpy; deterministic given the seed.
+τ is the user's quality goal: `relative` × the baseline runs' mean quality, or `absolute`. Noise never enters τ; it
+enters the interval. `n_boot` > 0 adds the isotonic fit's bootstrap draws (resampled pairs and baselines, τ
+re-estimated in each; deviations t-scaled): a diagnostic kept for budget ratios (`compare`), not the interval.
+Pure numpy (scipy.stats for quantiles); deterministic given the seed.
 """
 
 from __future__ import annotations

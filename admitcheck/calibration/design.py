@@ -2,10 +2,12 @@
 
     plan = plan_round(est, replicates={"noise-2": 3, ...}, factor=2.0, min_decisive=2, level_x={"noise-2": 0.007})
     plan.replicates, plan.new_levels, plan.done      # more pairs here; new levels at these mismatches; stop
-    est, runs = simulate_protocol(cost, sd, xs, 0.43, 0.013, Tolerance(), rng)    # the protocol on synthetic data
+    est, runs = simulate_protocol(cost, sd, xs, 0.43, 0.013, Tolerance(), rng, seed_sd=0.009)   # synthetic runs
 
-Pure: estimates in, plans out (`calibrate` runs them; `simulate_protocol` replays the rounds on synthetic paired costs
-for the coverage bench and tests). The estimator itself is `curve`.
+Pure: estimates in, plans out (`calibrate` runs them; `simulate_protocol` replays the rounds on simulated runs with
+the ledgers' seed structure for the coverage bench, bench/budget_coverage.py, and tests). The design chooses where
+runs go, not when to stop (`FIXED_RUNS`): under the model, pairs at the levels nearest B/2 and 2B and new levels
+there; under the bracket, at its levels. The estimator itself is `curve`.
 """
 
 from __future__ import annotations
