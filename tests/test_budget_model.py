@@ -34,9 +34,7 @@ def test_the_model_recovers_an_exact_power_law() -> None:
     s, x, q, lv = runs(lambda x: tau * (x / 0.08) ** 0.8, np.random.default_rng(11), run_sd=1e-3, seed_sd=0.01)
     m = fit_seed_power_law(s, x, q, lv, tau)
     assert m.value == pytest.approx(0.08, rel=0.02) and m.exponent == pytest.approx(0.8, abs=0.02)
-    assert (
-        m.interval[0] <= 0.08 * 1.02 and m.interval[1] >= 0.08 / 1.02 and m.interval[1] / m.interval[0] < 1.2
-    )  # grid
+    assert m.interval[0] <= 0.08 * 1.02 and m.interval[1] >= 0.08 / 1.02 and m.interval[1] / m.interval[0] < 1.2  # grid
     assert m.predict(m.value) == pytest.approx(tau) and m.accepted  # the seed effects (sd 0.01 ≫ noise) fitted away
 
 
