@@ -110,6 +110,10 @@ class MonotoneFit:
         return float(out) if np.ndim(out) == 0 else out
 
     def _at(self, x: float) -> float:
+        """The curve at x, floored at 0 (a cost of 0 at x = 0 and fitted costs below 0 would not be monotone)."""
+        return max(self._raw(x), 0.0)
+
+    def _raw(self, x: float) -> float:
         xs, cs = self.x, self.cost
         if not x > 0:
             return 0.0
