@@ -67,6 +67,33 @@ def _summary(cal) -> dict:
     return out
 
 
+def x_diagnostics(cal) -> dict:
+    """Two checks behind the model's choice of x (docs/calibration.md): the within-level correlation of a run's log x
+    with its paired cost (levels with ≥ 3 pairs), and the lack of fit of the same model with each run at its own x."""
+    import numpy as np
+    from scipy import stats
+
+    from admitcheck.calibration.model import fit_seed_power_law
+
+    fitted = [r for r in cal.runs if r.kind != "baseline" and r.in_fit]
+    by: dict[str, list] = {}
+    for r in fitted:
+        by.setdefault(r.level, []).append((math.log(r.fit_x), r.quality_cost))
+    dx, dc = [], []
+    for v in by.values():
+        if len(v) >= 3:
+            a = np.array(v)
+            dx += list(a[:, 0] - a[:, 0].mean())
+            dc += list(a[:, 1] - a[:, 1].mean())
+    corr = stats.pearsonr(dx, dc)
+    base = [r for r in cal.runs if r.kind == "baseline"]
+    runs = base + fitted
+    m = fit_seed_power_law([r.replicate for r in runs], [0.0 if r.kind == "baseline" else r.fit_x for r in runs],
+                           [r.quality for r in runs], [r.level for r in runs], cal.tau)  # fmt: skip
+    return {"within_level_corr_logx_cost": float(corr[0]), "within_level_corr_p": float(corr[1]), "pairs": len(dx),
+            "per_run_x_lack_of_fit_p": m.lack_of_fit.p_value}  # fmt: skip
+
+
 def main() -> dict:
     from admitcheck import io
     from admitcheck.admission.backtest import rejudge, write_backtest
@@ -81,7 +108,7 @@ def main() -> dict:
     for name in SHIPPED:
         cal = write_calibration(refit(cal_dir / f"{name}.yaml"), cal_dir / f"{name}.yaml")
         write_calibration_chart(cal)
-        result["calibrations"][name] = _summary(cal)
+        result["calibrations"][name] = _summary(cal) | {"x_diagnostics": x_diagnostics(cal)}
         print(name, json.dumps(result["calibrations"][name]["interval"]), cal.budget.method, flush=True)
     pooled_path = cal_dir / "smollm2-pooled.yaml"
     pooled = refit_pooled([cal_dir / f"{n}.yaml" for n in POOLED], pooled_path, name="smollm2")

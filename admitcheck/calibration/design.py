@@ -38,8 +38,8 @@ def wanted_replicates(est: Estimate, replicates: dict[str, int], factor: float, 
 
 
 # The number of runs is fixed before looking: the rounds choose where the runs go, never when to stop (the run cap
-# does). Stopping once the interval was narrower than `levels.interval_factor` picked the calibrations whose
-# residual variance happened to be small: under the toy protocol the model's interval then covered 0.66–0.90.
+# does). Stopping once the interval was narrower than `levels.interval_factor` would pick the calibrations whose
+# residual variance happened to be small (optional stopping: the profile interval assumes a fixed size).
 FIXED_RUNS = True
 AROUND = (0.5, 2.0)  # the model's design points, × B: pairs there pin both the level and the slope of the power law
 NEAR = 1.5  # a level within this factor of a design point takes its pairs; farther, a new level is placed there
