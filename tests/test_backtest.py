@@ -321,3 +321,28 @@ def test_shipped_toy_backtest_follows_from_its_ledger() -> None:
     }
     assert len(rows) >= 14 and len({r["family"] for r in rows}) >= 4
     assert sum(r["within_factor_3"] for r in rows) >= 4
+
+
+def test_verdicts_are_re_made_against_a_re_fitted_budget() -> None:
+    """`backtest.rejudge` (bench/refit_shipped.py): the shipped toy backtest re-judged against the shipped toy
+    calibration gives back its verdicts (they were made so), a lower budget bound admits no more, and another τ is
+    refused."""
+    from pathlib import Path
+
+    from admitcheck.admission.backtest import rejudge
+    from admitcheck.admission.backtest_report import load_backtest
+    from admitcheck.calibration.artifact import load_calibration
+    from admitcheck.errors import ConfigError
+
+    root = Path(__file__).resolve().parents[1] / "calibrations"
+    report, cal = load_backtest(root / "toy.backtest.yaml"), load_calibration(root / "toy.yaml")
+    again = rejudge(report, cal, "reject")
+    assert [r.verdict.decision for r in again.candidates] == [r.verdict.decision for r in report.candidates]
+    assert again.agreement == report.agreement
+    b = cal.budget
+    wide = cal.model_copy(update={"budget": b.model_copy(update={"interval": (b.interval[0] / 100, b.interval[1])})})
+    admits = sum(r.verdict.decision == "ADMIT" for r in rejudge(report, wide, "reject").candidates)
+    assert admits <= sum(r.verdict.decision == "ADMIT" for r in again.candidates)  # a lower B_lo admits no more
+    other = cal.model_copy(update={"tolerance": cal.tolerance.model_copy(update={"value": 2 * cal.tau})})
+    with pytest.raises(ConfigError):
+        rejudge(report, other, "reject")

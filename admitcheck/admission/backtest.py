@@ -408,3 +408,118 @@ def write_backtest(report: BacktestReport, path: str | Path) -> BacktestReport:
     path = Path(path)
     io.write_text_atomic(path, dump_backtest(report))
     return report.at(path)
+
+
+# --------------------------------------------------------------------------------------------------- re-made verdicts
+
+
+def rejudge(report: BacktestReport, calibration: CalibrationArtifact, undecided: str = "reject") -> BacktestReport:
+    """The backtest's verdicts re-made against another calibration of the same runs (a re-fitted budget), no run
+    made: each candidate's final screen interval (as stored) against the new budget's interval — ADMIT when its upper
+    end is below the budget's lower end, REJECT when its lower end is above the upper end, else marginal (decided by
+    `undecided`, the screen config's `policy.undecided`); the predicted costs and residuals from the new curve; the
+    truths unchanged (they depend on τ only, which the same baseline runs give). A screen run against the new budget
+    might have stopped at another look: this uses the interval it had when it stopped, so a candidate it decided
+    early against the old budget can come out marginal here."""
+    from admitcheck.admission.sequential import budget_band
+
+    tau = calibration.tau
+    if abs(tau - report.calibration.tolerance) > 1e-9 * max(tau, 1.0):
+        raise ConfigError(
+            f"τ {tau:.6g} differs from the backtest's {report.calibration.tolerance:.6g}: the truths would change",
+            file=str(calibration.path),
+            field="tolerance.value",
+        )
+    b = calibration.gate_budget()
+    b_lo, b_hi = budget_band(b)
+    rows = []
+    for r in report.candidates:
+        v = r.verdict
+        lo, hi = v.mismatch_interval
+        if hi < b_lo:
+            decision, marginal = "ADMIT", False
+            reason = f"{v.estimator} upper bound {hi:.3g} < budget lower bound {b_lo:.3g} (re-made)"
+        elif lo > b_hi:
+            decision, marginal = "REJECT", False
+            reason = f"{v.estimator} lower bound {lo:.3g} > budget upper bound {b_hi:.3g} (re-made)"
+        else:
+            below = v.mismatch < b.value
+            decision = "ADMIT" if undecided == "admit" and below else "REJECT"
+            marginal = True
+            reason = f"marginal (re-made): [{lo:.3g}, {hi:.3g}] overlaps the budget's [{b_lo:.3g}, {b_hi:.3g}]"
+        predicted = float(calibration.predict_cost(r.x))
+        label = r.truth.label
+        agree = truth.agrees(decision, label)
+        why = None
+        if agree is False:
+            t = r.truth
+            seen = f"full runs cost {t.cost:.3g} [{t.interval[0]:.3g}, {t.interval[1]:.3g}] vs τ {tau:.3g}"
+            why = (
+                f"marginal verdict ({decision} by policy.undecided): the screen's interval [{lo:.3g}, {hi:.3g}] "
+                f"overlaps the budget's [{b_lo:.3g}, {b_hi:.3g}]; {seen}"
+                if marginal
+                else f"{seen}, but the curve predicts {predicted:.3g} at this mismatch: this source's cost differs "
+                f"from weight noise at equal mismatch by {t.cost - predicted:+.3g}"
+            )
+        verdict = v.model_dump(mode="json") | {
+            "decision": decision,
+            "marginal": marginal,
+            "reason": reason,
+            "ratio_to_budget": v.mismatch / b.value if b.value > 0 else float("inf"),
+        }
+        rows.append(
+            CandidateRow.model_validate(
+                r.model_dump(mode="json")
+                | {
+                    "verdict": verdict,
+                    "within_factor_3": bool(b.value / 3 <= v.mismatch <= 3 * b.value),
+                    "predicted_cost": predicted,
+                    "residual": r.truth.cost - predicted,
+                    "residual_over_tau": (r.truth.cost - predicted) / tau,
+                    "agrees": agree,
+                    "why": why,
+                }
+            )
+        )
+    fams = {}
+    for name in FAMILIES:
+        mine = [r for r in rows if r.family == name]
+        if mine:
+            se = [r.truth.sd / np.sqrt(r.truth.n) for r in mine]
+            fams[name] = truth.family_residual([r.residual for r in mine], se) | {
+                "agree": sum(r.agrees is True for r in mine),
+                "disagree": sum(r.agrees is False for r in mine),
+                "ambiguous": sum(r.agrees is None for r in mine),
+            }
+    agreement = truth.agreement([r.verdict.decision for r in rows], [r.truth.label for r in rows])
+    decided = [r for r in rows if not r.verdict.marginal]
+    agreement["decided_verdicts"] = truth.agreement(
+        [r.verdict.decision for r in decided], [r.truth.label for r in decided]
+    )
+    out = report.path or calibration.path
+    data = report.dump() | {
+        "calibration": report.calibration.model_dump(mode="json")
+        | {
+            "path": io.relative_path(calibration.path, out.parent)
+            if calibration.path and out
+            else report.calibration.path,
+            "budget": b.value,
+            "budget_interval": list(b.interval),
+            "curve": _curve_points(calibration, [r.x for r in rows]),
+        },
+        "agreement": agreement,
+        "within_factor_3": sum(r.within_factor_3 for r in rows),
+        "families": fams,
+        "candidates": [r.model_dump(mode="json") for r in rows],
+    }
+    data["provenance"] = data["provenance"] | {
+        "rejudged": {
+            "calibration": str(calibration.path.name) if calibration.path else None,
+            "rule": "verdicts re-made from the stored screen intervals against the re-fitted budget; no run made",
+        }
+    }
+    return (
+        BacktestReport.model_validate(plain(data)).at(report.path)
+        if report.path
+        else BacktestReport.model_validate(plain(data))
+    )

@@ -11,10 +11,11 @@ against log σ), and the named extra levels (rollout configs, noise sizes, stale
 `fit: false` is a held-out check: run, measured and compared with the curve, but not fitted). Runs are paired
 (docs/calibration.md): replicate r of every level uses the baseline's replicate-r seed (`levels.replicate_seed`),
 so a level's cost is its quality minus its baseline pair's. Round 0 runs `levels.replicates` pairs of every level;
-later rounds add a pair at the levels bracketing τ until the budget's interval is narrower than
-`levels.interval_factor` or `levels.max_runs` is reached. Each run's x is measured at the start weights (as a
+later rounds put their runs where `design.plan_round` says (around B) until the next round would pass
+`levels.max_runs` (the number of runs is fixed before looking). Each run's x is measured at the start weights (as a
 screen measures it) and averaged over the run's first `levels.run_window` steps; the fit (`curve.estimate`:
-isotonic, bootstrap over replicate pairs) is made on each and the x chosen by the evidence is recorded.
+the seed-effect model over every run, gated, else the shape-free bracket) is made on each and the x chosen by
+the evidence is recorded.
 
 Every finished run (and the grid measurement) is appended at once to `<output stem>.ledger.jsonl`; a re-run reads
 it and runs only what is missing, so an interrupted calibration finishes with the artifact an uninterrupted one
@@ -44,7 +45,7 @@ from admitcheck.calibration.artifact import (  # re-exported: the public calibra
     write_calibration,
 )
 from admitcheck.calibration.campaign import Campaign, check_jobs, open_executor, run_key
-from admitcheck.calibration.curve import OFFSET_SHARE, Estimate, Tolerance
+from admitcheck.calibration.curve import Estimate, Tolerance
 from admitcheck.calibration.design import RoundPlan, plan_round, wanted_replicates
 from admitcheck.calibration.fit import Fit, PlacedRun, fit_runs
 from admitcheck.calibration.ledger import Ledger, ledger_header, ledger_path
@@ -148,18 +149,18 @@ def calibrate(
 
 
 def _rounds(campaign: Campaign, levels: list[Level]):
-    """Round 0 runs every level's first replicates; each later round follows `design.plan_round`: one more pair at the
-    levels bracketing τ, or a new noise level below the grid (when the budget's interval reaches 0) or between the
-    bracketing levels, until the interval is narrower than `levels.interval_factor` or the next round would pass
-    `levels.max_runs` (decided from the ledger alone: resumable, the added levels included). `levels` grows in
-    place with the added levels."""
+    """Round 0 runs every level's first replicates; each later round follows `design.plan_round` (pairs at the levels
+    nearest B/2 and 2B under the model, at the bracket's levels otherwise; new levels there, below the grid while the
+    interval reaches 0, or between bracketing levels) until the next round would pass `levels.max_runs` (decided
+    from the ledger alone: resumable, the added levels included). Each round's fit spends the bracket's α over the
+    rounds so far (`looks`). `levels` grows in place with the added levels."""
     config, ledger = campaign.config, campaign.ledger
     counts = {lv.name: config.levels.replicates for lv in levels}
     rounds = 0
     while True:
         campaign.run_round(planned_tasks(config, levels, counts), f"runs (round {rounds})")
         placed = [PlacedRun(lv, r, campaign.record(lv, s)) for lv, s, r in _with_replicates(config, levels, counts)]
-        fitted = fit_runs(config, levels, placed)
+        fitted = fit_runs(config, levels, placed, looks=rounds + 1)
         fit_x = {
             lv.name: float(np.mean([e.fit_x for e in fitted.runs if e.level == lv.name]))
             for lv in levels
@@ -186,6 +187,14 @@ def budget_warnings(est: Estimate, factor: float, runs: int, stop: str) -> list[
     """What a user must know before gating on this budget: a lower bound of 0 (nothing can be admitted against it)
     and a precision not reached at the run cap."""
     out = []
+    if est.method == "bracket":
+        out.append(f"the budget is the shape-free bracket, not the model: {est.method_reason}")
+    if est.spread_check is not None and est.spread_check.flagged:
+        c = est.spread_check
+        out.append(
+            f"the baseline runs' spread (sd {c.baseline_sd:.3g}) is implausible against the level runs' "
+            f"(sd {c.runs_sd:.3g}; F test p = {c.p_value:.2g}): τ and the seed effects rest on it"
+        )
     lo, hi = est.budget.interval
     if lo <= 0.0:
         out.append(
@@ -289,12 +298,7 @@ def build_artifact(
         "n_boot": b.n_boot,
         "x": f.x,
         "x_reason": f.x_reason,
-        "rule": (
-            f"monotone (isotonic) fit of mean paired cost on log x ({f.x}); B where it reaches τ "
-            f"(linear in log x on log(cost + {OFFSET_SHARE:g} τ) between the bracketing levels); percentile "
-            "bootstrap over replicate pairs and baseline replicates, τ re-estimated in each resample, cost "
-            "spreads t-scaled, x resampled with its own spread"
-        ),
+        "rule": budget_rule(est, f.x),
         "decided_by": list(est.decided_by),
         "width_factor": est.width_factor if math.isfinite(est.width_factor) else None,
         "by_x": f.by_x,
@@ -307,6 +311,14 @@ def build_artifact(
         budget["protocol"] = adaptive
     if warnings is not None:
         budget["warnings"] = warnings
+    budget |= {
+        "method": est.method,
+        "method_reason": est.method_reason,
+        "model": _finite(est.model.to_dict()) if est.model is not None else None,
+        "bracket": est.bracket.to_dict() if est.bracket is not None else None,
+        "isotonic": {"value": est.isotonic[0], "kind": est.isotonic[1]},
+        "baseline_check": est.spread_check.to_dict() if est.spread_check is not None else None,
+    }
     data = {
         "schema_version": SCHEMA_VERSION,
         "name": config.pair.name or Path(config.pair.student).name,
@@ -335,11 +347,45 @@ def build_artifact(
         "level_report": report,
         "auto_noise": {k: grid[k] for k in ("relative_std", "mismatch")} if grid else None,
         "runs": [r.model_dump(mode="json") for r in runs],
-        "curve": est.fit.to_dict() | {"x_measure": f.x, "points": len(est.names)},
+        "curve": _curve(est, f.x),
         "budget": budget,
         "provenance": _provenance(config, out) | (timings or {}),
     }
     return CalibrationArtifact.model_validate(plain(data))
+
+
+def budget_rule(est: Estimate, x: str) -> str:
+    """How the budget was made, in one sentence (`budget.rule`)."""
+    if est.method == "model":
+        return (
+            f"one model over every run (x: {x}): quality = seed effect + τ·(x/B)^p for a level run, the seed effect "
+            "for a baseline run; least squares; F-profile interval for B (open beyond the levels' range); used "
+            "because its lack-of-fit test passed (`method_reason`); the shape-free bracket is kept beside it"
+        )
+    return (
+        f"the model was refused ({est.method_reason}): B from the isotonic fit of the levels' mean paired cost on "
+        f"log x ({x}), its interval the shape-free bracket (fixed sequence, each level's own Student-t test)"
+    )
+
+
+def _curve(est: Estimate, x: str) -> dict[str, Any]:
+    """The artifact's curve: the model's power law when it made the budget, else the isotonic fit."""
+    if est.method == "model" and est.model is not None:
+        m = est.model
+        return {"form": "seed_power_law", "tau": m.tau, "budget": m.value, "exponent": m.exponent, "x_measure": x}
+    return est.fit.to_dict() | {"x_measure": x, "points": len(est.names)}
+
+
+def _finite(d: dict[str, Any]) -> dict[str, Any]:
+    """NaN (no degrees of freedom) as None."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            v = _finite(v)
+        elif isinstance(v, float) and math.isnan(v):
+            v = None
+        out[k] = v
+    return out
 
 
 def _order_quantile(values: np.ndarray, q: float) -> float:

@@ -1,44 +1,50 @@
 # long module: one estimator: monotone fit, tau, budget inverse, the bootstrap re-running them
-"""Quality cost vs mismatch from paired replicates: a monotone fit, τ, the budget and its bootstrap (REFERENCE §3.3).
+"""The budget from a calibration's paired runs: the seed-effect model, its gate, the shape-free bracket (issue 34).
 
-    levels = [LevelData("noise-1", x=[1e-3, 1.1e-3], cost=[0.001, -0.002]), ...]   # per replicate pair
-    est = estimate(levels, baseline=[0.43, 0.44], tolerance=Tolerance(relative=0.05), n_boot=500, seed=0)
-    est.budget.value, est.budget.kind, est.budget.interval, est.draws       # nats/token; bootstrap draws of B
-    est.fit.predict(0.01), est.fit.inverse(est.tau)                         # the monotone curve
+    levels = [LevelData("noise-1", x=(1e-3, 1.1e-3), cost=(0.001, -0.002), replicates=(0, 1)), ...]
+    est = estimate(levels, baseline={0: 0.43, 1: 0.44}, tolerance=Tolerance(relative=0.05))
+    est.budget.value, est.budget.interval, est.method, est.method_reason   # nats/token; "model" or "bracket"
+    est.model, est.bracket, est.spread_check, est.fit                      # the pieces; est.curve: the one used
 
 Data: a level's replicate r is a pair of runs sharing every random number (data order, rollout uniforms, eval
 seeds) — the level's run and the baseline's run r — and its cost is their quality difference; x is the level's
-mismatch in that replicate. The fit is isotonic regression (pool-adjacent-violators, weighted by replicates) of the
-levels' mean paired cost on their order in x, so one noisy level is pooled with its neighbours instead of bending
-the curve; between two levels it is linear in log x on the scale log(max(cost, 0) + δ), δ = OFFSET_SHARE · τ: a power
-law through the two fitted points where both are ≫ δ (cost ∝ x^p is then nearly exact), linear in log x where they
-are ≪ δ, and one rule whatever their sign, so B moves continuously with every fitted cost (a power law between
-positive points and a line elsewhere made B jump ×2.5 when one fitted cost crossed 0). Below the smallest level the
-curve falls linearly to 0 at x = 0, above the largest it stays flat. The budget B is where the curve reaches τ:
+mismatch in that replicate. `estimate` turns the pairs back into runs (a level run's quality = its cost + its
+baseline's) and fits **one model over every run** (`model.fit_seed_power_law`: quality = seed effect + τ·(x/B)^p,
+the baseline = the seed effect; its F-profile interval, widened by the levels' x error), which makes the budget when
+its gate passes (`_gate`: lack of fit, one run variance, B inside the levels' range). Otherwise the budget is the
+isotonic fit's crossing of τ (`fit_levels`, `budget_of`: pool-adjacent-violators on the levels' mean costs, linear in
+log x on log(max(cost, 0) + δ) between levels, δ = OFFSET_SHARE · τ) with **the shape-free bracket** as its interval
+(`level_bracket`: each level's own Student-t test, a fixed sequence from each end, α split over the rounds looked
+at). The bracket is always computed and kept beside the model (a diagnostic). Kinds of the isotonic budget:
 
-- "point": the fitted cost crosses τ between two levels (the levels that decided B are recorded);
-- "upper_bound" (below the smallest level): the fitted cost exceeds τ already at the smallest level, so B < x₁;
-  a pooled block needs two levels to get there unless the smallest level alone has ≥ 2 replicates above τ on
-  average — add lower levels to find B;
+- "point": the fitted cost crosses τ between two levels;
+- "upper_bound" (below the smallest level): the fitted cost exceeds τ already at the smallest level;
 - "lower_bound": no level reaches τ, B > the largest level.
 
-τ is the user's quality goal: `relative` × the baseline's mean quality (the same pairs' baseline runs), or
-`absolute`. Noise never enters τ; it enters the interval. The bootstrap resamples each level's replicate pairs
-(x and cost together; deviations about the level mean scaled by √(n/(n−1)) · t/z — the level's own n − 1 degrees
-of freedom for the levels that decide B, pooled over the levels for the others — so that a few replicates do not
-understate the spread) and the baseline's replicates,
-re-estimating τ and the fit in every resample; the interval is the percentile interval of the resampled B (a
-resample below the smallest level counts as B = 0, one above the largest as B = ∞).
-Pure numpy; deterministic given the seed.
+τ is the user's quality goal: `relative` × the baseline runs' mean quality, or `absolute`. Noise never enters τ; it
+enters the interval. `n_boot` > 0 adds the isotonic fit's bootstrap draws (resampled pairs and baselines, τ
+re-estimated in each; deviations t-scaled): a diagnostic kept for budget ratios (`compare`), not the interval.
+Pure numpy (scipy.stats for quantiles); deterministic given the seed.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
+
+from admitcheck.calibration.model import (
+    BASELINE_SPREAD_ALPHA,
+    LACK_OF_FIT_ALPHA,
+    ModelFit,
+    SpreadCheck,
+    baseline_spread_check,
+    fit_seed_power_law,
+    widened,
+)
 
 BudgetKind = Literal["point", "lower_bound", "upper_bound"]
 
@@ -50,10 +56,13 @@ class LevelData:
     name: str
     x: tuple[float, ...]
     cost: tuple[float, ...]
+    replicates: tuple[int, ...] | None = None  # the replicate (baseline run) each pair shares; None: 0, 1, ...
 
     def __post_init__(self) -> None:
         if len(self.x) != len(self.cost) or not self.x:
             raise ValueError(f"level {self.name}: x and cost need the same, nonzero length")
+        if self.replicates is not None and len(self.replicates) != len(self.x):
+            raise ValueError(f"level {self.name}: one replicate per pair")
 
 
 @dataclass(frozen=True)
@@ -69,7 +78,7 @@ class Tolerance:
     def rule(self) -> str:
         if self.absolute is not None:
             return f"absolute: τ = {self.absolute:g} nats/token"
-        return f"relative: τ = {self.relative:g} × baseline mean quality (re-estimated in every bootstrap resample)"
+        return f"relative: τ = {self.relative:g} × baseline mean quality"
 
 
 @dataclass(frozen=True)
@@ -101,6 +110,10 @@ class MonotoneFit:
         return float(out) if np.ndim(out) == 0 else out
 
     def _at(self, x: float) -> float:
+        """The curve at x, floored at 0 (a cost of 0 at x = 0 and fitted costs below 0 would not be monotone)."""
+        return max(self._raw(x), 0.0)
+
+    def _raw(self, x: float) -> float:
         xs, cs = self.x, self.cost
         if not x > 0:
             return 0.0
@@ -174,28 +187,6 @@ class Budget:
     n_boot: int = 0
 
 
-@dataclass(frozen=True)
-class Estimate:
-    """Everything `estimate` derives: the fit, τ, B with its interval, the bootstrap draws, which levels decided."""
-
-    fit: MonotoneFit
-    tau: float
-    baseline_mean: float
-    budget: Budget
-    draws: tuple[float, ...]  # bootstrap B values (0 = below the smallest level, inf = above the largest)
-    decided_by: tuple[str, ...]  # the level(s) whose fitted points bracket τ
-    level_means: tuple[float, ...]  # mean paired cost per level (ascending x)
-    level_intervals: tuple[tuple[float, float], ...]  # bootstrap percentile interval of each level's mean cost
-    names: tuple[str, ...]  # level names (ascending x)
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def width_factor(self) -> float:
-        """hi / lo of the budget interval (inf when either end is 0 or ∞)."""
-        lo, hi = self.budget.interval
-        return hi / lo if lo > 0 and math.isfinite(hi) else math.inf
-
-
 def isotonic(y: Any, w: Any) -> np.ndarray:
     """Weighted least-squares non-decreasing fit of y (pool adjacent violators)."""
     blocks: list[list[float]] = []  # [value, weight, count]
@@ -263,106 +254,278 @@ def _resample(v: np.ndarray, idx: np.ndarray, spread: float) -> np.ndarray:
     return m + spread * (v[idx] - m)
 
 
+@dataclass(frozen=True)
+class Bracket:
+    """The shape-free bracket (`level_bracket`): B lies in [lo, hi] for any non-decreasing cost curve."""
+
+    interval: tuple[float, float]  # nats/token; 0 / inf where no level is surely below / above τ
+    below: str | None  # the level whose x sets the lower end (the last of the walk up), None: 0
+    above: str | None  # the level whose x sets the upper end (the last of the walk down), None: inf
+    level_alpha: float  # one-sided level of each level's test (α/2 over the looks)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "interval": list(self.interval),
+            "below": self.below,
+            "above": self.above,
+            "level_alpha": self.level_alpha,
+            "rule": "walk up from the smallest level while each is surely below τ, down from the largest while each "
+            "is surely above (fixed sequence); a level is surely below when the one-sided Student-t bound (its own "
+            "n − 1 degrees of freedom) of its mean paired cost minus τ's share of its pairs' baselines is < 0; "
+            "the end is that level's x, widened by its own spread",
+        }
+
+
+def level_bracket(
+    xs: list[np.ndarray],
+    zs: list[np.ndarray],
+    names: tuple[str, ...],
+    confidence: float,
+    looks: int = 1,
+) -> Bracket:
+    """The budget's shape-free bracket from per-level Student-t tests, each with its own n − 1 degrees of freedom, in
+    a fixed sequence. xs, zs: per level (ascending mean x), the pairs' x and z = paired cost − τ's share (relative
+    τ: `relative` × the pair's baseline quality, so that E z = true cost − true τ; absolute: τ). Walking up from the
+    smallest level while each is surely below τ (one-sided bound at α/2/looks) stops at the first that is not; B is
+    above the last one's x. The first wrong "surely below" needs a level with true cost ≥ τ, i.e. the first such
+    level in the walk, so the lower end errs with probability ≤ α/2 for any non-decreasing curve (review b1/c1: a
+    union over all levels with pooled dof gave 8.5–11%). `looks`: the rounds whose estimates the design looked at
+    (Bonferroni over them). The x end: the level's geometric-mean x moved by its own log-x spread at the same
+    level."""
+    from scipy.stats import norm
+    from scipy.stats import t as student_t
+
+    a = (1.0 - confidence) / 2.0 / max(looks, 1)
+    below, above, x_lo, x_hi = [], [], [], []
+    for x, z in zip(xs, zs):
+        n = z.size
+        lx = np.log(x)
+        sx = float(lx.std(ddof=1)) / math.sqrt(n) if n > 1 else 0.0
+        x_lo.append(math.exp(lx.mean() - norm.ppf(1 - a) * sx))
+        x_hi.append(math.exp(lx.mean() + norm.ppf(1 - a) * sx))
+        if n < 2:
+            below.append(False)
+            above.append(False)
+            continue
+        half = float(student_t.ppf(1 - a, n - 1)) * float(z.std(ddof=1)) / math.sqrt(n)
+        below.append(float(z.mean()) + half < 0)
+        above.append(float(z.mean()) - half > 0)
+    k = 0
+    while k < len(below) and below[k]:
+        k += 1
+    j = len(above) - 1
+    while j >= 0 and above[j]:
+        j -= 1
+    lo, lo_by = (x_lo[k - 1], names[k - 1]) if k > 0 else (0.0, None)
+    hi, hi_by = (x_hi[j + 1], names[j + 1]) if j + 1 < len(above) else (math.inf, None)
+    return Bracket((float(lo), float(hi)), lo_by, hi_by, a)
+
+
+Method = Literal["model", "bracket"]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Everything `estimate` derives: the budget (from the model, or the bracket when the model is refused), the
+    model, the bracket, the isotonic fit, τ, the levels' means and intervals."""
+
+    fit: MonotoneFit  # the isotonic fit of the level means (the curve when the model is refused)
+    tau: float
+    baseline_mean: float
+    budget: Budget
+    draws: tuple[float, ...]  # bootstrap B of the isotonic fit (0 = below the smallest level, inf = above)
+    decided_by: tuple[str, ...]  # the levels whose x bracket B (the model's) or set the bracket's ends
+    level_means: tuple[float, ...]  # mean paired cost per level (ascending x)
+    level_intervals: tuple[tuple[float, float], ...]  # Student-t interval of each level's mean cost (own dof)
+    names: tuple[str, ...]  # level names (ascending x)
+    method: Method = "bracket"
+    method_reason: str = ""
+    model: ModelFit | None = None
+    bracket: Bracket | None = None
+    isotonic: tuple[float, BudgetKind] = (math.nan, "point")  # the isotonic fit's B and kind
+    spread_check: SpreadCheck | None = None
+    level_x: tuple[float, ...] = ()  # geometric-mean x per level (ascending)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def width_factor(self) -> float:
+        """hi / lo of the budget interval (inf when either end is 0 or ∞)."""
+        lo, hi = self.budget.interval
+        return hi / lo if lo > 0 and math.isfinite(hi) else math.inf
+
+    @property
+    def curve(self) -> Any:
+        """The curve the budget was read from: the model when it was used, else the isotonic fit."""
+        return self.model if self.method == "model" else self.fit
+
+
+def _baseline_map(baseline: Any) -> dict[int, float]:
+    if isinstance(baseline, Mapping):
+        return {int(k): float(v) for k, v in baseline.items()}
+    return {i: float(v) for i, v in enumerate(np.asarray(baseline, dtype=np.float64).ravel())}
+
+
 def estimate(
     levels: list[LevelData],
     baseline: Any,
     tolerance: Tolerance,
     *,
-    n_boot: int = 500,
+    n_boot: int = 0,
     seed: int = 0,
     confidence: float = 0.95,
+    looks: int = 1,
 ) -> Estimate:
-    """Fit, τ, budget and bootstrap from paired replicates (see the module docstring). `baseline`: the baseline
-    runs' qualities (nats/token), one per replicate, for a relative τ."""
+    """The budget from every run (module docstring). `baseline`: the baseline runs' qualities by replicate (a
+    sequence indexed by replicate, or a mapping); a level's pair i is replicate `LevelData.replicates[i]` (default
+    i). `looks`: how many rounds' estimates the design looked at (the bracket's Bonferroni). `n_boot` > 0 adds the
+    isotonic fit's bootstrap draws (a diagnostic kept for budget ratios, `compare`)."""
     if not levels:
         raise ValueError("no levels to fit")
-    base = np.asarray(baseline, dtype=np.float64).ravel()  # (R,) nats/token
-    if base.size == 0 and tolerance.absolute is None:
+    base = _baseline_map(baseline)
+    bvals = np.array(list(base.values()), dtype=np.float64)  # (R,) nats/token
+    if bvals.size == 0 and tolerance.absolute is None:
         raise ValueError("a relative tolerance needs baseline qualities")
+    order = np.argsort([float(np.mean(lv.x)) for lv in levels], kind="stable")
+    levels = [levels[i] for i in order]
     xs = [np.asarray(lv.x, dtype=np.float64) for lv in levels]
     ys = [np.asarray(lv.cost, dtype=np.float64) for lv in levels]
-    order = np.argsort([float(x.mean()) for x in xs], kind="stable")
-    xs, ys, names = [xs[i] for i in order], [ys[i] for i in order], tuple(levels[i].name for i in order)
+    reps = [
+        np.asarray(lv.replicates if lv.replicates is not None else range(len(lv.x)), dtype=np.int64) for lv in levels
+    ]
+    names = tuple(lv.name for lv in levels)
     ns = np.array([y.size for y in ys], dtype=np.float64)
+    base_mean = float(bvals.mean()) if bvals.size else math.nan
+    tau = tolerance.of(base_mean)
+    if not tau > 0:
+        raise ValueError(f"tolerance must be > 0 nats/token, got {tau}")
+    fit = fit_levels([x.mean() for x in xs], [y.mean() for y in ys], ns, OFFSET_SHARE * tau)
+    iso_value, iso_kind, idx = budget_of(fit, tau)
+    level_x = tuple(float(np.exp(np.log(x).mean())) for x in xs)
 
-    def one(xl: list[np.ndarray], yl: list[np.ndarray], b: np.ndarray) -> tuple[MonotoneFit, float, float]:
-        bm = float(b.mean()) if b.size else math.nan
-        tau_b = tolerance.of(bm)
-        offset = OFFSET_SHARE * tau_b if tau_b > 0 else 0.0
-        return fit_levels([x.mean() for x in xl], [y.mean() for y in yl], ns, offset), tau_b, bm
-
-    fit, tau, base_mean = one(xs, ys, base)
-    value, kind, idx = budget_of(fit, tau)
-    rng = np.random.default_rng(seed)
-    # t degrees of freedom of each spread: a level that decides B (its fitted point brackets τ) has its own n − 1,
-    # so that a lucky-narrow pair of replicates cannot end the adaptive rounds; the others (they matter only
-    # through pooling) and the baseline share the dof pooled over all levels.
-    dof = sum(y.size - 1 for y in ys) + max(base.size - 1, 0)
-    ux_point = np.asarray(fit.x)
-    deciding = {j for j in idx if kind == "point"}
-    own = [int(np.searchsorted(ux_point, x.mean())) in deciding for x in xs]
-    spreads = [_spread(y.size, y.size - 1 if o else dof, confidence) for y, o in zip(ys, own)]
-    base_spread = _spread(base.size, dof, confidence)
-    draws = np.empty(n_boot)  # (n_boot,) nats/token
-    taus = np.empty(n_boot)  # (n_boot,) τ of each resample
-    xmeans = np.empty((n_boot, len(xs)))  # (n_boot, levels) resampled mean x per level
-    means = np.empty((n_boot, len(ys)))  # (n_boot, levels) mean cost per level
-    for i in range(n_boot):
-        xl, yl = [], []
-        for x, y, k in zip(xs, ys, spreads):
-            j = rng.integers(0, y.size, size=y.size)
-            # x is a measured covariate: resampled on the log scale with its own spread (unbiased variance, no t
-            # factor: a t-inflated x spread, ×9 at n = 2, could reorder the levels)
-            xl.append(np.exp(_resample(np.log(x), j, _spread(x.size, 10**6, confidence))))
-            yl.append(_resample(y, j, k))
-        b = _resample(base, rng.integers(0, base.size, size=base.size), base_spread) if base.size else base
-        fb, tb, _ = one(xl, yl, b)
-        means[i] = [y.mean() for y in yl]
-        xmeans[i] = [x.mean() for x in xl]
-        taus[i] = tb
-        vb, kb, _ = budget_of(fb, tb) if tb > 0 else (math.inf, "lower_bound", ())
-        draws[i] = 0.0 if kb == "upper_bound" else (math.inf if kb == "lower_bound" else vb)
-    if kind == "point":
-        interval = _percentile_interval(draws, confidence) if n_boot > 0 else (value, value)
-        if n_boot > 0:  # widened to the shape-free bracket: the interpolation's shape is not known between levels
-            lo_m, hi_m = monotone_bracket(xmeans, means - taus[:, None], confidence)
-            interval = (min(interval[0], lo_m), max(interval[1], hi_m))
-    elif kind == "upper_bound":
-        interval = (0.0, value)
+    # every run as one observation (replicate, x, quality, level): a level run's quality is its cost + its baseline's,
+    # its x the level's geometric-mean x (a replicate's own x carries the probe's measurement noise)
+    paired = all(int(r) in base for rr in reps for r in rr)
+    model = spread = None
+    if paired and bvals.size:
+        seeds = list(base) + [int(r) for rr in reps for r in rr]
+        xrun = [0.0] * len(base) + [lx for lx, y in zip(level_x, ys) for _ in y]  # each run at its level's x
+        q = list(bvals) + [float(c) + base[int(r)] for y, rr in zip(ys, reps) for c, r in zip(y, rr)]
+        lab = ["baseline"] * len(base) + [n for n, y in zip(names, ys) for _ in y]
+        model = fit_seed_power_law(seeds, xrun, q, lab, tau, confidence)
+        model = widened(model, _x_log_se(xs, level_x, model.value), (level_x[0], level_x[-1]))
+        spread = baseline_spread_check(bvals, [y + np.array([base[int(r)] for r in rr]) for y, rr in zip(ys, reps)])
+    # the bracket: z = paired cost − τ's share of the pair (relative: relative × its baseline's quality)
+    if tolerance.absolute is None and paired:
+        zs = [y - tolerance.relative * np.array([abs(base[int(r)]) for r in rr]) for y, rr in zip(ys, reps)]
     else:
-        interval = (value, math.inf)
-    # the levels that decided B: those at the bracketing fitted points and every level pooled into their blocks
-    cs, ux = np.asarray(fit.cost), np.asarray(fit.x)
-    at = [int(np.searchsorted(ux, x.mean())) for x in xs]  # each level's fitted point
-    decided = [names[k] for k in range(len(names)) if any(cs[at[k]] == cs[j] for j in idx)]
-    lv_int = tuple(
-        _percentile_interval(means[:, k], confidence) if n_boot else (float(ys[k].mean()),) * 2 for k in range(len(ys))
-    )
+        zs = [y - tau for y in ys]
+    bracket = level_bracket(xs, zs, names, confidence, looks)
+
+    method, reason = _gate(model, spread, level_x)
+    if method == "model":
+        assert model is not None
+        value, kind, interval = model.value, "point", model.interval
+        k = int(np.searchsorted(np.asarray(level_x), value))
+        decided = tuple(names[i] for i in (k - 1, k) if 0 <= i < len(names))
+    else:
+        value, kind, interval = iso_value, iso_kind, bracket.interval
+        decided = tuple(n for n in (bracket.below, bracket.above) if n is not None) or tuple(names[i] for i in idx)
+    draws = _bootstrap(xs, ys, bvals, tolerance, ns, n_boot, seed, confidence) if n_boot > 0 else np.empty(0)
+    lv_int = tuple(_t_interval(y, confidence) for y in ys)
     return Estimate(
         fit=fit,
         tau=tau,
         baseline_mean=base_mean,
         budget=Budget(float(value), kind, (float(interval[0]), float(interval[1])), tau, n_boot=n_boot),
         draws=tuple(float(v) for v in draws),
-        decided_by=tuple(decided),
+        decided_by=decided,
         level_means=tuple(float(y.mean()) for y in ys),
         level_intervals=lv_int,
         names=names,
+        method=method,
+        method_reason=reason,
+        model=model,
+        bracket=bracket,
+        isotonic=(float(iso_value), iso_kind),
+        spread_check=spread,
+        level_x=level_x,
     )
 
 
-def monotone_bracket(xmeans: np.ndarray, excess: np.ndarray, confidence: float) -> tuple[float, float]:
-    """The budget's interval from monotonicity alone: (the largest level whose cost is below τ, the smallest whose
-    cost is above it, each at the interval's one-sided level), 0 / ∞ where no level is. xmeans: (n_boot, L)
-    resampled mean x per level; excess: (n_boot, L) resampled mean cost − the resample's τ. A level's x is itself
-    measured, so the lower end is the lower percentile of that level's x and the upper end the upper percentile of
-    its own (B > the true x of a level surely below τ). Why: between two levels the curve's shape is unknown — a step
-    or a steep sigmoid puts B anywhere in the bracket, and the interpolated bootstrap alone covered 77–86% on such
-    truths (bench/calibration_repro.py synthetic); a cost surely below τ at x means B > x for any non-decreasing
-    curve."""
-    alpha = (1.0 - confidence) / 2.0
-    hi_q = np.quantile(excess, 1.0 - alpha, axis=0)  # (L,)
-    lo_q = np.quantile(excess, alpha, axis=0)  # (L,)
-    x_lo, x_hi = np.quantile(xmeans, alpha, axis=0), np.quantile(xmeans, 1.0 - alpha, axis=0)  # (L,) each
-    below, above = x_lo[hi_q < 0], x_hi[lo_q > 0]
-    return (float(below.max()) if below.size else 0.0), (float(above.min()) if above.size else math.inf)
+def _gate(model: ModelFit | None, spread: SpreadCheck | None, level_x: tuple[float, ...]) -> tuple[Method, str]:
+    """Is the model used? Only where it has degrees of freedom, passes its lack-of-fit test, its one run variance
+    is plausible (the baseline runs' spread against the level runs', `model.baseline_spread_check`), and it puts B
+    inside the levels' range (beyond it the power law would extrapolate); else the bracket, with the reason."""
+    if model is None:
+        return "bracket", "the model needs every level pair's baseline run"
+    lof = model.lack_of_fit
+    if model.dof <= 0:
+        return "bracket", f"the model has no residual degrees of freedom ({model.runs} runs, {model.seeds} seeds)"
+    if not model.accepted:
+        return "bracket", (
+            f"lack of fit: the power law with seed effects against one mean per level, F({lof.dof[0]}, "
+            f"{lof.dof[1]}) = {lof.f:.2f}, p = {lof.p_value:.3g} < {LACK_OF_FIT_ALPHA:g}"
+        )
+    if spread is not None and spread.flagged:
+        return "bracket", (
+            f"the model assumes one run variance, but the baseline runs' sd {spread.baseline_sd:.3g} is implausible "
+            f"against the level runs' {spread.runs_sd:.3g} (F test p = {spread.p_value:.2g} < "
+            f"{BASELINE_SPREAD_ALPHA:g}; model residual sd {model.residual_sd:.3g})"
+        )
+    if not level_x[0] <= model.value <= level_x[-1]:
+        return "bracket", (
+            f"the model's B {model.value:.3g} lies outside the levels' range [{level_x[0]:.3g}, {level_x[-1]:.3g}]"
+            f" (residual sd {model.residual_sd:.3g}): it would extrapolate"
+        )
+    return "model", (
+        f"the power law with seed effects fits (lack of fit F({lof.dof[0]}, {lof.dof[1]}) = {lof.f:.2f}, "
+        f"p = {lof.p_value:.3g} ≥ {LACK_OF_FIT_ALPHA:g}) and puts B inside the levels' range"
+    )
+
+
+def _x_log_se(xs: list[np.ndarray], level_x: tuple[float, ...], b: float) -> float:
+    """Standard error of log x at the two levels nearest B: the within-level sd of log x (pooled over the levels)
+    over √n of each, averaged in variance."""
+    d = sum(x.size - 1 for x in xs)
+    if d <= 0 or not (math.isfinite(b) and b > 0):
+        return 0.0
+    s2 = sum(float(((np.log(x) - np.log(x).mean()) ** 2).sum()) for x in xs) / d
+    near = np.argsort(np.abs(np.log(np.asarray(level_x)) - math.log(b)))[:2]
+    return math.sqrt(s2 * float(np.mean([1.0 / xs[i].size for i in near])))
+
+
+def _t_interval(y: np.ndarray, confidence: float) -> tuple[float, float]:
+    """Student-t interval of a level's mean paired cost (own n − 1 dof); the mean twice with one pair."""
+    from scipy.stats import t as student_t
+
+    m = float(y.mean())
+    if y.size < 2:
+        return (m, m)
+    h = float(student_t.ppf(0.5 + confidence / 2, y.size - 1)) * float(y.std(ddof=1)) / math.sqrt(y.size)
+    return (m - h, m + h)
+
+
+def _bootstrap(xs, ys, base, tolerance, ns, n_boot, seed, confidence) -> np.ndarray:
+    """The isotonic fit's B over `n_boot` resamples of each level's pairs and the baseline (deviations t-scaled with
+    the pooled dof; x with its own spread): 0 below the smallest level, inf above the largest. A diagnostic (budget
+    ratios between artifacts); the budget's interval is the model's or the bracket's."""
+    rng = np.random.default_rng(seed)
+    dof = sum(y.size - 1 for y in ys) + max(base.size - 1, 0)
+    spreads = [_spread(y.size, dof, confidence) for y in ys]
+    base_spread = _spread(base.size, dof, confidence)
+    draws = np.empty(n_boot)  # (n_boot,) nats/token
+    for i in range(n_boot):
+        xl, yl = [], []
+        for x, y, k in zip(xs, ys, spreads):
+            j = rng.integers(0, y.size, size=y.size)
+            xl.append(np.exp(_resample(np.log(x), j, _spread(x.size, 10**6, confidence))))
+            yl.append(_resample(y, j, k))
+        b = _resample(base, rng.integers(0, base.size, size=base.size), base_spread) if base.size else base
+        tb = tolerance.of(float(b.mean()) if b.size else math.nan)
+        if not tb > 0:
+            draws[i] = math.inf
+            continue
+        fb = fit_levels([x.mean() for x in xl], [y.mean() for y in yl], ns, OFFSET_SHARE * tb)
+        vb, kb, _ = budget_of(fb, tb)
+        draws[i] = 0.0 if kb == "upper_bound" else (math.inf if kb == "lower_bound" else vb)
+    return draws

@@ -2,10 +2,12 @@
 
     plan = plan_round(est, replicates={"noise-2": 3, ...}, factor=2.0, min_decisive=2, level_x={"noise-2": 0.007})
     plan.replicates, plan.new_levels, plan.done      # more pairs here; new levels at these mismatches; stop
-    est, runs = simulate_protocol(cost, sd, xs, 0.43, 0.013, Tolerance(), rng)    # the protocol on synthetic data
+    est, runs = simulate_protocol(cost, sd, xs, 0.43, 0.013, Tolerance(), rng, seed_sd=0.009)   # synthetic runs
 
-Pure: estimates in, plans out (`calibrate` runs them; `simulate_protocol` replays the rounds on synthetic paired costs
-for the coverage bench and tests). The estimator itself is `curve`.
+Pure: estimates in, plans out (`calibrate` runs them; `simulate_protocol` replays the rounds on simulated runs with
+the ledgers' seed structure for the coverage bench, bench/budget_coverage.py, and tests). The design chooses where
+runs go, not when to stop (`FIXED_RUNS`): under the model, pairs at the levels nearest B/2 and 2B and new levels
+there; under the bracket, at its levels. The estimator itself is `curve`.
 """
 
 from __future__ import annotations
@@ -21,14 +23,32 @@ from admitcheck.calibration.curve import Estimate, LevelData, Tolerance, estimat
 
 def wanted_replicates(est: Estimate, replicates: dict[str, int], factor: float, min_decisive: int) -> list[str]:
     """The levels that need another replicate pair: none once B is a point whose interval is narrower than `factor`
-    (hi/lo) and every deciding level has ≥ `min_decisive` replicates; else the levels that bracket τ (for a bound:
-    the two levels at that end of the grid)."""
+    (hi/lo) and every deciding level has ≥ `min_decisive` replicates; under the model, the levels nearest B/2 and 2B
+    (where a pair moves the fitted B most: `around_budget`); under the bracket, the levels that set or straddle its
+    ends (for a bound: the two levels at that end of the grid)."""
     b = est.budget
-    if b.kind == "point" and est.width_factor <= factor and all(replicates[n] >= min_decisive for n in est.decided_by):
+    precise = b.kind == "point" and est.width_factor <= factor
+    if not FIXED_RUNS and precise and all(replicates[n] >= min_decisive for n in est.decided_by):
         return []
+    if est.method == "model" and b.kind == "point" and est.level_x:
+        return list(dict.fromkeys(around_budget(est)))
     if b.kind == "point":
         return list(est.decided_by)
     return list(est.names[:2] if b.kind == "upper_bound" else est.names[-2:])
+
+
+# The number of runs is fixed before looking: the rounds choose where the runs go, never when to stop (the run cap
+# does). Stopping once the interval was narrower than `levels.interval_factor` would pick the calibrations whose
+# residual variance happened to be small (optional stopping: the profile interval assumes a fixed size).
+FIXED_RUNS = True
+AROUND = (0.5, 2.0)  # the model's design points, × B: pairs there pin both the level and the slope of the power law
+NEAR = 1.5  # a level within this factor of a design point takes its pairs; farther, a new level is placed there
+
+
+def around_budget(est: Estimate) -> list[str]:
+    """The level nearest (in log x) each of the design points B/2 and 2B."""
+    lx = np.log(np.asarray(est.level_x))
+    return [est.names[int(np.argmin(np.abs(lx - math.log(f * est.budget.value))))] for f in AROUND]
 
 
 @dataclass(frozen=True)
@@ -65,6 +85,11 @@ def plan_round(
         step = xs[1] / xs[0] if len(xs) > 1 and xs[1] > xs[0] else 10 ** (2 / 3)
         target = max(xs[0] / min(max(step, 2.0), 10.0), MIN_LEVEL_X)
         return RoundPlan(new_levels=(target,), why=f"the budget's interval reaches 0: a level below {xs[0]:.3g}")
+    if est.method == "model" and b.kind == "point":  # concentrate around B: new levels at B/2, 2B when none is near
+        far = [f * b.value for f in AROUND if min(abs(math.log(f * b.value / x)) for x in xs) > math.log(NEAR)]
+        if far and all(replicates[n] >= SPLIT_AFTER for n in want):
+            return RoundPlan(new_levels=tuple(far), why="levels at B/2 and 2B (the model's design points)")
+        return RoundPlan(replicates=tuple(want), why="replicates at the levels nearest B/2 and 2B")
     if b.kind == "point" and len(est.decided_by) == 2:
         lo_name, hi_name = sorted(est.decided_by, key=lambda n: level_x[n])
         x_lo, x_hi = level_x[lo_name], level_x[hi_name]
@@ -76,7 +101,7 @@ def plan_round(
 
 def simulate_protocol(
     true_cost: Any,  # callable x -> cost (nats/token)
-    noise_sd: Any,  # callable x -> sd of one paired cost (nats/token)
+    noise_sd: Any,  # callable x -> sd of one paired cost (nats/token) near the grid's smallest level
     xs: Any,  # level mismatches of the initial grid (nats/token)
     baseline_quality: float,
     baseline_sd: float,
@@ -88,33 +113,53 @@ def simulate_protocol(
     min_decisive: int = 2,
     max_runs: int = 40,
     x_cv: float = 0.05,
-    n_boot: int = 300,
+    n_boot: int = 0,
     confidence: float = 0.95,
     pairs_per_round: int = 1,
+    seed_sd: float | None = None,
+    x_real: bool = False,
 ) -> tuple[Estimate, int]:
     """One synthetic calibration under the adaptive protocol (`calibrate`'s rounds and `plan_round`'s design,
-    without the OPD runs): (the estimate, runs used). Paired costs ~ true_cost(x) + N(0, noise_sd(x)); a replicate's
-    measured x ~ x·exp(x_cv·N) (x_cv: the sd of log x between replicates); the baseline replicate r's quality ~
-    N(baseline_quality, baseline_sd). Stops as `calibrate` does: precision reached, or the next round would pass
-    `max_runs`."""
-    targets: dict[str, float] = {f"level-{i}": float(x) for i, x in enumerate(xs)}
-    data: dict[str, tuple[list[float], list[float]]] = {n: ([], []) for n in targets}
-    base: list[float] = []
+    without the OPD runs): (the estimate, runs used). Runs, not paired costs, are simulated, with the structure the
+    ledgers show: seed r's baseline run has quality μ0 + s_r + e and a level run at x has μ0 + cost(x) + s_r + e(x),
+    s_r ~ N(0, seed_sd) shared by every run of seed r (the shared-baseline structure: every level's pair r contains
+    the same baseline run), e(x) ~ N(0, noise_sd(x)/√2) (so that a pair near the smallest level has sd noise_sd),
+    the baseline's e with noise_sd(xs[0])/√2; seed_sd None: what makes a baseline run's sd `baseline_sd`. A
+    replicate's measured x ~ x·exp(x_cv·N): a measurement error of the level's x, or (`x_real`) the run's actual
+    mismatch, at which its cost is then evaluated (the toy's runs: within a level, cost follows the run's own x,
+    correlation 0.45). Stops as `calibrate` does: precision reached, or the next round would
+    pass `max_runs`; the estimate's bracket spends α over the rounds looked at."""
+    xs = [float(x) for x in xs]
+    e0 = noise_sd(xs[0]) / math.sqrt(2.0)
+    s_sd = math.sqrt(max(baseline_sd**2 - e0**2, 0.0)) if seed_sd is None else float(seed_sd)
+    effects: list[float] = []  # s_r, per replicate
+    base: list[float] = []  # baseline run quality per replicate
+    targets: dict[str, float] = {f"level-{i}": x for i, x in enumerate(xs)}
+    data: dict[str, tuple[list[float], list[float]]] = {n: ([], []) for n in targets}  # (x, paired cost) per pair
+
+    def seed_of(r: int) -> None:
+        while len(effects) <= r:
+            effects.append(s_sd * float(rng.standard_normal()))
+            base.append(baseline_quality + effects[-1] + e0 * float(rng.standard_normal()))
 
     def add(name: str) -> None:
-        x = targets[name]
-        data[name][0].append(x * math.exp(x_cv * rng.standard_normal()))
-        data[name][1].append(true_cost(x) + noise_sd(x) * rng.standard_normal())
+        x, r = targets[name], len(data[name][1])
+        seed_of(r)
+        xm = x * math.exp(x_cv * float(rng.standard_normal()))
+        xc = xm if x_real else x
+        q = baseline_quality + true_cost(xc) + effects[r] + noise_sd(x) / math.sqrt(2.0) * float(rng.standard_normal())
+        data[name][0].append(xm)
+        data[name][1].append(q - base[r])
 
-    for _ in range(replicates):
-        base.append(baseline_quality + baseline_sd * rng.standard_normal())
-        for n in targets:
+    for n in targets:
+        for _ in range(replicates):
             add(n)
     runs = replicates * (len(targets) + 1)
     seed = int(rng.integers(2**31))
+    rounds = 0
     while True:
         levels = [LevelData(n, tuple(data[n][0]), tuple(data[n][1])) for n in targets]
-        est = estimate(levels, base, tolerance, n_boot=n_boot, seed=seed, confidence=confidence)
+        est = estimate(levels, base, tolerance, n_boot=n_boot, seed=seed, confidence=confidence, looks=rounds + 1)
         counts = {n: len(data[n][1]) for n in targets}
         plan = plan_round(est, counts, factor, min_decisive, {n: float(np.mean(data[n][0])) for n in targets})
         new = [f"level-{len(targets) + j}" for j in range(len(plan.new_levels))]
@@ -131,6 +176,6 @@ def simulate_protocol(
         for n in plan.replicates:
             for _ in range(pairs_per_round):
                 add(n)
-        for _ in range(new_base):
-            base.append(baseline_quality + baseline_sd * rng.standard_normal())
+        seed_of(max(grown.values()) - 1)  # as many baseline runs as the most replicated level
         runs += cost
+        rounds += 1

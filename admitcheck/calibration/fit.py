@@ -67,6 +67,7 @@ def _level_data(
             lv.name,
             tuple(run_x(p.record, which, config.levels.run_window) for p, _ in by[lv.name]),
             tuple(c for _, c in by[lv.name]),
+            tuple(p.replicate for p, _ in by[lv.name]),
         )
         for lv in levels
         if lv.kind != "baseline" and keep(lv)
@@ -95,11 +96,12 @@ def one_scale_score(config, levels, placed, costs, which: str, tol: Tolerance) -
     return {"mean_z2": float(np.mean([v * v for v in z.values()])), "z": z}
 
 
-def fit_runs(config: CalibrateConfig, levels: list[Level], placed: list[PlacedRun]) -> Fit:
+def fit_runs(config: CalibrateConfig, levels: list[Level], placed: list[PlacedRun], looks: int = 1) -> Fit:
     """Paired costs, τ, x chosen, the monotone fit and the budget with its bootstrap, from the finished runs.
 
     Every run's entry carries its quality_cost (paired: its quality minus its baseline replicate's), x_start, x_run,
-    fit_x and predicted_cost; levels with fit false (held-out checks) are not fitted, only compared."""
+    fit_x and predicted_cost; levels with fit false (held-out checks) are not fitted, only compared. `looks`: the
+    rounds whose estimates the design looked at (`curve.estimate`)."""
     base = {p.replicate: p.record.quality for p in placed if p.level.kind == "baseline"}
     costs = [p.record.quality - base[p.replicate] for p in placed]
     tol = Tolerance(config.tolerance.relative, config.tolerance.absolute)
@@ -123,7 +125,7 @@ def fit_runs(config: CalibrateConfig, levels: list[Level], placed: list[PlacedRu
     if not fitted_levels:
         raise CalibrationError("no fitted level: nothing to fit", field="levels")
     est = estimate(
-        fitted_levels, list(base.values()), tol, n_boot=config.bootstrap, seed=config.seed, confidence=config.confidence
+        fitted_levels, base, tol, n_boot=config.bootstrap, seed=config.seed, confidence=config.confidence, looks=looks
     )
     alt = {}
     for w in choices:  # the budget under each x, for the report
@@ -132,11 +134,12 @@ def fit_runs(config: CalibrateConfig, levels: list[Level], placed: list[PlacedRu
             if w == which
             else estimate(
                 _level_data(config, levels, placed, costs, w, lambda lv: lv.fit),
-                list(base.values()),
+                base,
                 tol,
                 n_boot=config.bootstrap,
                 seed=config.seed,
                 confidence=config.confidence,
+                looks=looks,
             )
         )
         alt[w] = {
@@ -159,7 +162,7 @@ def _entry(config: CalibrateConfig, p: PlacedRun, cost: float, which: str, est: 
         x_start = run_x(r, "start", config.levels.run_window)
         x_run = run_x(r, "run", config.levels.run_window) if config.metric == "k3" else None
         fit_x = x_start if which == "start" else x_run
-        predicted = float(est.fit.predict(fit_x))
+        predicted = float(est.curve.predict(fit_x))
     return RunEntry(
         level=lv.name,
         kind=lv.kind,

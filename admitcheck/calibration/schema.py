@@ -284,8 +284,37 @@ class LogLogisticCurve(Section):
         return CurveFit(self.form, self.params.model_dump())
 
 
-CURVE_FORMS = ("isotonic", "log_logistic")
-Curve = Annotated[IsotonicCurve | LogLogisticCurve, Field(discriminator="form")]
+class SeedPowerLawCurve(Section):
+    """The budget's model (`model.fit_seed_power_law`): cost = τ·(x/B)^p, the seed effects fitted away."""
+
+    form: Literal["seed_power_law"]
+    tau: float  # quality units
+    budget: float  # B, nats/token
+    exponent: float  # p
+    x_measure: XMeasure | None = None
+
+    def fit(self) -> Any:
+        return _PowerLaw(self.tau, self.budget, self.exponent)
+
+
+class _PowerLaw:
+    """τ·(x/B)^p as a curve (`predict`, `inverse`)."""
+
+    def __init__(self, tau: float, budget: float, exponent: float) -> None:
+        self.tau, self.budget, self.exponent = tau, budget, exponent
+
+    def predict(self, x: Any) -> Any:
+        import numpy as np
+
+        out = self.tau * np.power(np.clip(np.asarray(x, dtype=np.float64), 0.0, None) / self.budget, self.exponent)
+        return float(out) if out.ndim == 0 else out
+
+    def inverse(self, cost: float) -> float:
+        return 0.0 if cost <= 0 else self.budget * (cost / self.tau) ** (1.0 / self.exponent)
+
+
+CURVE_FORMS = ("isotonic", "log_logistic", "seed_power_law")
+Curve = Annotated[IsotonicCurve | LogLogisticCurve | SeedPowerLawCurve, Field(discriminator="form")]
 
 
 class BudgetScore(Section):
@@ -317,6 +346,56 @@ class AdaptiveProtocol(Section):
     added_levels: list[str] | None = None
 
 
+class LackOfFitEntry(Section):
+    f: float | None  # None: the test had no degrees of freedom
+    dof: tuple[int, int]
+    p_value: float
+
+
+class BudgetModel(Section):
+    """The seed-effect power law over every run (`model.ModelFit`)."""
+
+    form: Literal["seed_power_law"]
+    value: float  # B̂, nats/token (inf: no rising trend)
+    interval: tuple[float, float]  # F-profile interval; 0 / inf: open (beyond the levels' range)
+    exponent: float
+    tau: float
+    residual_sd: float | None
+    dof: int
+    runs: int
+    seeds: int
+    lack_of_fit: LackOfFitEntry
+    accepted: bool
+    x_log_se: float = 0.0  # the levels' log-x standard error the interval was widened by
+
+
+class BudgetBracket(Section):
+    """The shape-free bracket (`curve.level_bracket`): valid for any non-decreasing curve."""
+
+    interval: tuple[float, float]
+    below: str | None
+    above: str | None
+    level_alpha: float
+    rule: str
+
+
+class BaselineCheck(Section):
+    """The baseline runs' spread against the level runs' (`model.baseline_spread_check`)."""
+
+    baseline_sd: float
+    runs_sd: float
+    f: float
+    dof: tuple[int, int]
+    p_value: float
+    flagged: bool
+    rule: str
+
+
+class IsotonicBudget(Section):
+    value: float
+    kind: BudgetKind
+
+
 class BudgetEntry(Section):
     value: float  # nats/token
     kind: BudgetKind
@@ -332,6 +411,12 @@ class BudgetEntry(Section):
     bootstrap: BootstrapDraws | None = None
     protocol: AdaptiveProtocol | None = None
     warnings: list[str] = []  # what a user must know before gating on it (`calibrate.budget_warnings`)
+    method: Literal["model", "bracket"] | None = None  # None: written before the model (the isotonic bootstrap)
+    method_reason: str | None = None
+    model: BudgetModel | None = None
+    bracket: BudgetBracket | None = None
+    isotonic: IsotonicBudget | None = None
+    baseline_check: BaselineCheck | None = None
 
 
 class Provenance(BaseModel):
@@ -467,6 +552,7 @@ class CalibrationArtifact(Section):
             ("tolerance τ", f"{self.tau:.4g} {unit} ({self.tolerance.rule})"),
             (f"budget ({self.metric})", f"{b.value:.3g} nats/token{kind}"),
             (f"{100 * b.confidence:.0f}% interval", f"[{b.interval[0]:.3g}, {b.interval[1]:.3g}]"),
+            *self._method_rows(),
             ("x (mismatch fitted)", f"{b.x}: {b.x_reason}"),
             ("decided by", ", ".join(b.decided_by) or "-"),
             ("runs", str(len(self.runs))),
@@ -484,6 +570,36 @@ class CalibrationArtifact(Section):
                 )
             )
         return rows + [("WARNING", w) for w in self.budget.warnings]
+
+    def _method_rows(self) -> list[tuple[str, str]]:
+        """How the budget was made: the model (or why not) and the shape-free bracket beside it."""
+        b = self.budget
+        if b.method is None:
+            return []
+        rows = [("method", f"{b.method}: {b.method_reason}")]
+        if b.model is not None:
+            m = b.model
+            lof = m.lack_of_fit
+            rows.append(
+                (
+                    "model",
+                    f"B {m.value:.3g} [{m.interval[0]:.3g}, {m.interval[1]:.3g}], p {m.exponent:.2f}, residual sd "
+                    + (f"{m.residual_sd / m.tau:.2f} τ" if m.residual_sd is not None else "-")
+                    + f", lack of fit p {lof.p_value:.3g}",
+                )
+            )
+        if b.bracket is not None:
+            k = b.bracket
+            rows.append(
+                (
+                    "shape-free bracket",
+                    f"[{k.interval[0]:.3g}, {k.interval[1]:.3g}] (set by {k.below or '-'} / {k.above or '-'})",
+                )
+            )
+        if b.baseline_check is not None and b.baseline_check.flagged:
+            c = b.baseline_check
+            rows.append(("baseline spread", f"sd {c.baseline_sd:.3g} vs runs' {c.runs_sd:.3g}: p {c.p_value:.2g}"))
+        return rows
 
     def dump(self) -> dict[str, Any]:
         """The YAML's mapping: the keys it was read or built with, in the schema's order (JSON types)."""

@@ -1,0 +1,151 @@
+"""Re-fit a calibration artifact from its ledger with this admitcheck's estimator: no run made, no model loaded.
+
+    cal = refit("calibrations/toy.yaml")                     # reads calibrations/toy.ledger.jsonl; writes nothing
+    write_calibration(cal, "calibrations/toy.yaml")          # the caller writes it (and its chart)
+    pooled = refit_pooled(["calibrations/smollm2.yaml", "calibrations/smollm2-seed1000.yaml", ...], out)
+
+The artifact's levels, runs (level, replicate, seed) and resolved config say which ledger record each run is; the
+records are read from `<stem>.ledger.jsonl` (the records themselves, not the artifact's copies, so a re-measured
+ledger is what is fitted), then `fit.fit_runs` and `calibrate.build_artifact` make the artifact a `calibrate` of the
+finished ledger would make — except that the pair's fingerprints, the adaptive protocol and the provenance are the
+old artifact's (the models are not loaded), with `provenance.refit` saying when and with what. `refit_pooled` fits
+the runs of several calibrations of one pair and recipe as one calibration: every calibration's replicates are
+their own seeds (their replicate ids offset by 1000 × its position), their levels their own (names prefixed by the
+calibration's file stem), one baseline.
+"""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+from typing import Any
+
+from admitcheck import io
+from admitcheck.calibration.artifact import load_calibration, plain
+from admitcheck.calibration.calibrate import budget_warnings, build_artifact
+from admitcheck.calibration.campaign import run_key
+from admitcheck.calibration.fit import PlacedRun, fit_runs
+from admitcheck.calibration.ledger import ledger_path, read_run
+from admitcheck.calibration.levels import Level
+from admitcheck.calibration.record import RunRecord
+from admitcheck.calibration.schema import CalibrationArtifact
+from admitcheck.config import CalibrateConfig, RolloutConfig
+from admitcheck.errors import CalibrationError
+
+REPLICATE_OFFSET = 1000  # refit_pooled: calibration k's replicate r is replicate r + k × this
+
+
+def _config(cal: CalibrationArtifact) -> CalibrateConfig:
+    """The resolved config the artifact stores, its paths (stored relative to the artifact) made absolute."""
+    data = dict(cal.provenance.config)
+    base = cal.path.parent if cal.path is not None else Path.cwd()
+    for section, keys in (("pair", ("student", "teacher", "tokenizer")), ("probe", ("prompts",)),
+                          ("train", ("prompts",)), ("eval", ("prompts",))):  # fmt: skip
+        part = dict(data.get(section) or {})
+        for k in keys:
+            if part.get(k) and not Path(part[k]).is_absolute():
+                part[k] = str((base / part[k]).resolve())
+        data[section] = part
+    if data.get("output") and not Path(data["output"]).is_absolute():
+        data["output"] = str((base / data["output"]).resolve())
+    return CalibrateConfig.model_validate(data)
+
+
+def _levels(cal: CalibrationArtifact, prefix: str = "") -> list[Level]:
+    out = []
+    for e in cal.levels:
+        rollout = RolloutConfig.model_validate(e.rollout) if e.rollout is not None else None
+        name = e.name if e.kind == "baseline" else prefix + e.name
+        out.append(
+            Level(
+                name,
+                e.kind,
+                relative_std=e.relative_std or 0.0,
+                rollout=rollout,
+                staleness=e.staleness or 0,
+                target=e.target,
+                fit=e.fit,
+            )
+        )
+    return out
+
+
+def _records(cal: CalibrationArtifact) -> dict[str, RunRecord]:
+    path = ledger_path(cal.path)
+    if not path.is_file():
+        raise CalibrationError("no ledger beside the artifact: nothing to re-fit", file=str(path))
+    lines = io.read_jsonl(path)
+    return {r.key: r for r in (read_run(x, path, i) for i, x in enumerate(lines) if x.get("kind") == "run")}
+
+
+def _placed(cal: CalibrationArtifact, levels: list[Level], offset: int = 0, prefix: str = "") -> list[PlacedRun]:
+    by = {lv.name: lv for lv in levels}
+    records = _records(cal)
+    out = []
+    for r in cal.runs:
+        lv = by[r.level if r.kind == "baseline" else prefix + r.level]
+        key = run_key(lv, r.seed)
+        if key not in records:
+            raise CalibrationError(f"run {r.level}/seed {r.seed} is not in the ledger", file=str(ledger_path(cal.path)))
+        out.append(PlacedRun(lv, int(r.replicate or 0) + offset, records[key]))
+    return out
+
+
+def _finish(old: CalibrationArtifact, config: CalibrateConfig, out: Path, levels, fitted, runs: int, note: dict):
+    proto = old.budget.protocol
+    stop = proto.stopped if proto is not None else ""
+    factor = proto.interval_factor if proto is not None else config.levels.interval_factor
+    warnings = budget_warnings(fitted.estimate, factor, runs, stop)
+    grid = old.auto_noise.model_dump() if old.auto_noise is not None else None
+    adaptive = proto.model_dump(exclude_unset=True) if proto is not None else None
+    cal = build_artifact(config, out, levels, fitted, grid, old.pair.model_dump(mode="json", exclude_unset=True),
+                         adaptive=adaptive, warnings=warnings)  # fmt: skip
+    data = cal.dump()
+    from admitcheck import __version__
+
+    refit = {
+        "admitcheck": __version__,
+        "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    data["provenance"] = old.provenance.model_dump(mode="json", exclude_unset=True) | {"refit": refit | note}
+    return CalibrationArtifact.model_validate(plain(data)).at(out)
+
+
+def refit(path: str | Path) -> CalibrationArtifact:
+    """The artifact at `path` re-fitted from its ledger (module docstring); written by the caller."""
+    old = load_calibration(path)
+    config = _config(old)
+    levels = _levels(old)
+    placed = _placed(old, levels)
+    rounds = old.budget.protocol.rounds if old.budget.protocol is not None else 0
+    fitted = fit_runs(config, levels, placed, looks=rounds + 1)
+    note = {"from": ledger_path(Path(path)).name, "rule": "re-fitted from the ledger's records, no run made"}
+    return _finish(old, config, Path(path), levels, fitted, len(placed), note)
+
+
+def refit_pooled(paths: list[str | Path], out: str | Path, name: str | None = None) -> CalibrationArtifact:
+    """One calibration from the runs of several (same pair and recipe; their seeds differ): see the module
+    docstring. The first artifact gives the config, pair and provenance; `name` the pooled artifact's."""
+    cals = [load_calibration(p) for p in paths]
+    first = cals[0]
+    config = _config(first)
+    if name is not None:
+        config = config.model_copy(update={"pair": config.pair.model_copy(update={"name": name})})
+    levels: list[Level] = []
+    placed: list[PlacedRun] = []
+    looks = 0
+    for k, cal in enumerate(cals):
+        prefix = f"{Path(cal.path).stem}:" if k else ""  # the file's name: the pooled calibrations share the pair's
+        mine = _levels(cal, prefix=prefix)
+        if k:  # one baseline level: the first calibration's
+            base = next(lv for lv in levels if lv.kind == "baseline")
+            mine = [lv if lv.kind != "baseline" else base for lv in mine]
+        placed += _placed(cal, mine, offset=k * REPLICATE_OFFSET, prefix=prefix)
+        levels += [lv for lv in mine if lv.kind != "baseline" or not levels]
+        looks += (cal.budget.protocol.rounds if cal.budget.protocol is not None else 0) + 1
+    fitted = fit_runs(config, levels, placed, looks=looks)
+    note: dict[str, Any] = {
+        "pooled": [str(c.path.name) for c in cals],
+        "rule": "the runs of these calibrations fitted as one (each one's replicates their own seeds)",
+    }
+    return _finish(first, config, Path(out), levels, fitted, len(placed), note)

@@ -1,0 +1,138 @@
+"""admitcheck.calibration.model and the bracket (issue 34): the seed-effect power law over every run, its F-profile
+interval, the lack-of-fit and baseline-spread gates, the fixed-sequence bracket's size, the re-fit of the shipped
+ledgers, and the coverage bench's fast version."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from admitcheck.calibration.curve import LevelData, Tolerance, estimate, level_bracket
+from admitcheck.calibration.model import baseline_spread_check, fit_seed_power_law
+
+ROOT = Path(__file__).resolve().parents[1]
+GRID = (0.021, 0.035, 0.061, 0.10, 0.16, 0.25)  # the SmolLM2 protocol's levels, nats/token
+
+
+def runs(cost, rng, seeds=3, run_sd=0.011, seed_sd=0.003, mu0=0.74):
+    """Every run of a calibration on GRID: (seed, x, quality, level), seed effects shared by a seed's runs."""
+    out = []
+    for r in range(seeds):
+        s = seed_sd * rng.standard_normal()
+        out.append((r, 0.0, mu0 + s + run_sd * rng.standard_normal(), "baseline"))
+        for j, x in enumerate(GRID):
+            out.append((r, x, mu0 + cost(x) + s + run_sd * rng.standard_normal(), f"l{j}"))
+    return [list(v) for v in zip(*out)]
+
+
+def test_the_model_recovers_an_exact_power_law() -> None:
+    tau = 0.037
+    s, x, q, lv = runs(lambda x: tau * (x / 0.08) ** 0.8, np.random.default_rng(11), run_sd=1e-3, seed_sd=0.01)
+    m = fit_seed_power_law(s, x, q, lv, tau)
+    assert m.value == pytest.approx(0.08, rel=0.02) and m.exponent == pytest.approx(0.8, abs=0.02)
+    assert m.interval[0] <= 0.08 * 1.02 and m.interval[1] >= 0.08 / 1.02 and m.interval[1] / m.interval[0] < 1.2  # grid
+    assert m.predict(m.value) == pytest.approx(tau) and m.accepted  # the seed effects (sd 0.01 ≫ noise) fitted away
+
+
+def test_the_profile_interval_covers_under_the_smollm2_design() -> None:
+    """200 calibrations of the SmolLM2 design (6 levels × 3 seeds + 3 baselines, its measured noise) on the model
+    itself, B between the 2nd and 5th level: nominal 95%, each end 2.5%. Deterministic (seeded)."""
+    rng = np.random.default_rng(3)
+    tau, hits, low = 0.037, 0, 0
+    for _ in range(200):
+        b = math.exp(rng.uniform(math.log(GRID[1]), math.log(GRID[4])))
+        m = fit_seed_power_law(*runs(lambda x, b=b: tau * (x / b) ** 0.75, rng), tau)
+        hits += m.interval[0] <= b <= m.interval[1]
+        low += m.interval[0] > b
+    assert hits / 200 >= 0.92 and low / 200 <= 0.05
+
+
+def test_lack_of_fit_refuses_a_step_and_passes_a_power_law() -> None:
+    rng = np.random.default_rng(1)
+    tau = 0.037
+    step = fit_seed_power_law(*runs(lambda x: 0.0 if x < 0.07 else 3 * tau, rng, run_sd=0.004), tau)
+    power = fit_seed_power_law(*runs(lambda x: tau * (x / 0.07) ** 0.75, rng, run_sd=0.004), tau)
+    assert step.lack_of_fit.p_value < 0.01 and not step.accepted
+    assert power.lack_of_fit.p_value > 0.05 and power.accepted
+
+
+def test_a_baseline_spread_far_below_the_runs_is_flagged() -> None:
+    rng = np.random.default_rng(2)
+    levels = [0.74 + 0.012 * rng.standard_normal(3) for _ in range(6)]
+    assert baseline_spread_check([0.7357, 0.7360, 0.7345], levels).flagged  # the seed-0 SmolLM2 baselines' kind
+    assert not baseline_spread_check(0.74 + 0.012 * rng.standard_normal(3), levels).flagged
+
+
+def test_the_bracket_keeps_its_level_when_a_level_costs_exactly_tau() -> None:
+    """Review b1: a level whose true cost is τ declared 'surely below' in 8.5–9.5% of calibrations (own sd, pooled
+    dof). With its own n − 1 dof: ≤ 2.5% (nominal), at 3 and at 7 pairs."""
+    rng = np.random.default_rng(4)
+    for n in (3, 7):
+        wrong = 0
+        for _ in range(4000):
+            z = rng.standard_normal(n)  # z = paired cost − τ, true mean 0
+            b = level_bracket([np.full(n, 0.01)], [z], ("l0",), 0.95)
+            wrong += b.interval[0] > 0
+        assert wrong / 4000 <= 0.03
+
+
+def test_the_bracket_walks_up_in_a_fixed_sequence() -> None:
+    """A level above the first non-decisive one is never the lower end, however surely below τ it looks."""
+    x = [np.full(3, v) for v in (0.001, 0.01, 0.1)]
+    z = [np.array([-1.0, -1.01, -0.99]), np.array([-1.0, 1.0, 0.0]), np.array([-1.0, -1.01, -0.99])]
+    b = level_bracket(x, z, ("a", "b", "c"), 0.95)
+    assert b.below == "a" and b.interval[0] == pytest.approx(0.001)
+
+
+def test_the_gate_sends_a_wild_ledger_to_the_bracket_with_its_reason() -> None:
+    """toy_rl's case: level runs far noisier than the baselines (one run variance does not hold): the bracket, and
+    the reason says why."""
+    rng = np.random.default_rng(5)
+    base = list(0.3 + 0.01 * rng.standard_normal(8))
+    lv = [LevelData(f"l{j}", (x,) * 8, tuple(0.06 * rng.standard_normal(8) + 0.02 * j)) for j, x in enumerate(GRID)]
+    est = estimate(lv, base, Tolerance())
+    assert est.method == "bracket" and "one run variance" in est.method_reason
+
+
+def _bench(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_coverage_bench_fast_smollm2() -> None:
+    """bench/budget_coverage.py's fast version: the SmolLM2 protocol and measured noise, 60 calibrations per truth
+    (the bench runs 200): coverage ≥ 0.9 (the must-hold is 0.93 at 200)."""
+    bench = _bench("budget_coverage")
+    proto = bench.protocols()["smollm2"]
+    for truth in ("power", "step", "smollm2_mean"):
+        row = bench.one_cell(("smollm2", truth, 60, 7, proto))
+        assert row["coverage"] >= 0.9 and row["lower_above_truth"] <= 0.05, row
+
+
+@pytest.mark.slow
+def test_coverage_bench_fast_toy() -> None:
+    """The same under the toy protocol (adaptive rounds to the run cap), 25 calibrations of the model's own shape."""
+    bench = _bench("budget_coverage")
+    row = bench.one_cell(("toy", "power", 25, 7, bench.protocols()["toy"]))
+    assert row["coverage"] >= 0.88 and row["lower_above_truth"] <= 0.08, row
+
+
+@pytest.mark.slow
+def test_the_shipped_artifacts_are_their_ledgers_refit() -> None:
+    """bench/refit_shipped.py wrote them: re-fitting the ledger gives the budget the artifact holds."""
+    from admitcheck.calibration.artifact import load_calibration
+    from admitcheck.calibration.refit import refit
+
+    for name in ("smollm2", "toy_rl"):
+        shipped = load_calibration(ROOT / "calibrations" / f"{name}.yaml")
+        again = refit(ROOT / "calibrations" / f"{name}.yaml")
+        assert again.budget.value == pytest.approx(shipped.budget.value, rel=1e-9)
+        assert again.budget.interval == pytest.approx(shipped.budget.interval, rel=1e-9)
+        assert again.budget.method == shipped.budget.method
+    assert load_calibration(ROOT / "calibrations" / "toy_rl.yaml").budget.method == "bracket"
