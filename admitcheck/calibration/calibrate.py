@@ -52,6 +52,7 @@ from admitcheck.calibration.ledger import Ledger, ledger_header, ledger_path
 from admitcheck.calibration.levels import (
     GRID_STDS,
     Level,
+    level_functional,
     load_context,
     measure_grid,
     noise_for_mismatch,
@@ -106,6 +107,9 @@ def calibrate(
     # so a finished ledger of GPU runs fits into the same artifact on a machine without one
     here = load_context(config, config_file, device="cpu")
     header = ledger_header(config)
+    functional = level_functional(config, here.tokens.vocab_size)
+    # what the levels' x is: a ledger of another functional (an older admitcheck's x) is refused, not mixed in
+    header["functional"] = functional.to_dict() if functional is not None else None
     pair_fp = header["pair"]
     rows = io.read_prompts(config.probe.prompts, limit=config.probe.num_prompts, field="probe.prompts")
     seqs = fingerprint.behaviour_sequences(here.tokens.tokenizer, rows)
@@ -144,6 +148,7 @@ def calibrate(
         adaptive=adaptive,
         warnings=warnings,
         timings=timings,
+        functional=header["functional"],
     )
     return write_calibration(cal, out)
 
@@ -258,10 +263,12 @@ def _fit_counts(levels: list[Level], counts: dict[str, int]) -> dict[str, int]:
 
 
 def build_artifact(
-    config, out: Path, levels, f: Fit, grid, pair_fp, *, adaptive=None, warnings=None, timings=None
+    config, out: Path, levels, f: Fit, grid, pair_fp, *, adaptive=None, warnings=None, timings=None, functional=None
 ) -> CalibrationArtifact:
     """The artifact (schema in `admitcheck.calibration.schema`) of the fit `f`; `adaptive` (how the rounds
-    stopped), `warnings` and `timings` (provenance seconds) when the caller has them."""
+    stopped), `warnings` and `timings` (provenance seconds) when the caller has them; `functional` (a
+    `metrics.Functional` dict) what the levels' x is, as the ledger's header states it (None: an older ledger whose x
+    is the uncapped token mean, which a screen refuses)."""
     est: Estimate = f.estimate
     b, tol = est.budget, config.tolerance
     runs = f.runs
@@ -331,6 +338,7 @@ def build_artifact(
             "reference": {"dtype": config.reference.dtype},
             "x": f.x,
             "run_window": config.levels.run_window,
+            **({"functional": functional} if functional is not None else {}),
         },
         "recipe": {**training_recipe_of(config), "prompts": io.relative_path(config.train.prompts, out.parent)},
         "quality": {

@@ -92,6 +92,14 @@ class Ledger:
                     file=str(path),
                     field=diff,
                 )
+        if "functional" in header and theirs.get("functional") != header["functional"]:
+            raise CalibrationError(
+                f"this ledger's level x were measured as {theirs.get('functional') or 'the uncapped token mean'}, "
+                f"this admitcheck measures {header['functional']}; its runs are kept: re-measure the levels "
+                "(python bench/remeasure_levels.py CONFIG --write), or set another `output` to calibrate afresh",
+                file=str(path),
+                field="functional",
+            )
         for i, rec in enumerate(records[1:], start=1):
             if rec.get("kind") == "grid":
                 ledger.grid = rec

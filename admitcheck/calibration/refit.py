@@ -78,6 +78,16 @@ def _records(cal: CalibrationArtifact) -> dict[str, RunRecord]:
     return {r.key: r for r in (read_run(x, path, i) for i, x in enumerate(lines) if x.get("kind") == "run")}
 
 
+def ledger_functional(cal: CalibrationArtifact) -> dict[str, Any] | None:
+    """What the ledger's level x are, as its header says (`bench/remeasure_levels.py` or a `calibrate` of this
+    admitcheck writes it); None for an older ledger (the uncapped token mean): the artifact then claims none."""
+    path = ledger_path(cal.path)
+    if not path.is_file():
+        raise CalibrationError("no ledger beside the artifact: nothing to re-fit", file=str(path))
+    first = io.read_jsonl(path)[0]
+    return first.get("functional") if first.get("kind") == "header" else None
+
+
 def _placed(cal: CalibrationArtifact, levels: list[Level], offset: int = 0, prefix: str = "") -> list[PlacedRun]:
     by = {lv.name: lv for lv in levels}
     records = _records(cal)
@@ -91,7 +101,9 @@ def _placed(cal: CalibrationArtifact, levels: list[Level], offset: int = 0, pref
     return out
 
 
-def _finish(old: CalibrationArtifact, config: CalibrateConfig, out: Path, levels, fitted, runs: int, note: dict):
+def _finish(
+    old: CalibrationArtifact, config: CalibrateConfig, out: Path, levels, fitted, runs: int, note: dict, functional
+):
     proto = old.budget.protocol
     stop = proto.stopped if proto is not None else ""
     factor = proto.interval_factor if proto is not None else config.levels.interval_factor
@@ -99,7 +111,7 @@ def _finish(old: CalibrationArtifact, config: CalibrateConfig, out: Path, levels
     grid = old.auto_noise.model_dump() if old.auto_noise is not None else None
     adaptive = proto.model_dump(exclude_unset=True) if proto is not None else None
     cal = build_artifact(config, out, levels, fitted, grid, old.pair.model_dump(mode="json", exclude_unset=True),
-                         adaptive=adaptive, warnings=warnings)  # fmt: skip
+                         adaptive=adaptive, warnings=warnings, functional=functional)  # fmt: skip
     data = cal.dump()
     from admitcheck import __version__
 
@@ -120,7 +132,7 @@ def refit(path: str | Path) -> CalibrationArtifact:
     rounds = old.budget.protocol.rounds if old.budget.protocol is not None else 0
     fitted = fit_runs(config, levels, placed, looks=rounds + 1)
     note = {"from": ledger_path(Path(path)).name, "rule": "re-fitted from the ledger's records, no run made"}
-    return _finish(old, config, Path(path), levels, fitted, len(placed), note)
+    return _finish(old, config, Path(path), levels, fitted, len(placed), note, ledger_functional(old))
 
 
 def refit_pooled(paths: list[str | Path], out: str | Path, name: str | None = None) -> CalibrationArtifact:
@@ -143,9 +155,14 @@ def refit_pooled(paths: list[str | Path], out: str | Path, name: str | None = No
         placed += _placed(cal, mine, offset=k * REPLICATE_OFFSET, prefix=prefix)
         levels += [lv for lv in mine if lv.kind != "baseline" or not levels]
         looks += (cal.budget.protocol.rounds if cal.budget.protocol is not None else 0) + 1
+    functionals = {repr(ledger_functional(c)) for c in cals}
+    if len(functionals) > 1:
+        raise CalibrationError(
+            "the pooled calibrations' ledgers measure their x as different functionals", file=str(out)
+        )
     fitted = fit_runs(config, levels, placed, looks=looks)
     note: dict[str, Any] = {
         "pooled": [str(c.path.name) for c in cals],
         "rule": "the runs of these calibrations fitted as one (each one's replicates their own seeds)",
     }
-    return _finish(first, config, Path(out), levels, fitted, len(placed), note)
+    return _finish(first, config, Path(out), levels, fitted, len(placed), note, ledger_functional(first))
