@@ -26,6 +26,7 @@ import os
 import socket
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -120,27 +121,41 @@ class Executor:
 
 @dataclass
 class LocalExecutor(Executor):
-    """This machine: in this process (jobs=1, or one task), else `jobs` spawned processes (no retries)."""
+    """This machine: in this process (jobs=1), else a pool of `jobs` spawned worker processes (no
+    retries). The pool starts with the first parallel run and lives until close(): its workers keep what their
+    tasks cache per process (a calibration's pair and engines, `calibration.workers`) from round to round."""
 
     jobs: int = 1
+    _pool: ProcessPoolExecutor | None = field(default=None, repr=False)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def _workers(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            import multiprocessing as mp
+
+            self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=mp.get_context("spawn"))
+        return self._pool
 
     def run(self, tasks: list[Task], on_status: StatusFn | None = None) -> Iterator[tuple[Task, Any]]:
         board = _Board(on_status)
-        if self.jobs == 1 or len(tasks) <= 1:
+        if self.jobs == 1:
             for task in tasks:
                 board.start(task.name)
                 record = task.fn(*task.args)
                 board.finish(task.name)
                 yield task, record
             return
-        import multiprocessing as mp
-
-        with ProcessPoolExecutor(max_workers=min(self.jobs, len(tasks)), mp_context=mp.get_context("spawn")) as pool:
-            futures = {pool.submit(task.fn, *task.args): task for task in tasks}
-            queued = [t.name for t in tasks]  # the pool takes them in order: the first `jobs` start at once
-            for _ in range(min(self.jobs, len(queued))):
-                board.start(queued.pop(0))
-            error: BaseException | None = None
+        pool = self._workers()
+        futures = {pool.submit(task.fn, *task.args): task for task in tasks}
+        queued = [t.name for t in tasks]  # the pool takes them in order: the first `jobs` start at once
+        for _ in range(min(self.jobs, len(queued))):
+            board.start(queued.pop(0))
+        error: BaseException | None = None
+        try:
             for fut in as_completed(futures):  # after a failure, runs already going still finish into the ledger
                 if fut.cancelled():
                     continue
@@ -155,8 +170,13 @@ class LocalExecutor(Executor):
                 if queued:
                     board.start(queued.pop(0))
                 yield task, fut.result()
-            if error is not None:
-                raise error
+        finally:  # the caller stopped early: what has not started does not start
+            for f in futures:
+                f.cancel()
+        if error is not None:
+            if isinstance(error, BrokenProcessPool):  # a worker died: the next run starts a fresh pool
+                self.close()
+            raise error
 
 
 def _run_task(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
