@@ -24,7 +24,7 @@ from tests.test_executors import toy_config
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMING = {"seconds", "cpu_seconds", "seconds_by_phase", "seconds_setup", "seconds_probe", "seconds_evaluation",
-          "gpu_utilization", "worker_run"}  # fmt: skip
+          "gpu_utilization", "worker_run", "finished_at"}  # fmt: skip
 W8A8 = {"engine": "hf", "weights": {"format": "fp8_e4m3", "activations": "fp8_per_token"}}
 FP8_KV = {"engine": "hf", "kv_cache": {"dtype": "fp8_e4m3"}}
 

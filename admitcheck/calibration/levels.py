@@ -345,4 +345,5 @@ def run_one(
         seconds_evaluation=clock.get("evaluation"),
         gpu_utilization=gpu.mean_percent,
         worker_run=keep.runs if keep is not None else None,
+        finished_at=round(time.time(), 2),
     )

@@ -68,6 +68,7 @@ class RunRecord(BaseModel):
     seconds_evaluation: float | None = None  # every held-out quality evaluation
     gpu_utilization: float | None = None  # mean % of time a kernel ran on the run's GPU (NVML); None on CPU
     worker_run: int | None = None  # this run's ordinal in its worker process: 1 paid for loading the pair
+    finished_at: float | None = None  # Unix time the run finished, on its worker's clock (a campaign's runs/minute)
     reused_from: str | None = None  # a backtest's copy of a calibration ledger's run: that ledger's file name
 
     def keyed(self, key: str) -> RunRecord:

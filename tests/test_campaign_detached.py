@@ -1,0 +1,93 @@
+"""A campaign that outlives the call that started it (issue #37), on the toy pair on CPU, through the very script the
+GPU sessions use (bench/smollm2_campaign.sh): started detached (its own process session, 2 pool workers), SIGKILLed
+mid-way as a machine taken back would kill it, polled, started again: only the missing runs are made, the finished
+ones are never rewritten, and the artifact is the in-process calibration's.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from admitcheck.calibration.calibrate import calibrate
+from admitcheck.calibration.ledger import ledger_path, read_progress
+from admitcheck.config import CalibrateConfig
+from tests.test_calibrate import comparable, write_config
+from tests.test_executors import RUNS, local_reference, run_lines, toy_config  # noqa: F401 (a fixture)
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "bench" / "smollm2_campaign.sh"
+
+
+def script(stage: str, *args: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), stage, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+
+
+def session_members(sid: int) -> list[int]:
+    out = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if os.getsid(p.info["pid"]) == sid:
+                out.append(p.info["pid"])
+        except (ProcessLookupError, PermissionError):
+            pass
+    return out
+
+
+@pytest.mark.slow
+def test_detached_campaign_killed_midway_resumes_only_the_missing_runs(
+    toy_pair_dir,
+    tmp_path,
+    local_reference,  # noqa: F811
+) -> None:
+    out = tmp_path / "toy.yaml"
+    cfg = write_config(tmp_path / "cal.yaml", toy_config(toy_pair_dir, out))
+    env = os.environ | {"CONFIGS": str(cfg), "PY": sys.executable, "JOBS": "2", "RUN": str(tmp_path / "run"),
+                        "OUT": str(tmp_path / "out"), "EVERY": "1", "OMP_NUM_THREADS": "1"}  # fmt: skip
+    started = script("start", env=env)
+    assert "started (pid" in started.stdout, started.stdout + started.stderr
+    pid = int((tmp_path / "run" / "cal.pid").read_text())
+    assert os.getsid(pid) == pid  # its own session: a call's end (which kills its process group) spares it
+    deadline = time.monotonic() + 400
+    while time.monotonic() < deadline:
+        if ledger_path(out).exists() and len(run_lines(out)) >= 1:
+            break
+        time.sleep(0.2)
+    assert len(run_lines(out)) >= 1, (tmp_path / "run" / "cal.log").read_text()[-2000:]
+    members = session_members(pid)
+    assert len(members) >= 3  # the shell, the driver and its pool workers (at least one)
+    os.killpg(pid, signal.SIGKILL)  # the machine taken back: everything in the session dies at once
+    for _ in range(100):
+        if not session_members(pid):
+            break
+        time.sleep(0.1)
+    assert not session_members(pid)
+    before = ledger_path(out).read_bytes()
+    before = before[: before.rfind(b"\n") + 1]  # whole lines (a torn one is dropped, then made again)
+    finished = read_progress(ledger_path(out)).runs
+    assert 1 <= finished < RUNS and not out.exists()
+
+    polled = script("status", env=env)
+    assert f": {finished} runs" in polled.stdout and "stopped" in polled.stdout, polled.stdout + polled.stderr
+    restarted = script("start", env=env)  # the resume: the same command again
+    assert "started (pid" in restarted.stdout, restarted.stdout + restarted.stderr
+    done = script("poll", "400", env=env)
+    assert "rc=0" in done.stdout, done.stdout[-3000:] + (tmp_path / "run" / "cal.log").read_text()[-2000:]
+    assert ledger_path(out).read_bytes().startswith(before)  # appended to, never rewritten
+    keys = [r["key"] for r in run_lines(out)]
+    assert len(keys) == len(set(keys)) == RUNS  # the finished runs were not made again
+    progress = read_progress(ledger_path(out))
+    assert progress.runs == RUNS and progress.runs_per_minute and progress.runs_per_minute > 0
+    with tarfile.open(tmp_path / "out" / "smollm2_campaign.tgz") as tar:  # collected: what a call brings back
+        assert any(n.endswith("toy.ledger.jsonl") for n in tar.getnames()), tar.getnames()
+    resumed = calibrate(CalibrateConfig.model_validate(toy_config(toy_pair_dir, out)))  # all runs there: no run
+    assert comparable(resumed) == comparable(local_reference[1])
