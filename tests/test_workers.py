@@ -86,6 +86,23 @@ def test_gpu_sampler_is_null_on_cpu_and_averages_what_it_reads() -> None:
     )
 
 
+@pytest.mark.gpu
+def test_gpu_utilization_is_read_on_cuda() -> None:
+    """Never ran yet (written in a session without a GPU): NVML (pynvml or nvidia-smi) reads a percentage."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    read = nvml_reader("cuda")
+    assert read is not None and 0.0 <= read() <= 100.0
+    with GpuSampler("cuda", every_s=0.05) as gpu:
+        a = torch.randn(4096, 4096, device="cuda")
+        for _ in range(50):
+            a = a @ a / 64
+        torch.cuda.synchronize()
+    assert gpu.mean_percent is not None and gpu.mean_percent > 0
+
+
 def test_every_shipped_ledger_line_loads_and_round_trips() -> None:
     n = 0
     for path in sorted((ROOT / "calibrations").glob("*.ledger.jsonl")):

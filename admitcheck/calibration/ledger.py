@@ -144,7 +144,8 @@ def drop_torn_tail(path: Path) -> None:
 @dataclass(frozen=True)
 class LedgerProgress:
     """What a ledger says of its campaign, read without loading a model (`calibrate --status`). Seconds are medians
-    over the runs that recorded them; runs/minute is over the runs' finish times (None before two runs)."""
+    over the runs that recorded them; runs/minute counts the runs with a finish time over the span from the first
+    one's start (its finish − its seconds) to the last finish: a killed and resumed campaign's pause counts too."""
 
     path: Path
     runs: int
@@ -169,8 +170,11 @@ def progress_of(path: Path, runs: list[RunRecord]) -> LedgerProgress:
         got = [v for v in values if v is not None]
         return round(statistics.median(got), 2) if got else None
 
-    times = sorted(r.finished_at for r in runs if r.finished_at is not None)
-    rate = 60.0 * (len(times) - 1) / (times[-1] - times[0]) if len(times) >= 2 and times[-1] > times[0] else None
+    timed = [r for r in runs if r.finished_at is not None and r.seconds is not None]
+    times = sorted(r.finished_at for r in timed)  # type: ignore[type-var]
+    first_start = min((r.finished_at - r.seconds for r in timed), default=None)  # type: ignore[operator]
+    span = times[-1] - first_start if times and first_start is not None else 0.0
+    rate = 60.0 * len(times) / span if span > 0 else None
     phases = {}
     for name in PHASES:
         step = [r.seconds_by_phase.get(name) for r in runs]  # type: ignore[misc]

@@ -14,7 +14,7 @@ what a run does around them: setup (the pair loaded by a worker's first run, the
 student copied), the probe (the start-mismatch measurement) and the held-out evaluations.
 
 GPU utilisation is NVML's: the percentage of time over the last sample period during which a kernel ran on the
-device, read through `torch.cuda.utilization` (it needs the `pynvml` module: without it, None). It is the device's,
+device, read through `torch.cuda.utilization` (pynvml), else `nvidia-smi`; neither: None. It is the device's,
 not the run's: runs sharing a GPU see the same figure, which is what a campaign's throughput question needs.
 """
 
@@ -58,8 +58,10 @@ class PhaseClock:
 
 
 def nvml_reader(device: str) -> Callable[[], float] | None:
-    """A function returning the device's utilisation in % now, or None when it cannot be read (CPU, no CUDA, no
-    pynvml): a run record then says null rather than a made-up 0."""
+    """A function returning the device's utilisation in % now, or None when it cannot be read (CPU, no CUDA, neither
+    pynvml nor nvidia-smi): a run record then says null rather than a made-up 0. Without pynvml it asks nvidia-smi
+    for the device by UUID (right under CUDA_VISIBLE_DEVICES too). The CUDA branches have not run yet (no GPU in
+    the sessions that wrote them): tests/test_workers.py's gpu test checks them on the first GPU session."""
     if not device.startswith("cuda"):
         return None
     try:
@@ -69,10 +71,22 @@ def nvml_reader(device: str) -> Callable[[], float] | None:
             return None
         index = torch.device(device).index
         dev = torch.cuda.current_device() if index is None else index
-        torch.cuda.utilization(dev)  # raises without pynvml (ModuleNotFoundError) or NVML (RuntimeError)
-    except Exception:  # any failure to read NVML means "not measured"
+    except Exception:  # any failure to reach CUDA means "not measured"
         return None
-    return lambda: float(torch.cuda.utilization(dev))
+    try:
+        torch.cuda.utilization(dev)  # raises without pynvml (ModuleNotFoundError) or NVML (RuntimeError)
+        return lambda: float(torch.cuda.utilization(dev))
+    except Exception:  # no pynvml: nvidia-smi, when the machine has it
+        pass
+    import shutil
+    import subprocess
+
+    if shutil.which("nvidia-smi") is None:
+        return None
+    uuid = str(torch.cuda.get_device_properties(dev).uuid)
+    gpu = uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
+    cmd = ["nvidia-smi", "-i", gpu, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"]
+    return lambda: float(subprocess.run(cmd, capture_output=True, text=True, timeout=5, check=True).stdout.strip())
 
 
 class GpuSampler:
