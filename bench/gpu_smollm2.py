@@ -7,12 +7,14 @@ time by phase (rollout, teacher scoring, trainer forward+backward, engine sync),
         --campaign-steps 4 --campaign-runs 12 --jobs 2 --out bench/results/campaign_throughput_toy_cpu.json
 
 Campaign throughput (`--campaign-config`, `bench_campaign`): N calibration runs (baseline and a σ = 0.01 noise level
-alternating, seeds 0, 1, …) through the campaign's executor, runs/minute = N / wall time, by three paths:
+alternating, seeds 0, 1, …) on a spawned pool of `--jobs` workers (what `LocalExecutor(jobs)` runs; a fresh pool per
+path, so each pays its own pair load), runs/minute = N / wall time, by three paths:
 `reload` (every run in a new process: import, pair load, engine build — what Ray GPU tasks did, max_calls 1),
 `fresh` (the pair kept per process, every engine built per run: the landed local path) and `kept` (workers keep the
 pair, the engines and the evaluator: `calibration.workers`). The records' measured fields must agree between paths
-(`same_records`). `--campaign-steps` shortens the protocol's training (the toy's 200 steps take minutes per run on a
-shared CPU); the figure is then that shortened protocol's.
+(`same_records`). `--campaign-ledger L`: the runs are L's first N (level, seed) instead, and each path's records are
+compared with L's (`vs_ledger`: how many bit-identical, the largest differences). `--campaign-steps` shortens the
+protocol's training (the toy's 200 steps take minutes per run on a shared CPU); the figure is then that protocol's.
 
 `--random-weights`: the SmolLM2-135M shape (30 layers, hidden 576, 9/3 heads, vocab 49152, tied) with random weights
 built in-process, random prompts of 32-64 tokens; decode only (speed does not depend on the weights' values). It
@@ -33,6 +35,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import statistics
 import sys
 import time
@@ -295,44 +298,84 @@ def _phase_medians(records: list) -> dict:
     return med
 
 
-def bench_campaign(config_file: Path, runs: int, jobs: int, paths: list[str], steps: int | None) -> dict:
-    """Runs/minute of N campaign runs by each path (see the module docstring), and whether their records agree."""
+def ledger_runs_of(ledger: Path, n: int) -> tuple[list, dict]:
+    """The first n runs of a calibration ledger: [(Level, seed)] rebuilt from their keys, and key -> RunRecord."""
+    from admitcheck.calibration.campaign import run_key
+    from admitcheck.calibration.levels import Level
+    from admitcheck.calibration.record import RunRecord
+
+    wanted, records = [], {}
+    for line in io.read_jsonl(ledger):
+        if line.get("kind") != "run" or len(wanted) == n:
+            continue
+        key = json.loads(line["key"])
+        spec, seed = key["level"], key["seed"]
+        rollout = RolloutConfig.model_validate(spec["rollout"]) if spec["rollout"] else None
+        name = f"{spec['kind']}-{spec['relative_std']:g}"
+        level = Level(name, spec["kind"], relative_std=spec["relative_std"], rollout=rollout,
+                      staleness=spec["staleness"], systematic=spec.get("systematic", False))  # fmt: skip
+        assert run_key(level, seed) == line["key"], (run_key(level, seed), line["key"])  # rebuilt exactly
+        wanted.append((level, seed))
+        records[line["key"]] = RunRecord.model_validate(line)
+    return wanted, records
+
+
+def _record_diff(a, b) -> dict:
+    """How far record a's measurements are from b's: largest absolute differences, and whether all are equal."""
+
+    def gap(x, y) -> float:
+        if x is None or y is None:
+            return 0.0 if x is y else float("inf")
+        return abs(float(x) - float(y))
+
+    k3 = max((gap(x, y) for x, y in zip(a.in_run_k3, b.in_run_k3)), default=0.0)
+    same = (a.quality, a.mismatch, a.in_run_k3, a.evals) == (b.quality, b.mismatch, b.in_run_k3, b.evals)
+    return {"identical": same, "quality": gap(a.quality, b.quality), "mismatch": gap(a.mismatch, b.mismatch),
+            "in_run_k3": k3}  # fmt: skip
+
+
+def bench_campaign(
+    config_file: Path, runs: int, jobs: int, paths: list[str], steps: int | None, ledger: Path | None = None
+) -> dict:
+    """Runs/minute of N campaign runs by each path (see the module docstring), whether their records agree, and
+    with `ledger`: the ledger's first N runs, compared with its records (the slow path's, as shipped)."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    from admitcheck.calibration.executors import LocalExecutor, Task
+    from admitcheck.calibration.campaign import run_key
+    from admitcheck.calibration.executors import Task
     from admitcheck.calibration.levels import Level, run_task
     from admitcheck.config import CalibrateConfig
 
     cfg = io.load_config(config_file, CalibrateConfig)
     if steps:
         cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"steps": steps})})
-    levels = (Level("baseline", "baseline"), Level("noise-0.01", "noise", relative_std=0.01))
-    wanted = [(levels[i % 2], i // 2) for i in range(runs)]
-    out: dict = {"config": str(config_file), "runs": runs, "jobs": jobs, "train_steps": cfg.train.steps,
-                 "levels": [lv.name for lv in levels], "paths": {}}  # fmt: skip
+    if ledger is not None:  # the ledger's first runs, same (level, seed): its records are the slow path's
+        wanted, ledger_runs = ledger_runs_of(ledger, runs)
+    else:
+        levels = (Level("baseline", "baseline"), Level("noise-0.01", "noise", relative_std=0.01))
+        wanted, ledger_runs = [(levels[i % 2], i // 2) for i in range(runs)], {}
+    out: dict = {"config": str(config_file), "runs": len(wanted), "jobs": jobs, "train_steps": cfg.train.steps,
+                 "ledger": str(ledger) if ledger else None, "paths": {}}  # fmt: skip
     records: dict[str, dict] = {}
     for path in paths:
         fn = _fresh_task if path == "fresh" else run_task
-        tasks = [Task(f"{lv.name}/{s}", f"{lv.name}/seed {s}", fn, (cfg, str(config_file), lv, s)) for lv, s in wanted]
+        tasks = [Task(run_key(lv, s), f"{lv.name}/seed {s}", fn, (cfg, str(config_file), lv, s)) for lv, s in wanted]
         t0 = time.perf_counter()
-        if path == "reload":  # a new process per run (spawn, max_tasks_per_child=1): Ray GPU tasks' max_calls=1
-            with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), max_tasks_per_child=1) as pool:
-                futs = {pool.submit(t.fn, *t.args): t for t in tasks}
-                got = {futs[f].key: f.result() for f in as_completed(futs)}
-        else:
-            runner = LocalExecutor(jobs)
-            try:
-                got = {t.key: r for t, r in runner.run(tasks)}
-            finally:
-                runner.close()
+        per_child = 1 if path == "reload" else None  # reload: a new process per run, as Ray GPU tasks (max_calls 1)
+        ctx = mp.get_context("spawn")  # every path in its own pool: each pays its own pair load, none inherits one
+        with ProcessPoolExecutor(jobs, mp_context=ctx, max_tasks_per_child=per_child) as pool:
+            futs = {pool.submit(t.fn, *t.args): t for t in tasks}  # kept: the pool's workers keep engines and pair
+            got = {futs[f].key: f.result() for f in as_completed(futs)}
         wall = time.perf_counter() - t0
+        runs = len(tasks)
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None  # a shared machine: say how shared
         recs = list(got.values())
         gpu = [r.gpu_utilization for r in recs if r.gpu_utilization is not None]
         out["paths"][path] = {
             "wall_s": round(wall, 2), "runs_per_minute": round(60.0 * runs / wall, 3),
             "median_run_s": statistics.median(r.seconds for r in recs), "median_phase_s": _phase_medians(recs),
-            "gpu_utilization_mean": sum(gpu) / len(gpu) if gpu else None,
+            "gpu_utilization_mean": sum(gpu) / len(gpu) if gpu else None, "load_average_1min_after": load,
         }  # fmt: skip
         print(path, json.dumps(out["paths"][path]), flush=True)
         records[path] = got
@@ -344,12 +387,18 @@ def bench_campaign(config_file: Path, runs: int, jobs: int, paths: list[str], st
                for k in records[first])
         for p in paths[1:]
     }  # fmt: skip
-    if "kept" in out["paths"]:
+    if ledger_runs:  # against the ledger's records: bit-identical, else the largest differences
         for p in paths:
-            if p != "kept":
-                out[f"speedup_kept_vs_{p}"] = (
-                    out["paths"]["kept"]["runs_per_minute"] / out["paths"][p]["runs_per_minute"]
-                )
+            diffs = [_record_diff(records[p][k], ledger_runs[k]) for k in ledger_runs]
+            out["paths"][p]["vs_ledger"] = {
+                "identical": sum(d["identical"] for d in diffs), "of": len(diffs),
+                "max_abs_quality": max(d["quality"] for d in diffs),
+                "max_abs_mismatch": max(d["mismatch"] for d in diffs),
+                "max_abs_in_run_k3": max(d["in_run_k3"] for d in diffs),
+            }  # fmt: skip
+    rate = {p: v["runs_per_minute"] for p, v in out["paths"].items()}
+    if "kept" in rate:
+        out |= {f"speedup_kept_vs_{p}": rate["kept"] / r for p, r in rate.items() if p != "kept"}
     return out
 
 
@@ -370,6 +419,7 @@ def main() -> None:
     ap.add_argument("--campaign-steps", type=int, default=None, help="Override train.steps (a shortened protocol).")
     ap.add_argument("--campaign-paths", default="kept,fresh", help="Comma-separated: kept, fresh, reload.")
     ap.add_argument("--jobs", type=int, default=1, help="Campaign workers (processes; one per GPU slot).")
+    ap.add_argument("--campaign-ledger", type=Path, default=None, help="Run this ledger's first runs and compare.")
     args = ap.parse_args()
     res = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", "torch": torch.__version__}
     import transformers
@@ -390,7 +440,7 @@ def main() -> None:
         elif part == "campaign":
             paths = args.campaign_paths.split(",")
             res["campaign"] = bench_campaign(
-                args.campaign_config, args.campaign_runs, args.jobs, paths, args.campaign_steps
+                args.campaign_config, args.campaign_runs, args.jobs, paths, args.campaign_steps, args.campaign_ledger
             )
         else:
             raise SystemExit(f"--parts: unknown part {part!r} (decode, opd, campaign)")
