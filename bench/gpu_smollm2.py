@@ -43,6 +43,7 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's admitcheck, not an installed one
 from admitcheck import io
 from admitcheck.calibration.opd import train
 from admitcheck.config import PairConfig, RolloutConfig, SamplingConfig, TrainConfig
