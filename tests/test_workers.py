@@ -8,6 +8,7 @@ engine built and closed per run), bit for bit on CPU, over levels that exercise 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -124,6 +125,16 @@ def test_phase_fields_round_trip_and_a_misspelt_phase_is_refused(tmp_path) -> No
     assert back == rec.keyed("k") and back.seconds_by_phase["backward"] == 2.0
     with pytest.raises(Exception, match=r"seconds_by_phase\.rolout"):
         read_run({"kind": "run", "seed": 1, "quality": 0.5, "seconds_by_phase": {"rolout": 1.0}}, tmp_path, 0)
+
+
+def test_the_progress_note_quotes_the_committed_throughput() -> None:
+    """docs/gpu_campaigns.md's CPU table is bench/results/campaign_throughput_toy_cpu.json's, to 3 digits."""
+    paths = json.loads((ROOT / "bench/results/campaign_throughput_toy_cpu.json").read_text())["campaign"]["paths"]
+    doc = (ROOT / "docs" / "gpu_campaigns.md").read_text()
+    for name, p in paths.items():
+        row = f"| {p['runs_per_minute']:.3g} | {p['median_run_s']:.3g} | {p['median_phase_s']['setup']:.2f} |"
+        assert f"`{name}`" in doc and row in doc, (name, row)
+    assert paths["kept"]["runs_per_minute"] > 2 * paths["reload"]["runs_per_minute"]  # what the note concludes
 
 
 # ------------------------------------------------------------------------------------------------ toy pair
