@@ -185,6 +185,15 @@ def test_unreachable_ray_address_exits_3_and_leaves_the_ledger_alone(toy_pair_di
     assert ledger_path(out).read_bytes() == before and not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("cpus", "gpus", "node", "want"),
+    [(1, 0.1, {"CPU": 16, "GPU": 1}, 10), (1, 0.25, {"CPU": 2, "GPU": 1}, 2), (1, 0, {"CPU": 2}, 2),
+     (1, 0.5, {"CPU": 8}, 0), (0.5, 0, {"CPU": 3}, 6)],
+)  # fmt: skip
+def test_ray_slots_a_node_holds(cpus, gpus, node, want) -> None:
+    assert RayExecutor(num_cpus=cpus, num_gpus=gpus)._fits(node) == want
+
+
 @pytest.mark.ray
 def test_ray_slots_keep_their_process_across_runs(ray_address) -> None:
     """One actor per slot, kept until close(): a second run() is handed to the same worker processes."""

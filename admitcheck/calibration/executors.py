@@ -252,9 +252,9 @@ class RayExecutor(Executor):
             self._started_ray = False
 
     def _fits(self, resources: dict[str, float]) -> int:
-        """How many slots of this size `resources` hold."""
+        """How many slots of this size `resources` hold (1 GPU / 0.1 is 10, not float floor division's 9)."""
         need = {"CPU": self.num_cpus, "GPU": self.num_gpus}
-        return int(min(resources.get(k, 0.0) // v for k, v in need.items() if v > 0))
+        return min(int(resources.get(k, 0.0) / v + 1e-9) for k, v in need.items() if v > 0)
 
     def _new_slot(self) -> Any:
         import ray  # a dead slot is replaced by run(), not restarted by Ray (max_restarts 0)

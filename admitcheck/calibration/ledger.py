@@ -171,13 +171,13 @@ def progress_of(path: Path, runs: list[RunRecord]) -> LedgerProgress:
         return round(statistics.median(got), 2) if got else None
 
     timed = [r for r in runs if r.finished_at is not None and r.seconds is not None]
-    times = sorted(r.finished_at for r in timed)  # type: ignore[type-var]
-    first_start = min((r.finished_at - r.seconds for r in timed), default=None)  # type: ignore[operator]
+    times = sorted(r.finished_at for r in timed)
+    first_start = min((r.finished_at - r.seconds for r in timed), default=None)
     span = times[-1] - first_start if times and first_start is not None else 0.0
     rate = 60.0 * len(times) / span if span > 0 else None
     phases = {}
     for name in PHASES:
-        step = [r.seconds_by_phase.get(name) for r in runs]  # type: ignore[misc]
+        step = [r.seconds_by_phase.get(name) for r in runs]
         around = [getattr(r, f"seconds_{name}", None) for r in runs] if name in PHASES[4:] else []
         value = median(around or step)
         if value is not None:

@@ -339,7 +339,7 @@ def run_one(
         loss_last=steps[-1].loss,
         seconds=round(time.perf_counter() - t0, 2),
         cpu_seconds=round(time.process_time() - c0, 2),
-        seconds_by_phase={k: round(v, 2) for k, v in result.seconds().items()},  # type: ignore[misc]
+        seconds_by_phase={k: round(v, 2) for k, v in result.seconds().items()},
         seconds_setup=clock.get("setup"),
         seconds_probe=clock.get("probe"),
         seconds_evaluation=clock.get("evaluation"),
