@@ -51,8 +51,9 @@ ExecutorOpt = Annotated[
     Literal["local", "ray"],
     typer.Option(
         "--executor",
-        help="Where the runs execute: local (this machine, --jobs processes) or ray (one Ray task per run, "
-        "asking the config's resources; needs the ray extra of admitcheck).",
+        help="Where the runs execute: local (this machine, --jobs worker processes) or ray (one worker per "
+        "slot of the config's resources the cluster holds; needs the ray extra of admitcheck). Workers keep the "
+        "pair and engines for every run they are handed.",
     ),
 ]
 RayAddressOpt = Annotated[
