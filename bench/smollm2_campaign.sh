@@ -14,7 +14,7 @@
 #   call 3+: bash bench/smollm2_campaign.sh poll 540       # waits (progress every $EVERY s), then collects to $OUT
 #   last:   bash bench/smollm2_campaign.sh stop            # SIGTERM every detached session, then collect
 #   bash bench/smollm2_campaign.sh status                  # one line per campaign, at once (calibrate --status)
-#   bash bench/smollm2_campaign.sh bench ARGS...           # bench/gpu_smollm2.py ARGS, detached too (poll waits)
+#   BENCH=bench_x bash bench/smollm2_campaign.sh bench ARGS  # bench/gpu_smollm2.py ARGS detached ($RUN/bench_x.json)
 #   bash bench/smollm2_campaign.sh calibrate 530 10        # the old stage: start with JOBS=10, then poll 530
 #   bash bench/smollm2_campaign.sh screen 400              # screens of the FP8 candidates (attached, time-limited)
 #
@@ -114,9 +114,10 @@ PY
     done
     exit 0
     ;;
-  bench)  # bench/gpu_smollm2.py with the given arguments, detached; its JSON goes to $RUN/bench.json
+  bench)  # bench/gpu_smollm2.py with the given arguments, detached; its JSON goes to $RUN/$BENCH.json
     shift
-    detach bench "$PY bench/gpu_smollm2.py $* --out '$RUN/bench.json'"
+    n=${BENCH:-bench}
+    detach "$n" "$PY bench/gpu_smollm2.py $* --out '$RUN/$n.json'"
     exit 0
     ;;
   calibrate)  # the old stage name: start the campaigns (JOBS=$3), then poll for $2 s
@@ -127,7 +128,10 @@ PY
     limit=${2:-540}; t0=$(date +%s)
     while :; do
       status
-      [ -f "$RUN/bench.log" ] && { echo "== bench: $(alive bench && echo running || echo stopped)"; tail -n 2 "$RUN/bench.log"; }
+      for f in "$RUN"/bench*.log; do  # the detached benches (BENCH names them)
+        [ -e "$f" ] || continue; b=$(basename "$f" .log)
+        echo "== $b: $(alive "$b" && echo running || echo stopped)"; tail -n 2 "$f" | cut -c1-300
+      done
       alive_any || break
       [ $(( $(date +%s) - t0 + EVERY )) -gt "$limit" ] && break
       sleep "$EVERY"
