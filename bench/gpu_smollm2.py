@@ -414,7 +414,7 @@ def main() -> None:
     ap.add_argument("--opd-steps", type=int, default=5)
     ap.add_argument("--random-weights", action="store_true", help="The SmolLM2 shape with random weights, decode only.")
     ap.add_argument("--only", default="", help="Comma-separated variants to run (random-weights mode).")
-    ap.add_argument("--parts", default="decode,opd,campaign", help="Which figures (pair mode): decode, opd, campaign.")
+    ap.add_argument("--parts", default="decode,opd", help="Which figures (pair mode): decode, opd, campaign.")
     ap.add_argument("--campaign-config", type=Path, default=Path("examples/smollm2_calibrate.yaml"))
     ap.add_argument("--campaign-runs", type=int, default=30)
     ap.add_argument("--campaign-steps", type=int, default=None, help="Override train.steps (a shortened protocol).")

@@ -6,6 +6,7 @@ ones are never rewritten, and the artifact is the in-process calibration's.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -16,11 +17,15 @@ import time
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from admitcheck.calibration.calibrate import calibrate
 from admitcheck.calibration.ledger import ledger_path, read_progress
+from admitcheck.calibration.record import RunRecord
+from admitcheck.cli import app
 from admitcheck.config import CalibrateConfig
 from tests.test_calibrate import comparable, write_config
+from tests.test_cli import assert_user_error
 from tests.test_executors import RUNS, local_reference, run_lines, toy_config  # noqa: F401 (a fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,3 +99,25 @@ def test_detached_campaign_killed_midway_resumes_only_the_missing_runs(
         assert any(n.endswith("toy.ledger.jsonl") for n in tar.getnames()), tar.getnames()
     resumed = calibrate(CalibrateConfig.model_validate(toy_config(toy_pair_dir, out)))  # all runs there: no run
     assert comparable(resumed) == comparable(local_reference[1])
+
+
+def test_status_reads_the_ledger_quickly_and_names_a_missing_one(toy_pair_dir, tmp_path) -> None:
+    out = tmp_path / "toy.yaml"
+    cfg = write_config(tmp_path / "cal.yaml", toy_config(toy_pair_dir, out))
+    assert_user_error(CliRunner().invoke(app, ["calibrate", str(cfg), "--status"]), "toy.ledger.jsonl", "no ledger yet")
+    phases = {"rollout": 2.0, "teacher": 1.0, "backward": 3.0, "sync": 0.1}
+    runs = [RunRecord(seed=s, quality=0.5, seconds=10.0 + s, seconds_by_phase=phases, seconds_setup=5.0 - 4 * s,
+                      seconds_evaluation=4.0, finished_at=1000.0 + 20 * s).keyed(f"k{s}") for s in (0, 1)]  # fmt: skip
+    lines = [{"kind": "header"}] + [r.line() for r in runs]
+    text = "".join(json.dumps(line) + "\n" for line in lines) + '{"kind": "run", "se'  # a torn append
+    ledger_path(out).write_text(text)
+    result = CliRunner().invoke(app, ["calibrate", str(cfg), "--status", "--json"])
+    assert result.exit_code == 0, result.output
+    got = json.loads(result.output)
+    assert got["runs"] == 2 and got["last_finished_at"] == 1020.0
+    assert got["runs_per_minute"] == pytest.approx(60 * 2 / (1020.0 - (1000.0 - 10.0)), abs=0.01)  # from run 0's start
+    assert got["median_phase_seconds"] == {"rollout": 2.0, "teacher": 1.0, "backward": 3.0, "sync": 0.1,
+                                           "evaluation": 4.0, "setup": 3.0}  # fmt: skip
+    assert ledger_path(out).read_text() == text  # read only: the torn line is left for `calibrate` to drop
+    human = CliRunner().invoke(app, ["calibrate", str(cfg), "--status"])
+    assert human.exit_code == 0 and ": 2 runs" in human.output and "runs/min" in human.output
