@@ -175,3 +175,35 @@ def test_the_local_pool_keeps_its_workers_across_rounds(toy_pair_dir, tmp_path) 
     finally:
         runner.close()
     assert sorted(seen)[-1] >= 2, seen  # a worker of round 1 made a run of round 2: it kept its pair and engines
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_kept_engines_on_cuda_match_fresh_ones_and_keep_their_graphs(toy_pair_dir, tmp_path) -> None:
+    """Never ran yet (written in a session without a GPU). On CUDA a kept engine is retargeted by an in-place weight
+    copy, so its captured decode graphs serve the next run: the records must still be the fresh engines' (the same
+    kernels replayed), and the decoder objects must be the same ones after the second run (no recapture)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    data = toy_config(toy_pair_dir, tmp_path / "toy.yaml")
+    data["train"]["steps"] = 3
+    cuda = {"engine": "hf", "dtype": "bfloat16", "device": "cuda", "compile": False}  # graphs, eager kernels: fast
+    data |= {"reference": {"device": "cuda", "dtype": "float32"}, "rollout": cuda}
+    config = CalibrateConfig.model_validate(data)
+    ctx = load_context(config)
+    keep = EngineKeep()
+    runs = [(Level("baseline", "baseline"), 0), (Level("n-a", "noise", 0.01), 0), (Level("n-b", "noise", 0.05), 1)]
+    graphs = None
+    for i, (level, seed) in enumerate(runs):
+        fresh = run_one(ctx, config, level, seed)
+        kept = run_one(ctx, config, level, seed, keep=keep)
+        assert measured(kept) == measured(fresh), f"run {i}: {level.name}/seed {seed}"
+        (engine,) = keep.engines.values()  # one recipe: the noise levels share the base engine
+        decoders = {k: id(v) for k, v in engine._decoders.items()}
+        if graphs is not None:
+            assert graphs.items() <= decoders.items()  # the graphs of the earlier runs are still the same objects
+        graphs = decoders
+    assert graphs, "the engine captured no decode graph: the CUDA path was not taken"
+    assert kept.gpu_utilization is not None
