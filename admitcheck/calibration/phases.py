@@ -5,7 +5,7 @@
         engine = keep.engine(rollout, weights)          # seconds add up per phase name
     evaluator = clock.timed("evaluation", evaluator)    # every call of it counts as "evaluation"
     clock.seconds                                       # {"setup": 0.41, "evaluation": 3.2}
-    with GpuSampler("cuda") as gpu:                     # samples utilisation every 0.5 s in a thread
+    with GpuSampler("cuda") as gpu:                     # samples utilisation every 1 s in a thread
         ...
     gpu.mean_percent                                    # mean % over the samples; None on CPU or without NVML
 
@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-SAMPLE_EVERY_S = 0.5  # NVML averages utilisation over a window of 1/6 s to 1 s depending on the product
+SAMPLE_EVERY_S = 1.0  # NVML averages utilisation over 1/6 s to 1 s (by product); nvidia-smi costs ~0.1 s a read
 
 
 class PhaseClock:
