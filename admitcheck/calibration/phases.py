@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-SAMPLE_EVERY_S = 1.0  # NVML averages utilisation over 1/6 s to 1 s (by product); nvidia-smi costs ~0.1 s a read
+SAMPLE_EVERY_S = 1.0  # NVML averages utilisation over 1/6 s to 1 s (by product); an nvidia-smi read is a process
 
 
 class PhaseClock:
