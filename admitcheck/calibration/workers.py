@@ -66,9 +66,11 @@ class EngineKeep:
     def evaluator(self, ctx: RunContext, config: CalibrateConfig) -> opd.QualityEvaluator:
         """The run's quality evaluator: the same eval prompts, seeds and engine options for every run of a config,
         so one evaluator (its engine reloaded with the run's student at each evaluation) serves them all."""
-        parts = (config.eval, config.reference, config.train.temperature, config.rollout.cuda_graphs)
-        key = json.dumps([p.model_dump(mode="json") if hasattr(p, "model_dump") else p for p in parts])
-        key += json.dumps(config.rollout.compile)
+        # what new_evaluator reads of the config
+        what = {"eval": config.eval.model_dump(mode="json"), "reference": config.reference.model_dump(mode="json"),
+                "temperature": config.train.temperature, "cuda_graphs": config.rollout.cuda_graphs,
+                "compile": config.rollout.compile}  # fmt: skip
+        key = json.dumps(what, sort_keys=True)
         if key not in self.evaluators:
             self.evaluators[key] = new_evaluator(ctx, config)
         return self.evaluators[key]
