@@ -51,8 +51,9 @@ ExecutorOpt = Annotated[
     Literal["local", "ray"],
     typer.Option(
         "--executor",
-        help="Where the runs execute: local (this machine, --jobs processes) or ray (one Ray task per run, "
-        "asking the config's resources; needs the ray extra of admitcheck).",
+        help="Where the runs execute: local (this machine, --jobs worker processes) or ray (one worker per "
+        "slot of the config's resources the cluster holds; needs the ray extra of admitcheck). Workers keep the "
+        "pair and engines for every run they are handed.",
     ),
 ]
 RayAddressOpt = Annotated[
@@ -325,6 +326,16 @@ def calibrate(
     executor: ExecutorOpt = "local",
     ray_address: RayAddressOpt = None,
     as_json: JsonOpt = False,
+    status: Annotated[
+        bool,
+        typer.Option(
+            "--status",
+            metavar=FLAG,
+            help="Run nothing: print the progress of this config's ledger (runs finished, runs a minute, median "
+            "seconds by phase, GPU utilisation), read without loading a model. Run the command without it to "
+            "start or resume.",
+        ),
+    ] = False,
 ) -> None:
     """Run short OPD trainings at controlled mismatch levels and write the pair's mismatch budget (resumable)."""
 
@@ -334,6 +345,8 @@ def calibrate(
         from admitcheck.config import CalibrateConfig
 
         cfg = io.load_config(config, CalibrateConfig)
+        if status:
+            return _print_status(cfg, as_json)
         _check_limits(cfg, config)
         cal = run_calibrate(
             cfg, config_file=str(config), jobs=jobs, executor=executor, ray_address=ray_address, progress=progress()
@@ -348,6 +361,24 @@ def calibrate(
         return 0
 
     _guard(body)
+
+
+def _print_status(cfg: Any, as_json: bool) -> int:
+    """`calibrate --status`: one line (or one JSON document) from the ledger, in well under a second."""
+    import time
+
+    from admitcheck.calibration.ledger import ledger_path, read_progress
+
+    p = read_progress(ledger_path(Path(cfg.output)))
+    if as_json:
+        print(json.dumps(p.to_dict(), indent=2))
+        return 0
+    ago = f"last {time.time() - p.last_finished_at:.0f} s ago" if p.last_finished_at else "no finish time"
+    rate = f"{p.runs_per_minute:.2f} runs/min" if p.runs_per_minute is not None else "runs/min n/a"
+    phases = ", ".join(f"{k} {v:g}" for k, v in p.median_phase_seconds.items())
+    gpu = f"GPU {p.gpu_utilization:g}%" if p.gpu_utilization is not None else "GPU n/a"
+    print(f"{p.path}: {p.runs} runs ({ago}), {rate}, median run {p.median_seconds} s [{phases}], {gpu}")
+    return 0
 
 
 # --------------------------------------------------------------------------------------------------- backtest

@@ -1,8 +1,20 @@
-"""GPU figures for the SmolLM2 pair: decode speed of the HF engine vs `transformers.generate()`, and one OPD step's
-time by phase (rollout, teacher scoring, trainer forward+backward, engine sync), on CUDA.
+"""GPU figures for the SmolLM2 pair: decode speed of the HF engine vs `transformers.generate()`, one OPD step's
+time by phase (rollout, teacher scoring, trainer forward+backward, engine sync), and a campaign's throughput.
 
     python bench/gpu_smollm2.py --pair smollm2 --out bench_smollm2.json    # after `admitcheck pair smollm2 smollm2`
     python bench/gpu_smollm2.py --random-weights --out bench/results/h200_smollm2.json   # no weights needed
+    PYTHONPATH=. python bench/gpu_smollm2.py --pair toy --device cpu --campaign-config examples/toy_calibrate.yaml \
+        --campaign-steps 4 --campaign-runs 12 --jobs 2 --out bench/results/campaign_throughput_toy_cpu.json
+
+Campaign throughput (`--campaign-config`, `bench_campaign`): N calibration runs (baseline and a σ = 0.01 noise level
+alternating, seeds 0, 1, …) on a spawned pool of `--jobs` workers (what `LocalExecutor(jobs)` runs; a fresh pool per
+path, so each pays its own pair load), runs/minute = N / wall time, by three paths:
+`reload` (every run in a new process: import, pair load, engine build — what Ray GPU tasks did, max_calls 1),
+`fresh` (the pair kept per process, every engine built per run: the landed local path) and `kept` (workers keep the
+pair, the engines and the evaluator: `calibration.workers`). The records' measured fields must agree between paths
+(`same_records`). `--campaign-ledger L`: the runs are L's first N (level, seed) instead, and each path's records are
+compared with L's (`vs_ledger`: how many bit-identical, the largest differences). `--campaign-steps` shortens the
+protocol's training (the toy's 200 steps take minutes per run on a shared CPU); the figure is then that protocol's.
 
 `--random-weights`: the SmolLM2-135M shape (30 layers, hidden 576, 9/3 heads, vocab 49152, tied) with random weights
 built in-process, random prompts of 32-64 tokens; decode only (speed does not depend on the weights' values). It
@@ -23,12 +35,15 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's admitcheck, not an installed one
 from admitcheck import io
 from admitcheck.calibration.opd import train
 from admitcheck.config import PairConfig, RolloutConfig, SamplingConfig, TrainConfig
@@ -50,6 +65,7 @@ def bench_decode(pair: Path, batch: int, new_tokens: int, repeats: int, device: 
                       eos_token_id=tokens.eos_token_id, pad_token_id=tokens.pad_token_id)  # fmt: skip
     out: dict = {"batch": batch, "max_new_tokens": new_tokens, "repeats": repeats}
     out["engine"] = _time_engine(engine, ids, new_tokens, repeats)  # the one timing loop of this bench
+    out["engine"].pop("_first")  # the first call's Rollouts: compared in bench_random, not JSON
     out["engine_first_call_s"] = out["engine"]["first_call_s"]
     engine.close()
     # transformers.generate on the same BF16 model, prompts left-padded, same cap, T=1, no top-k
@@ -69,7 +85,7 @@ def bench_decode(pair: Path, batch: int, new_tokens: int, repeats: int, device: 
             torch.manual_seed(r)
             _sync()
             t0 = time.perf_counter()
-            g = gm.generate(**enc, **kw)
+            g = gm.generate(**enc, **kw)  # (B, prompt + response)
             _sync()
             times.append(time.perf_counter() - t0)
             resp = g[:, enc["input_ids"].shape[1] :]
@@ -265,6 +281,128 @@ def bench_sync(engine: HFEngine, model, ids: list[list[int]], new_tokens: int) -
     return out
 
 
+def _fresh_task(config, config_file, level, seed):
+    """The landed path: the process's pair (cached), every engine and the evaluator built for the run."""
+    from admitcheck.calibration.levels import load_context, run_one
+
+    started = time.perf_counter()
+    return run_one(load_context(config, config_file), config, level, seed, started=started)
+
+
+def _phase_medians(records: list) -> dict:
+    med = {}
+    for name in ("rollout", "teacher", "backward", "sync"):
+        med[name] = statistics.median(r.seconds_by_phase.get(name, 0.0) for r in records)
+    for name in ("evaluation", "probe", "setup"):
+        got = [getattr(r, f"seconds_{name}") for r in records if getattr(r, f"seconds_{name}") is not None]
+        med[name] = statistics.median(got) if got else None
+    return med
+
+
+def ledger_runs_of(ledger: Path, n: int) -> tuple[list, dict]:
+    """The first n runs of a calibration ledger: [(Level, seed)] rebuilt from their keys, and key -> RunRecord."""
+    from admitcheck.calibration.campaign import run_key
+    from admitcheck.calibration.levels import Level
+    from admitcheck.calibration.record import RunRecord
+
+    wanted, records = [], {}
+    for line in io.read_jsonl(ledger):
+        if line.get("kind") != "run" or len(wanted) == n:
+            continue
+        key = json.loads(line["key"])
+        spec, seed = key["level"], key["seed"]
+        rollout = RolloutConfig.model_validate(spec["rollout"]) if spec["rollout"] else None
+        name = f"{spec['kind']}-{spec['relative_std']:g}"
+        level = Level(name, spec["kind"], relative_std=spec["relative_std"], rollout=rollout,
+                      staleness=spec["staleness"], systematic=spec.get("systematic", False))  # fmt: skip
+        assert run_key(level, seed) == line["key"], (run_key(level, seed), line["key"])  # rebuilt exactly
+        wanted.append((level, seed))
+        records[line["key"]] = RunRecord.model_validate(line)
+    return wanted, records
+
+
+def _record_diff(a, b) -> dict:
+    """How far record a's measurements are from b's: largest absolute differences, and whether all are equal."""
+
+    def gap(x, y) -> float:
+        if x is None or y is None:
+            return 0.0 if x is y else float("inf")
+        return abs(float(x) - float(y))
+
+    k3 = max((gap(x, y) for x, y in zip(a.in_run_k3, b.in_run_k3)), default=0.0)
+    same = (a.quality, a.mismatch, a.in_run_k3, a.evals) == (b.quality, b.mismatch, b.in_run_k3, b.evals)
+    return {"identical": same, "quality": gap(a.quality, b.quality), "mismatch": gap(a.mismatch, b.mismatch),
+            "in_run_k3": k3}  # fmt: skip
+
+
+def bench_campaign(
+    config_file: Path, runs: int, jobs: int, paths: list[str], steps: int | None, ledger: Path | None = None
+) -> dict:
+    """Runs/minute of N campaign runs by each path (see the module docstring), whether their records agree, and
+    with `ledger`: the ledger's first N runs, compared with its records (the slow path's, as shipped)."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    from admitcheck.calibration.campaign import run_key
+    from admitcheck.calibration.executors import Task
+    from admitcheck.calibration.levels import Level, run_task
+    from admitcheck.config import CalibrateConfig
+
+    cfg = io.load_config(config_file, CalibrateConfig)
+    if steps:
+        cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"steps": steps})})
+    if ledger is not None:  # the ledger's first runs, same (level, seed): its records are the slow path's
+        wanted, ledger_runs = ledger_runs_of(ledger, runs)
+    else:
+        levels = (Level("baseline", "baseline"), Level("noise-0.01", "noise", relative_std=0.01))
+        wanted, ledger_runs = [(levels[i % 2], i // 2) for i in range(runs)], {}
+    out: dict = {"config": str(config_file), "runs": len(wanted), "jobs": jobs, "train_steps": cfg.train.steps,
+                 "ledger": str(ledger) if ledger else None, "paths": {}}  # fmt: skip
+    records: dict[str, dict] = {}
+    for path in paths:
+        fn = _fresh_task if path == "fresh" else run_task
+        tasks = [Task(run_key(lv, s), f"{lv.name}/seed {s}", fn, (cfg, str(config_file), lv, s)) for lv, s in wanted]
+        t0 = time.perf_counter()
+        per_child = 1 if path == "reload" else None  # reload: a new process per run, as Ray GPU tasks (max_calls 1)
+        ctx = mp.get_context("spawn")  # every path in its own pool: each pays its own pair load, none inherits one
+        with ProcessPoolExecutor(jobs, mp_context=ctx, max_tasks_per_child=per_child) as pool:
+            futs = {pool.submit(t.fn, *t.args): t for t in tasks}  # kept: the pool's workers keep engines and pair
+            got = {futs[f].key: f.result() for f in as_completed(futs)}
+        wall = time.perf_counter() - t0
+        runs = len(tasks)
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None  # a shared machine: say how shared
+        recs = list(got.values())
+        gpu = [r.gpu_utilization for r in recs if r.gpu_utilization is not None]
+        out["paths"][path] = {
+            "wall_s": round(wall, 2), "runs_per_minute": round(60.0 * runs / wall, 3),
+            "median_run_s": statistics.median(r.seconds for r in recs), "median_phase_s": _phase_medians(recs),
+            "gpu_utilization_mean": sum(gpu) / len(gpu) if gpu else None, "load_average_1min_after": load,
+        }  # fmt: skip
+        print(path, json.dumps(out["paths"][path]), flush=True)
+        records[path] = got
+    timing = {"seconds", "cpu_seconds", "seconds_by_phase", "seconds_setup", "seconds_probe", "seconds_evaluation",
+              "gpu_utilization", "worker_run", "finished_at"}  # fmt: skip
+    first = paths[0]
+    out["same_records"] = {
+        p: all(records[p][k].model_dump(exclude=timing) == records[first][k].model_dump(exclude=timing)
+               for k in records[first])
+        for p in paths[1:]
+    }  # fmt: skip
+    if ledger_runs:  # against the ledger's records: bit-identical, else the largest differences
+        for p in paths:
+            diffs = [_record_diff(records[p][k], ledger_runs[k]) for k in ledger_runs]
+            out["paths"][p]["vs_ledger"] = {
+                "identical": sum(d["identical"] for d in diffs), "of": len(diffs),
+                "max_abs_quality": max(d["quality"] for d in diffs),
+                "max_abs_mismatch": max(d["mismatch"] for d in diffs),
+                "max_abs_in_run_k3": max(d["in_run_k3"] for d in diffs),
+            }  # fmt: skip
+    rate = {p: v["runs_per_minute"] for p, v in out["paths"].items()}
+    if "kept" in rate:
+        out |= {f"speedup_kept_vs_{p}": rate["kept"] / r for p, r in rate.items() if p != "kept"}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pair", type=Path, default=Path("smollm2"))
@@ -276,21 +414,39 @@ def main() -> None:
     ap.add_argument("--opd-steps", type=int, default=5)
     ap.add_argument("--random-weights", action="store_true", help="The SmolLM2 shape with random weights, decode only.")
     ap.add_argument("--only", default="", help="Comma-separated variants to run (random-weights mode).")
+    ap.add_argument("--parts", default="decode,opd", help="Which figures (pair mode): decode, opd, campaign.")
+    ap.add_argument("--campaign-config", type=Path, default=Path("examples/smollm2_calibrate.yaml"))
+    ap.add_argument("--campaign-runs", type=int, default=30)
+    ap.add_argument("--campaign-steps", type=int, default=None, help="Override train.steps (a shortened protocol).")
+    ap.add_argument("--campaign-paths", default="kept,fresh", help="Comma-separated: kept, fresh, reload.")
+    ap.add_argument("--jobs", type=int, default=1, help="Campaign workers (processes; one per GPU slot).")
+    ap.add_argument("--campaign-ledger", type=Path, default=None, help="Run this ledger's first runs and compare.")
     args = ap.parse_args()
     res = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", "torch": torch.__version__}
     import transformers
 
     res["transformers"] = transformers.__version__
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     if args.random_weights:
         res["decode"] = bench_random(args.batch, args.new_tokens, max(args.repeats, 5), args.only)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(res, indent=2) + "\n")
         return
-    res["decode"] = bench_decode(args.pair, args.batch, args.new_tokens, args.repeats, args.device)
-    print(json.dumps(res["decode"], indent=2), flush=True)
-    res["opd"] = bench_opd(args.pair, args.opd_steps, args.batch, 64, args.device)
-    print(json.dumps(res["opd"], indent=2), flush=True)
-    args.out.write_text(json.dumps(res, indent=2) + "\n")
+    parts = args.parts.split(",")
+    res["command"] = "python bench/gpu_smollm2.py " + " ".join(sys.argv[1:])
+    for part in parts:  # written after each part: a call that ends early keeps what was measured
+        if part == "decode":
+            res["decode"] = bench_decode(args.pair, args.batch, args.new_tokens, args.repeats, args.device)
+        elif part == "opd":
+            res["opd"] = bench_opd(args.pair, args.opd_steps, args.batch, 64, args.device)
+        elif part == "campaign":
+            paths = args.campaign_paths.split(",")
+            res["campaign"] = bench_campaign(
+                args.campaign_config, args.campaign_runs, args.jobs, paths, args.campaign_steps, args.campaign_ledger
+            )
+        else:
+            raise SystemExit(f"--parts: unknown part {part!r} (decode, opd, campaign)")
+        print(part, json.dumps(res[part], indent=2), flush=True)
+        args.out.write_text(json.dumps(res, indent=2) + "\n")
 
 
 if __name__ == "__main__":

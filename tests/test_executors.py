@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -130,7 +131,8 @@ def test_host_port(address, want) -> None:
 def test_ray_retries_a_killed_worker_and_hands_each_record_back_once(ray_address, tmp_path) -> None:
     tasks = [Task("a", "dies once", _die_once, (str(tmp_path / "marker"),)), Task("b", "square", _square, (3,))]
     log: list[str] = []
-    got = list(RayExecutor(max_retries=1).run(tasks, on_status=log.append))
+    with closing(RayExecutor(max_retries=1)) as runner:
+        got = list(runner.run(tasks, on_status=log.append))
     assert sorted((t.key, r) for t, r in got) == [("a", {"attempt": 2}), ("b", {"y": 9})]
     assert (tmp_path / "marker").exists() and any("retried dies once ×1" in line for line in log)
 
@@ -138,8 +140,8 @@ def test_ray_retries_a_killed_worker_and_hands_each_record_back_once(ray_address
 @pytest.mark.ray
 def test_ray_names_tasks_out_of_retries_after_the_others_finish(ray_address) -> None:
     tasks = [Task("a", "always dies", _always_die), Task("b", "square", _square, (4,))]
-    runner, got = RayExecutor(max_retries=1), []
-    with pytest.raises(TasksFailed) as err:
+    got = []
+    with closing(RayExecutor(max_retries=1)) as runner, pytest.raises(TasksFailed) as err:
         for item in runner.run(tasks):
             got.append(item)
     assert [t.key for t, _ in got] == ["b"]  # the healthy task reached the caller before the error
@@ -150,8 +152,8 @@ def test_ray_names_tasks_out_of_retries_after_the_others_finish(ray_address) -> 
 @pytest.mark.ray
 def test_ray_keeps_a_tasks_own_error_and_does_not_retry_it(ray_address, tmp_path) -> None:
     counter = tmp_path / "attempts"
-    with pytest.raises(ConfigError) as err:
-        list(RayExecutor(max_retries=3).run([Task("a", "bad", _config_error, (str(counter),))]))
+    with closing(RayExecutor(max_retries=3)) as runner, pytest.raises(ConfigError) as err:
+        list(runner.run([Task("a", "bad", _config_error, (str(counter),))]))
     assert err.value.field == "pair.student" and counter.read_text() == "x"  # raised once: not retried
 
 
@@ -181,6 +183,24 @@ def test_unreachable_ray_address_exits_3_and_leaves_the_ledger_alone(toy_pair_di
     assert_user_error(result, address, "--ray-address", code=3)
     assert time.perf_counter() - t0 < 30  # a refused connection is immediate; 30 s leaves room for a loaded host
     assert ledger_path(out).read_bytes() == before and not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("cpus", "gpus", "node", "want"),
+    [(1, 0.1, {"CPU": 16, "GPU": 1}, 10), (1, 0.25, {"CPU": 2, "GPU": 1}, 2), (1, 0, {"CPU": 2}, 2),
+     (1, 0.5, {"CPU": 8}, 0), (0.5, 0, {"CPU": 3}, 6)],
+)  # fmt: skip
+def test_ray_slots_a_node_holds(cpus, gpus, node, want) -> None:
+    assert RayExecutor(num_cpus=cpus, num_gpus=gpus)._fits(node) == want
+
+
+@pytest.mark.ray
+def test_ray_slots_keep_their_process_across_runs(ray_address) -> None:
+    """One actor per slot, kept until close(): a second run() is handed to the same worker processes."""
+    with closing(RayExecutor()) as runner:
+        first = {r for _, r in runner.run([Task(str(i), f"t{i}", os.getpid) for i in range(4)])}
+        again = {r for _, r in runner.run([Task(str(i), f"t{i}", os.getpid) for i in range(2)])}
+    assert len(first) == 2 and again <= first  # the instance's 2 CPUs: 2 slots, the same two processes
 
 
 # ------------------------------------------------------------------------------------------------ calibrate on Ray
@@ -274,6 +294,6 @@ def test_ray_says_when_no_node_offers_the_resources(ray_address) -> None:
     def first_status(line: str) -> None:
         raise Seen(line)  # stops the run at its first status line; run() cancels what it submitted
 
-    with pytest.raises(Seen) as seen:
-        list(RayExecutor(num_gpus=0.5).run([Task("a", "needs a GPU", _square, (2,))], on_status=first_status))
+    with closing(RayExecutor(num_gpus=0.5)) as runner, pytest.raises(Seen) as seen:
+        list(runner.run([Task("a", "needs a GPU", _square, (2,))], on_status=first_status))
     assert str(seen.value).startswith("waiting: no node offers 1 CPU + 0.5 GPU")

@@ -1,23 +1,23 @@
 """Executors: run named tasks on this machine or on a Ray cluster and hand back each record as it finishes.
 
     tasks = [Task(key="a", name="noise-1/seed 3", fn=work, args=(cfg, 3)), ...]   # fn: picklable, returns a record
-    runner = make_executor("ray", address="10.0.0.5:6379", resources=cfg.resources)   # or "local", jobs=2
+    runner = make_executor("ray", address="10.0.0.5:6379", num_gpus=0.25)   # or "local", jobs=2
     runner.start()                       # connects now: a cluster that does not answer fails before any work
     for task, record in runner.run(tasks, on_status=print):    # in finishing order
         ledger.append(record.keyed(task.key))                  # the caller's ledger stays the source of truth
     runner.close()
 
-A task is anything picklable: `fn(*args)` runs in this process, in a spawned worker (local, jobs > 1) or in a Ray
-worker, and returns a picklable record (calibrate's and backtest's: `record.RunRecord`). The executor knows nothing
-of calibrations or ledgers: `calibrate` and `backtest` build the tasks, skip the ones already in their ledger, and
-append what comes back.
+A task is anything picklable: `fn(*args)` runs in this process (local, jobs = 1), in one of `jobs` spawned worker
+processes (local) or in a Ray actor (one per slot), and returns a picklable record (`record.RunRecord`). Workers
+live as long as the executor, so what a task caches per process (the pair, the engines: `calibration.workers`)
+serves the next. The executor knows nothing of calibrations or ledgers: `calibrate` and `backtest` build the tasks,
+skip the ones already in their ledger, and append what comes back.
 
-Failures. Ray: a task whose worker dies (killed, node lost, out of memory) is submitted again, at most `max_retries`
-times; a task that raises is not (the same inputs would raise again). The other tasks run to the end and are
-handed back first, so everything finished reaches the ledger; then the run raises: the task's own AdmitcheckError
-as is (a model dir missing on a worker: exit 2), a bug with its remote traceback, or `TasksFailed` naming every
-task that ran out of retries (exit 3). Local: as before, the first exception stops the queue (runs already going
-still finish) and is raised as is.
+Failures. Ray: a task whose worker dies (killed, node lost, out of memory) runs again on a new slot, at most
+`max_retries` times; a task that raises does not (it would raise again). The other tasks run to the end and are
+handed back first; then the run raises the task's own AdmitcheckError (a model dir missing on a worker: exit 2), a
+bug with its remote traceback, or `TasksFailed` naming every task out of retries (exit 3). Local: the first
+exception stops the queue (runs already going still finish) and is raised as is.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import os
 import socket
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -120,27 +121,41 @@ class Executor:
 
 @dataclass
 class LocalExecutor(Executor):
-    """This machine: in this process (jobs=1, or one task), else `jobs` spawned processes (no retries)."""
+    """This machine: in this process (jobs=1), else a pool of `jobs` spawned worker processes (no
+    retries). The pool starts with the first parallel run and lives until close(): its workers keep what their
+    tasks cache per process (a calibration's pair and engines, `calibration.workers`) from round to round."""
 
     jobs: int = 1
+    _pool: ProcessPoolExecutor | None = field(default=None, repr=False)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def _workers(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            import multiprocessing as mp
+
+            self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=mp.get_context("spawn"))
+        return self._pool
 
     def run(self, tasks: list[Task], on_status: StatusFn | None = None) -> Iterator[tuple[Task, Any]]:
         board = _Board(on_status)
-        if self.jobs == 1 or len(tasks) <= 1:
+        if self.jobs == 1:
             for task in tasks:
                 board.start(task.name)
                 record = task.fn(*task.args)
                 board.finish(task.name)
                 yield task, record
             return
-        import multiprocessing as mp
-
-        with ProcessPoolExecutor(max_workers=min(self.jobs, len(tasks)), mp_context=mp.get_context("spawn")) as pool:
-            futures = {pool.submit(task.fn, *task.args): task for task in tasks}
-            queued = [t.name for t in tasks]  # the pool takes them in order: the first `jobs` start at once
-            for _ in range(min(self.jobs, len(queued))):
-                board.start(queued.pop(0))
-            error: BaseException | None = None
+        pool = self._workers()
+        futures = {pool.submit(task.fn, *task.args): task for task in tasks}
+        queued = [t.name for t in tasks]  # the pool takes them in order: the first `jobs` start at once
+        for _ in range(min(self.jobs, len(queued))):
+            board.start(queued.pop(0))
+        error: BaseException | None = None
+        try:
             for fut in as_completed(futures):  # after a failure, runs already going still finish into the ledger
                 if fut.cancelled():
                     continue
@@ -155,13 +170,21 @@ class LocalExecutor(Executor):
                 if queued:
                     board.start(queued.pop(0))
                 yield task, fut.result()
-            if error is not None:
-                raise error
+        finally:  # the caller stopped early: what has not started does not start
+            for f in futures:
+                f.cancel()
+        if error is not None:
+            if isinstance(error, BrokenProcessPool):  # a worker died: the next run starts a fresh pool
+                self.close()
+            raise error
 
 
-def _run_task(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-    """What a Ray worker executes (module level, so workers import it by name)."""
-    return fn(*args)
+class _Slot:
+    """A Ray actor: one worker process of one slot, running its tasks one at a time, so that what they cache per
+    process (a calibration's pair and engines) serves every run the slot is handed."""
+
+    def run(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        return fn(*args)
 
 
 def _host_port(address: str) -> tuple[str, int] | None:
@@ -175,11 +198,11 @@ def _host_port(address: str) -> tuple[str, int] | None:
 
 @dataclass
 class RayExecutor(Executor):
-    """A Ray cluster (`address`, else RAY_ADDRESS, else a local instance): one Ray task per Task.
-
-    Each task asks for `num_cpus` CPUs and `num_gpus` GPUs (fractions let several small runs share a GPU). Inputs
-    reach the workers by value (the pickled args: configs, paths); model dirs and prompt files are read by the
-    workers from those paths, so they must be on a file system every node shares."""
+    """A Ray cluster (`address`, else RAY_ADDRESS, else a local instance): one actor per slot, each run a call on an
+    idle slot. A slot asks for `num_cpus` CPUs and `num_gpus` GPUs (fractions: runs share a GPU); there are as many
+    as the cluster holds when the first run starts (at least 1, at most the runs), kept until close(), so a slot
+    loads the pair and its engines once. Args travel by value (configs, paths): model dirs and prompt files are read
+    by the workers from those paths, so they must be on a file system every node shares."""
 
     address: str | None = None
     num_cpus: float = 1.0
@@ -188,6 +211,7 @@ class RayExecutor(Executor):
     connect_timeout_s: float = CONNECT_TIMEOUT_S
     init_kwargs: dict[str, Any] | None = None  # extra ray.init arguments for a local instance (tests: num_cpus=2)
     _started_ray: bool = field(default=False, repr=False)
+    _slots: list[Any] = field(default_factory=list, repr=False)  # the actors, kept across run() calls
 
     def start(self) -> None:
         try:
@@ -216,62 +240,92 @@ class RayExecutor(Executor):
         self._started_ray = True
 
     def close(self) -> None:
-        if self._started_ray:
-            import ray
+        if not (self._slots or self._started_ray):
+            return
+        import ray
 
+        for slot in self._slots:
+            ray.kill(slot)
+        self._slots = []
+        if self._started_ray:
             ray.shutdown()
             self._started_ray = False
+
+    def _fits(self, resources: dict[str, float]) -> int:
+        """How many slots of this size `resources` hold (1 GPU / 0.1 is 10, not float floor division's 9)."""
+        need = {"CPU": self.num_cpus, "GPU": self.num_gpus}
+        return min(int(resources.get(k, 0.0) / v + 1e-9) for k, v in need.items() if v > 0)
+
+    def _new_slot(self) -> Any:
+        import ray  # a dead slot is replaced by run(), not restarted by Ray (max_restarts 0)
+
+        return ray.remote(_Slot).options(num_cpus=self.num_cpus, num_gpus=self.num_gpus).remote()
 
     def run(self, tasks: list[Task], on_status: StatusFn | None = None) -> Iterator[tuple[Task, Any]]:
         import ray
         from ray.exceptions import RayError, RayTaskError, TaskCancelledError
 
         self.start()  # no-op when connected
-        remote = ray.remote(_run_task)
-        board = _Board(on_status, verb="submitted")  # queued or running: Ray schedules them as resources free
-        attempts: dict[str, int] = {}
-        pending: dict[Any, Task] = {}
-
-        def submit(task: Task) -> None:
-            attempts[task.key] = attempts.get(task.key, 0) + 1
-            opts = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus, "max_retries": 0, "name": task.name}
-            pending[remote.options(**opts).remote(task.fn, task.args)] = task
-
-        need = {"CPU": self.num_cpus, "GPU": self.num_gpus}
+        board = _Board(on_status, verb="running")
         nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
-        if not any(all(r.get(k, 0.0) >= v for k, v in need.items() if v) for r in nodes):
+        if not any(self._fits(r) for r in nodes):
             board.note = f"waiting: no node offers {self.num_cpus:g} CPU + {self.num_gpus:g} GPU per run yet"
+        want = min(max(sum(self._fits(r) for r in nodes), 1), len(tasks))
+        while len(self._slots) < want:
+            self._slots.append(self._new_slot())
+        attempts: dict[str, int] = {}
+        queue = list(tasks)
+        idle = list(range(len(self._slots)))
+        pending: dict[Any, tuple[Task, int]] = {}  # ref -> (task, slot index)
+
+        def submit() -> None:
+            while queue and idle:
+                task, i = queue.pop(0), idle.pop(0)
+                attempts[task.key] = attempts.get(task.key, 0) + 1
+                pending[self._slots[i].run.options(name=task.name).remote(task.fn, task.args)] = (task, i)
+                board.start(task.name)
+
         raised: list[BaseException] = []  # exceptions the tasks themselves raised (not retried)
         try:
-            for task in tasks:
-                submit(task)
-                board.start(task.name)
+            submit()
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1)
-                task = pending.pop(ready[0])
+                task, i = pending.pop(ready[0])
                 try:
                     record = ray.get(ready[0])
                 except RayTaskError as exc:  # the task raised: keep its own error (exit 2 for a missing path)
                     cause = getattr(exc, "cause", None)
                     raised.append(cause if isinstance(cause, AdmitcheckError) else exc)
                     board.finish(task.name, failure=type(cause or exc).__name__)
+                    idle.append(i)
+                    submit()
                     continue
                 except TaskCancelledError:
                     board.finish(task.name, failure="cancelled")
+                    idle.append(i)
                     continue
-                except RayError as exc:  # the worker or its node died, or it ran out of memory: run it again
+                except RayError as exc:  # the slot's process or its node died (RayActorError): a new slot, run again
+                    ray.kill(self._slots[i])
+                    self._slots[i] = self._new_slot()
+                    idle.append(i)
                     n = attempts[task.key]
                     if n <= self.max_retries:
+                        board.in_flight.remove(task.name)
                         board.retry(task.name)
-                        submit(task)
-                        continue
-                    board.finish(task.name, failure=f"{type(exc).__name__} ({n} attempt{'s' * (n > 1)})")
+                        queue.insert(0, task)
+                    else:
+                        board.finish(task.name, failure=f"{type(exc).__name__} ({n} attempt{'s' * (n > 1)})")
+                    submit()
                     continue
                 board.finish(task.name)
+                idle.append(i)
+                submit()
                 yield task, record
-        finally:  # the caller stopped early (an interrupt, an error): do not leave runs behind on the cluster
-            for ref in pending:
-                ray.cancel(ref, force=True)
+        finally:  # the caller stopped early (an interrupt, an error): no run left behind, its slot goes with it
+            busy = {i for _, i in pending.values()}
+            for i in busy:
+                ray.kill(self._slots[i])
+            self._slots = [slot for i, slot in enumerate(self._slots) if i not in busy]
         if raised:
             raise raised[0]
         if board.failed:

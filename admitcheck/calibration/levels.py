@@ -30,9 +30,11 @@ import torch
 
 from admitcheck import io
 from admitcheck.calibration import opd
+from admitcheck.calibration.phases import GpuSampler, PhaseClock
 from admitcheck.calibration.record import LevelKind, RunRecord
 from admitcheck.calibration.runs import derive_seed
-from admitcheck.config import CalibrateConfig, NoiseConfig, RolloutConfig, SamplingConfig
+from admitcheck.calibration.workers import EngineKeep, kept, new_evaluator
+from admitcheck.config import CalibrateConfig, NoiseConfig, RolloutConfig
 from admitcheck.errors import ConfigError
 from admitcheck.measurement.measure import measure_engine
 from admitcheck.measurement.metrics import Functional
@@ -259,52 +261,65 @@ def measure_grid(
     return out
 
 
-def level_mismatch(ctx: RunContext, config: CalibrateConfig, level: Level, seed: int) -> dict[str, Any]:
-    """The run's x: its engine at the starting weights (staleness: θ0 against θk) measured on the probe set."""
+def level_mismatch(
+    ctx: RunContext, config: CalibrateConfig, level: Level, seed: int, keep: EngineKeep | None = None
+) -> dict[str, Any]:
+    """The run's x: its engine at the starting weights (staleness: θ0 against θk) measured on the probe set; the
+    engine is `keep`'s when given (a worker's kept engine, retargeted), else built and closed here."""
+    make = keep.engine if keep is not None else _engine
     if level.kind != "staleness":
-        engine = _engine(ctx, ctx.student, level.engine_rollout(config.rollout, seed))
+        engine = make(ctx, ctx.student, level.engine_rollout(config.rollout, seed))
         reference = ctx.reference
     else:
         stale = opd.stale_student(
             ctx.student, ctx.teacher, ctx.train_ids, config.train, config.rollout, level.staleness, seed, ctx.tokens
         )
         reference = opd.cast_parameters(stale, config.reference.dtype)
-        engine = _engine(ctx, ctx.student, floor_rollout(config.rollout, config.reference))
+        engine = make(ctx, ctx.student, floor_rollout(config.rollout, config.reference))
     try:
         return _measure(ctx, config, engine, reference)
     finally:
-        engine.close()
+        if keep is None:
+            engine.close()
 
 
 def run_task(config: CalibrateConfig, config_file: str | None, level: Level, seed: int) -> RunRecord:
-    """`run_one` as an executor task (in this process, a worker process or a Ray task): loads its context."""
-    return run_one(load_context(config, config_file), config, level, seed)
+    """`run_one` as an executor task (in this process, a pool worker or a Ray actor) with the process's context and
+    kept engines (`workers.kept`): a worker's first run loads them, and its setup seconds say so."""
+    started = time.perf_counter()
+    ctx = load_context(config, config_file)
+    return run_one(ctx, config, level, seed, keep=kept(ctx), started=started)
 
 
 _NOT_MEASURED = {"mismatch": None, "mismatch_interval": None, "k3": None, "kl_exact": None, "probe_tokens": 0}
 
 
-def run_one(ctx: RunContext, config: CalibrateConfig, level: Level, seed: int) -> RunRecord:
+def run_one(
+    ctx: RunContext,
+    config: CalibrateConfig,
+    level: Level,
+    seed: int,
+    keep: EngineKeep | None = None,
+    started: float | None = None,
+) -> RunRecord:
     """Measure the level's mismatch, then one OPD run under it; the record of both (no timings in fields that the
-    artifact keeps, so a resumed calibration writes the same artifact)."""
-    t0, c0 = time.perf_counter(), time.process_time()
-    with one_thread():
+    artifact keeps, so a resumed calibration writes the same artifact). `keep`: a worker's kept engines and
+    evaluator (the same record, bit for bit on CPU); None builds and closes them here. `started`: the
+    perf_counter the task began at (its context load counts as setup)."""
+    t0, c0 = started if started is not None else time.perf_counter(), time.process_time()
+    clock = PhaseClock()
+    clock.seconds["setup"] = time.perf_counter() - t0
+    with one_thread(), GpuSampler(config.rollout.device) as gpu:
         torch.manual_seed(seed)
-        # the baseline is paired with itself: its x is never used, so it is not measured (saves a probe pass)
-        x = level_mismatch(ctx, config, level, seed) if level.kind != "baseline" else _NOT_MEASURED
-        student = copy.deepcopy(ctx.student)
-        engine = _engine(ctx, student, level.engine_rollout(config.rollout, seed))
-        sampling = SamplingConfig(temperature=config.train.temperature)
-        evaluator = opd.QualityEvaluator(
-            ctx.teacher,
-            ctx.eval_ids,
-            ctx.eval_answers,
-            config.eval,
-            ctx.tokens,
-            sampling,
-            config.reference,
-            execution=config.rollout,
-        )
+        x = _NOT_MEASURED  # the baseline is paired with itself: its x is never used, so it is not measured
+        if level.kind != "baseline":
+            with clock.phase("probe"):
+                x = level_mismatch(ctx, config, level, seed, keep)
+        with clock.phase("setup"):
+            student = copy.deepcopy(ctx.student)
+            rollout = level.engine_rollout(config.rollout, seed)
+            engine = keep.engine(ctx, student, rollout) if keep is not None else _engine(ctx, student, rollout)
+            evaluator = keep.evaluator(ctx, config) if keep is not None else new_evaluator(ctx, config)
         try:
             result = opd.train(
                 student,
@@ -312,14 +327,17 @@ def run_one(ctx: RunContext, config: CalibrateConfig, level: Level, seed: int) -
                 engine,
                 ctx.train_ids,
                 config.train,
-                evaluator,
+                clock.timed("evaluation", evaluator),
                 eval_every=config.eval.every,
                 staleness=level.staleness,
                 seed=seed,
                 redraw_noise=not level.systematic,
             )
         finally:
-            engine.close()
+            if keep is None:
+                engine.close()
+    if keep is not None:
+        keep.runs += 1
     steps = result.steps
     return RunRecord(
         seed=seed,
@@ -340,4 +358,10 @@ def run_one(ctx: RunContext, config: CalibrateConfig, level: Level, seed: int) -
         seconds=round(time.perf_counter() - t0, 2),
         cpu_seconds=round(time.process_time() - c0, 2),
         seconds_by_phase={k: round(v, 2) for k, v in result.seconds().items()},
+        seconds_setup=clock.get("setup"),
+        seconds_probe=clock.get("probe"),
+        seconds_evaluation=clock.get("evaluation"),
+        gpu_utilization=gpu.mean_percent,
+        worker_run=keep.runs if keep is not None else None,
+        finished_at=round(time.time(), 2),
     )

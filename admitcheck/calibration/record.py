@@ -14,9 +14,22 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, with_config
+from typing_extensions import TypedDict
 
 LevelKind = Literal["baseline", "noise", "rollout", "staleness"]
+
+
+@with_config(ConfigDict(extra="forbid"))
+class StepSeconds(TypedDict, total=False):
+    """The OPD steps' wall time by phase, summed over the run's steps (`runs.OPDResult.seconds`); their sum is the
+    training time that `admission.step_time` splits into the rollouts' share. A dict, typed: a misspelt phase in a
+    ledger line is an error."""
+
+    rollout: float
+    teacher: float
+    backward: float
+    sync: float
 
 
 class RunRecord(BaseModel):
@@ -48,7 +61,14 @@ class RunRecord(BaseModel):
     loss_last: float | None = None
     seconds: float | None = None
     cpu_seconds: float = 0.0
-    seconds_by_phase: dict[str, float] = {}
+    seconds_by_phase: StepSeconds = {}
+    # -- where the rest of the run's time went, and the GPU's load (issue #37; absent from older ledger lines)
+    seconds_setup: float | None = None  # pair loaded (a worker's first run only), engine built or retargeted
+    seconds_probe: float | None = None  # the start-mismatch measurement (staleness: the stale student's steps too)
+    seconds_evaluation: float | None = None  # every held-out quality evaluation
+    gpu_utilization: float | None = None  # mean % of time a kernel ran on the run's GPU (NVML); None on CPU
+    worker_run: int | None = None  # this run's ordinal in its worker process: 1 paid for loading the pair
+    finished_at: float | None = None  # Unix time the run finished, on its worker's clock (a campaign's runs/minute)
     reused_from: str | None = None  # a backtest's copy of a calibration ledger's run: that ledger's file name
 
     def keyed(self, key: str) -> RunRecord:

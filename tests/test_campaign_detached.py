@@ -1,0 +1,123 @@
+"""A campaign that outlives the call that started it (issue #37), on the toy pair on CPU, through the very script the
+GPU sessions use (bench/smollm2_campaign.sh): started detached (its own process session, 2 pool workers), SIGKILLed
+mid-way as a machine taken back would kill it, polled, started again: only the missing runs are made, the finished
+ones are never rewritten, and the artifact is the in-process calibration's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from admitcheck.calibration.calibrate import calibrate
+from admitcheck.calibration.ledger import ledger_path, read_progress
+from admitcheck.calibration.record import RunRecord
+from admitcheck.cli import app
+from admitcheck.config import CalibrateConfig
+from tests.test_calibrate import comparable, write_config
+from tests.test_cli import assert_user_error
+from tests.test_executors import RUNS, local_reference, run_lines, toy_config  # noqa: F401 (a fixture)
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "bench" / "smollm2_campaign.sh"
+
+
+def script(stage: str, *args: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), stage, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+
+
+def session_members(sid: int) -> list[int]:
+    """The processes of session `sid` (Linux: read off /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.getsid(int(entry)) == sid:
+                    out.append(int(entry))
+            except OSError:  # gone meanwhile
+                pass
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("setsid") is None or not os.path.isdir("/proc"), reason="needs Linux's setsid")
+def test_detached_campaign_killed_midway_resumes_only_the_missing_runs(
+    toy_pair_dir,
+    tmp_path,
+    local_reference,  # noqa: F811
+) -> None:
+    out = tmp_path / "toy.yaml"
+    cfg = write_config(tmp_path / "cal.yaml", toy_config(toy_pair_dir, out))
+    env = os.environ | {"CONFIGS": str(cfg), "PY": sys.executable, "JOBS": "2", "RUN": str(tmp_path / "run"),
+                        "OUT": str(tmp_path / "out"), "EVERY": "1", "OMP_NUM_THREADS": "1"}  # fmt: skip
+    started = script("start", env=env)
+    assert "started (pid" in started.stdout, started.stdout + started.stderr
+    pid = int((tmp_path / "run" / "cal.pid").read_text())
+    assert os.getsid(pid) == pid  # its own session: a call's end (which kills its process group) spares it
+    deadline = time.monotonic() + 400
+    while time.monotonic() < deadline:
+        if ledger_path(out).exists() and len(run_lines(out)) >= 1:
+            break
+        time.sleep(0.2)
+    assert len(run_lines(out)) >= 1, (tmp_path / "run" / "cal.log").read_text()[-2000:]
+    members = session_members(pid)
+    assert len(members) >= 3  # the shell, the driver and its pool workers (at least one)
+    os.killpg(pid, signal.SIGKILL)  # the machine taken back: everything in the session dies at once
+    for _ in range(100):
+        if not session_members(pid):
+            break
+        time.sleep(0.1)
+    assert not session_members(pid)
+    before = ledger_path(out).read_bytes()
+    before = before[: before.rfind(b"\n") + 1]  # whole lines (a torn one is dropped, then made again)
+    finished = read_progress(ledger_path(out)).runs
+    assert 1 <= finished < RUNS and not out.exists()
+
+    polled = script("status", env=env)
+    assert f": {finished} runs" in polled.stdout and "stopped" in polled.stdout, polled.stdout + polled.stderr
+    restarted = script("start", env=env)  # the resume: the same command again
+    assert "started (pid" in restarted.stdout, restarted.stdout + restarted.stderr
+    done = script("poll", "400", env=env)
+    assert "rc=0" in done.stdout, done.stdout[-3000:] + (tmp_path / "run" / "cal.log").read_text()[-2000:]
+    assert ledger_path(out).read_bytes().startswith(before)  # appended to, never rewritten
+    keys = [r["key"] for r in run_lines(out)]
+    assert len(keys) == len(set(keys)) == RUNS  # the finished runs were not made again
+    progress = read_progress(ledger_path(out))
+    assert progress.runs == RUNS and progress.runs_per_minute and progress.runs_per_minute > 0
+    with tarfile.open(tmp_path / "out" / "smollm2_campaign.tgz") as tar:  # collected: what a call brings back
+        assert any(n.endswith("toy.ledger.jsonl") for n in tar.getnames()), tar.getnames()
+    resumed = calibrate(CalibrateConfig.model_validate(toy_config(toy_pair_dir, out)))  # all runs there: no run
+    assert comparable(resumed) == comparable(local_reference[1])
+
+
+def test_status_reads_the_ledger_quickly_and_names_a_missing_one(toy_pair_dir, tmp_path) -> None:
+    out = tmp_path / "toy.yaml"
+    cfg = write_config(tmp_path / "cal.yaml", toy_config(toy_pair_dir, out))
+    assert_user_error(CliRunner().invoke(app, ["calibrate", str(cfg), "--status"]), "toy.ledger.jsonl", "no ledger yet")
+    phases = {"rollout": 2.0, "teacher": 1.0, "backward": 3.0, "sync": 0.1}
+    runs = [RunRecord(seed=s, quality=0.5, seconds=10.0 + s, seconds_by_phase=phases, seconds_setup=5.0 - 4 * s,
+                      seconds_evaluation=4.0, finished_at=1000.0 + 20 * s).keyed(f"k{s}") for s in (0, 1)]  # fmt: skip
+    lines = [{"kind": "header"}] + [r.line() for r in runs]
+    text = "".join(json.dumps(line) + "\n" for line in lines) + '{"kind": "run", "se'  # a torn append
+    ledger_path(out).write_text(text)
+    result = CliRunner().invoke(app, ["calibrate", str(cfg), "--status", "--json"])
+    assert result.exit_code == 0, result.output
+    got = json.loads(result.output)
+    assert got["runs"] == 2 and got["last_finished_at"] == 1020.0
+    assert got["runs_per_minute"] == pytest.approx(60 * 2 / (1020.0 - (1000.0 - 10.0)), abs=0.01)  # from run 0's start
+    assert got["median_phase_seconds"] == {"rollout": 2.0, "teacher": 1.0, "backward": 3.0, "sync": 0.1,
+                                           "evaluation": 4.0, "setup": 3.0}  # fmt: skip
+    assert ledger_path(out).read_text() == text  # read only: the torn line is left for `calibrate` to drop
+    human = CliRunner().invoke(app, ["calibrate", str(cfg), "--status"])
+    assert human.exit_code == 0 and ": 2 runs" in human.output and "runs/min" in human.output
