@@ -1,3 +1,4 @@
+# long module: one screen result rendered four ways (JSON, JUnit, Markdown, table) that must stay in step
 """Screen reports: one JSON document, JUnit XML (one testcase per candidate), Markdown, and a rich table; and the
 backtest report's Markdown.
 

@@ -313,4 +313,6 @@ def test_a_gate_rerun_on_every_step_spends_alpha_over_its_runs(tmp_path, toy_pai
     a, b = (json.loads(run("screen", str(p), "--from-logs", str(logs), "--json").stdout)["verdicts"][0]
             for p in (once, often))  # fmt: skip
     assert a["confidence_per_look"] == pytest.approx(0.95) and b["confidence_per_look"] == pytest.approx(0.9995)
-    assert b["mismatch_interval"][1] > a["mismatch_interval"][1] and b["mismatch"] == a["mismatch"]
+    # at 1 − α/100 the confidence sequence over 64 logged sequences may not close above (its upper end is ∞: null)
+    wider = b["mismatch_interval"][1] is None or b["mismatch_interval"][1] > a["mismatch_interval"][1]
+    assert wider and a["mismatch_interval"][1] is not None and b["mismatch"] == a["mismatch"]

@@ -1,3 +1,4 @@
+# long module: a level is its engine, its measured x and its run; the three share the level's resolution and seeds
 """Calibration levels and one run of a level: its engine, its mismatch measured as a screen measures it, its OPD run.
 
     ctx = load_context(cfg, "examples/toy_calibrate.yaml")     # pair, prompts, models; checked, cached per process
