@@ -24,7 +24,10 @@ Objectives (`TrainConfig.loss`, calibration/objectives.py): "pg" `SampledTokenPG
 The optimizer is AdamW at `lr` (constant, or cosine-decayed to 0 over the run), global grad-norm clip `grad_clip`.
 Quality (`QualityEvaluator`): the student samples `samples` responses per held-out prompt in reference precision
 (no perturbation, the same eval seed every time); quality = the exact reverse KL student→teacher per token on them
-(nats/token), plus exact-match accuracy when the prompts carry an "answer".
+(nats/token), plus exact-match accuracy when the prompts carry an "answer", and its standard error clustered by
+prompt (`EvaluatedQuality`, calibration/quality_error.py). Issue 36's switches, off by default (today's runs bit for
+bit): `train.sampling_coupling` / `eval.sampling_coupling: gumbel` draw rollouts / eval samples by Gumbel-max with
+per-token shared noise (rollout/sampling.py); `train.ema: d` scores an EMA of the weights (`EMAWeights`).
 
 Determinism: every random draw is a pure function of (seed, purpose, step) (`derive_seed`): the train batch, the
 engine's sampling uniforms, the noise (via `noise_step`). AdamW has no randomness, so a run is reproducible at a
@@ -38,10 +41,12 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from admitcheck.calibration.objectives import objective_for, reverse_kl_rows
+from admitcheck.calibration.quality_error import token_mean_error
 from admitcheck.calibration.runs import OPDResult, Quality, StepHook, StepLog, derive_seed
 from admitcheck.config import EvalConfig, ReferenceConfig, RolloutConfig, SamplingConfig, TrainConfig
 from admitcheck.measurement.metrics import k3_terms
@@ -81,9 +86,23 @@ def exact_match(tokenizer, eos_token_id: int, responses: list[list[int]], answer
     return hits / max(len(responses), 1)
 
 
+@dataclass(frozen=True)
+class EvaluatedQuality(Quality):
+    """A `Quality` with its standard errors (`quality_error`, nats/token) and what they are computed from: every
+    response's summed reverse KL and token count, `samples` consecutive responses to a prompt."""
+
+    standard_error: float | None = None  # of the eval draws on these prompts (what another eval seed would move)
+    prompt_clustered_error: float | None = None  # clustered by prompt: other prompts from the population too
+    samples: int = 1
+    kl_by_response: tuple[float, ...] = ()  # nats, summed over the response's tokens
+    tokens_by_response: tuple[int, ...] = ()
+
+
 class QualityEvaluator:
     """Quality on fixed held-out prompts: the student samples in reference precision (an unperturbed engine with
-    the same seed every time, so evaluations of different runs share their random numbers), the teacher scores."""
+    the same seed every time, so evaluations of different runs share their random numbers), the teacher scores.
+    The samples are drawn under `cfg.sampling_coupling` (inverse-CDF or Gumbel-max, rollout/sampling.py); the
+    quality's standard error is clustered by prompt."""
 
     def __init__(
         self,
@@ -99,13 +118,16 @@ class QualityEvaluator:
         self.teacher = teacher
         self.prompt_ids = [p for p in prompt_ids for _ in range(cfg.samples)]  # each prompt `samples` times
         self.answers = [a for a in answers for _ in range(cfg.samples)] if answers is not None else None
-        self.cfg, self.tokens, self.sampling = cfg, tokens, sampling
+        self.cfg, self.tokens = cfg, tokens
+        self.sampling = sampling.model_copy(update={"coupling": cfg.sampling_coupling})
+        self.samples = cfg.samples
         dtype = reference.dtype if reference.dtype != "float64" else "float32"
         options = {"cuda_graphs": execution.cuda_graphs, "compile": execution.compile} if execution else {}
         self.rollout = RolloutConfig(engine="hf", dtype=dtype, device=reference.device, **options)
         self._engine = None
 
-    def __call__(self, student: torch.nn.Module, step: int) -> Quality:
+    def __call__(self, student: torch.nn.Module, step: int, seed: int | None = None) -> EvaluatedQuality:
+        """The quality of `student` at `step`; `seed` replaces `cfg.seed` (other eval draws of the same weights)."""
         from admitcheck.rollout.engines.hf import HFEngine
 
         if self._engine is None:
@@ -114,20 +136,30 @@ class QualityEvaluator:
             )
         else:
             self._engine.load_weights(student.state_dict())
-        kl_sum, n_tok, responses = 0.0, 0, []
+        base_seed = self.cfg.seed if seed is None else seed
+        kl_sum, kl_rows, n_rows, responses = 0.0, [], [], []
         for i in range(0, len(self.prompt_ids), self.cfg.batch_size):
             chunk = self.prompt_ids[i : i + self.cfg.batch_size]
-            seed = derive_seed(self.cfg.seed, "eval", i)
-            ro = self._engine.sample(chunk, self.sampling, seed, self.cfg.max_new_tokens, return_full=True)
+            chunk_seed = derive_seed(base_seed, "eval", i)
+            ro = self._engine.sample(chunk, self.sampling, chunk_seed, self.cfg.max_new_tokens, return_full=True)
             teacher = score(self.teacher, ro.prompt_ids, ro.token_ids, ro.mask, self.sampling, full=True)
             kl = reverse_kl_rows(ro.full_logprobs, teacher.full_logprobs)  # (B, T) nats
-            kl_sum += float(kl[ro.mask].double().sum())
-            n_tok += int(ro.mask.sum())
+            kl_sum += float(kl[ro.mask].double().sum())  # the quality's own sum, as before issue 36 (same bits)
+            kl_rows += kl.double().masked_fill(~ro.mask, 0.0).sum(dim=1).tolist()  # (B,) per response
+            n_rows += ro.mask.sum(dim=1).tolist()
             responses += ro.responses()
         acc = None
         if self.answers is not None:
             acc = exact_match(self.tokens.tokenizer, self.tokens.eos_token_id, responses, self.answers)
-        return Quality(step, kl_sum / max(n_tok, 1), acc, n_tok)
+        n_tok = int(sum(n_rows))
+        err = token_mean_error(kl_rows, n_rows, self.samples) if n_tok > 0 else None  # a prompt's samples: consecutive
+        draws, prompts = (_finite(err.draws), _finite(err.prompts)) if err is not None else (None, None)
+        value = kl_sum / max(n_tok, 1)
+        return EvaluatedQuality(step, value, acc, n_tok, draws, prompts, self.samples, tuple(kl_rows), tuple(n_rows))
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
 
 
 def _batch_indices(n: int, batch_size: int, seed: int, step: int) -> list[int]:
@@ -165,7 +197,7 @@ def train(
     thread is joined on every way out.
     """
     objective = objective_for(cfg, teacher, prompt_ids)
-    sampling = SamplingConfig(temperature=cfg.temperature)
+    sampling = SamplingConfig(temperature=cfg.temperature, coupling=cfg.sampling_coupling)
     student.eval()  # no dropout: training mode is only about gradients here
     params = [p for p in student.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -192,6 +224,7 @@ def train(
     if staleness and not overlap:
         history.append(_snapshot(student))
     evals = [evaluator(student, 0)] if evaluator else []
+    averaged = EMAWeights(student, cfg.ema) if cfg.ema is not None else None  # evaluated instead of the last iterate
     logs: list[StepLog] = []
     background = BackgroundRollouts(engine) if overlap else None
     try:
@@ -220,6 +253,8 @@ def train(
             opt.step()
             if cfg.lr_schedule == "cosine":
                 sched.step()
+            if averaged is not None:
+                averaged.update(student)
             t3 = time.perf_counter()
             if background is not None:  # θ_{step+1} is what batch step+1+k samples (the last job: a sync alone)
                 j = step + 1 + staleness
@@ -238,13 +273,30 @@ def train(
                 on_step(step + 1, student)
             due = (eval_every and (step + 1) % eval_every == 0) or step + 1 == cfg.steps
             if evaluator and due:
-                evals.append(evaluator(student, step + 1))
+                evals.append(evaluator(averaged.model if averaged is not None else student, step + 1))
         if background is not None:
             background.result()  # the last sync: the engine ends holding what the synchronous loop leaves in it
     finally:
         if background is not None:
             background.close()  # queued jobs cancelled, the running one finished, the thread joined
     return OPDResult(logs, evals)
+
+
+class EMAWeights:
+    """An exponential moving average of a model's parameters (Block et al., arXiv 2310.11428: SGD noise amplified
+    through autoregressive rollouts makes the last iterate's quality oscillate; an average of the last iterates
+    does not): after every optimizer step θ̄ ← decay·θ̄ + (1 − decay)·θ, from θ̄ = θ0 (its weight decay^steps is
+    ~0 after a run: 0.9^200 = 7e-10). With `train.ema` set, every evaluation after step 0 scores θ̄; the
+    student trains on as before (the average never feeds back)."""
+
+    def __init__(self, student: torch.nn.Module, decay: float) -> None:
+        self.model, self.decay = copy.deepcopy(student).requires_grad_(False), float(decay)
+
+    @torch.no_grad()
+    def update(self, student: torch.nn.Module) -> None:
+        mine = [p for p in self.model.parameters() if p.is_floating_point()]
+        theirs = [p.detach() for p in student.parameters() if p.is_floating_point()]
+        torch._foreach_lerp_(mine, theirs, 1.0 - self.decay)
 
 
 def _snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
