@@ -49,6 +49,10 @@ def _pair_files(pair: str) -> tuple[Path, Path, Path]:
     )
 
 
+def _recipe_steps(cfg_path: Path) -> int:
+    return int(yaml.safe_load(cfg_path.read_text())["train"]["steps"])
+
+
 def _eval_seeds(base: int, k: int) -> list[int]:
     return [base] + [base + 1000 * (i + 1) for i in range(k - 1)]  # the shipped eval seed first
 
@@ -146,6 +150,133 @@ def one_run(args: tuple) -> dict:
         "seconds_by_phase": result.seconds(),
         "in_run_k3_mean": float(np.mean([s.k3 for s in result.steps])),
         "evals": evals,
+    }
+
+
+def one_eval(args: tuple) -> list[dict]:
+    """A finished run's final weights (kept at its last check step) scored by a larger evaluation: `samples`
+    responses per prompt at the shipped eval seed, under both eval couplings."""
+    pair, tag, steps, samples, work = args
+    os.chdir(ROOT)
+    import torch
+
+    from admitcheck import io
+    from admitcheck.calibration import opd
+    from admitcheck.calibration.levels import load_context, one_thread
+    from admitcheck.config import CalibrateConfig, SamplingConfig
+
+    cfg_path = _pair_files(pair)[0]
+    config = io.load_config(cfg_path, CalibrateConfig)
+    ctx = load_context(config, str(cfg_path))
+    weights = torch.load(Path(work) / f"{tag}.pt")["weights"][steps]
+    out = []
+    with one_thread():
+        student = __import__("copy").deepcopy(ctx.student)
+        torch.nn.utils.vector_to_parameters(weights, student.parameters())
+        sampling = SamplingConfig(temperature=config.train.temperature)
+        for ec in COUPLINGS:
+            ev_cfg = config.eval.model_copy(update={"sampling_coupling": ec, "samples": samples})
+            ev = opd.QualityEvaluator(
+                ctx.teacher, ctx.eval_ids, None, ev_cfg, ctx.tokens, sampling, config.reference, config.rollout
+            )
+            t1 = time.perf_counter()
+            q = ev(student, steps)
+            out.append(
+                {
+                    "tag": tag,
+                    "eval_coupling": ec,
+                    "samples": samples,
+                    "seconds": time.perf_counter() - t1,
+                    "quality": q.reverse_kl,
+                    "se_draws": q.standard_error,
+                    "kl_by_response": [round(k, 7) for k in q.kl_by_response],
+                    "tokens_by_response": list(q.tokens_by_response),
+                }
+            )
+    return out
+
+
+def larger_eval(rows: list[dict], big: list[dict], tau: float) -> list[dict]:
+    """Paired cost sd per (training coupling, eval coupling) under the larger evaluation."""
+    from admitcheck.calibration.quality_error import paired_difference_error
+
+    idx = {(b["tag"], b["eval_coupling"]): b for b in big}
+    out = []
+    for c in COUPLINGS:
+        for ec in COUPLINGS:
+            seeds = sorted({r["seed"] for r in rows if r["coupling"] == c})
+            base, lev, cost, se, secs = [], [], [], [], []
+            for s in seeds:
+                b, x = idx.get((f"{c}-base-{s}", ec)), idx.get((f"{c}-level-{s}", ec))
+                if b is None or x is None:
+                    continue
+                base.append(b["quality"])
+                lev.append(x["quality"])
+                d = paired_difference_error(
+                    x["kl_by_response"], x["tokens_by_response"], b["kl_by_response"], b["tokens_by_response"],
+                    samples=x["samples"],
+                )  # fmt: skip
+                cost.append(d.value)
+                se.append(d.draws)
+                secs += [b["seconds"], x["seconds"]]
+            if not cost:
+                continue
+            out.append(
+                {
+                    "train_coupling": c,
+                    "eval_coupling": ec,
+                    "weights": "last",
+                    "samples_per_prompt": big[0]["samples"],
+                    "pairs": len(cost),
+                    "paired_cost": cost,
+                    "run_sd_tau": math.sqrt(float(np.mean([_sd(base) ** 2, _sd(lev) ** 2]))) / tau,
+                    "run_se_draws_tau": float(np.sqrt(np.mean([b["se_draws"] ** 2 for b in big]))) / tau,
+                    "paired_cost_mean_tau": float(np.mean(cost)) / tau,
+                    "paired_cost_sd_tau": _sd(cost) / tau,
+                    "paired_correlation": _corr(lev, base),
+                    "paired_se_draws_tau": float(np.sqrt(np.mean(np.square(se)))) / tau,
+                    "seconds_per_eval": float(np.mean(secs)),
+                }
+            )
+    return out
+
+
+def sampling_cost(pair: str, repeats: int = 10) -> dict:
+    """CPU seconds (process time, 1 thread) of one training batch's rollout under each coupling, and of one EMA
+    update, alternating couplings so that machine load falls on both alike: the per-run cost of the switches."""
+
+    from admitcheck import io
+    from admitcheck.calibration import opd
+    from admitcheck.calibration.levels import _engine, load_context, one_thread
+    from admitcheck.config import CalibrateConfig, SamplingConfig
+
+    cfg_path = _pair_files(pair)[0]
+    config = io.load_config(cfg_path, CalibrateConfig)
+    ctx = load_context(config, str(cfg_path))
+    train = config.train
+    batch = [ctx.train_ids[i % len(ctx.train_ids)] for i in range(train.batch_size)]
+    cpu = {c: [] for c in COUPLINGS}
+    with one_thread():
+        engine = _engine(ctx, ctx.student, config.rollout)
+        for r in range(repeats):
+            for c in COUPLINGS:
+                t = time.process_time()
+                engine.sample(batch, SamplingConfig(temperature=train.temperature, coupling=c), r, train.max_new_tokens)
+                cpu[c].append(time.process_time() - t)
+        engine.close()
+        ema = opd.EMAWeights(ctx.student, 0.9)
+        t = time.process_time()
+        for _ in range(repeats):
+            ema.update(ctx.student)
+        ema_s = (time.process_time() - t) / repeats
+    per_batch = {c: float(np.median(v)) for c, v in cpu.items()}
+    return {
+        "rollout_cpu_s_per_batch": per_batch,
+        "gumbel_over_inverse_cdf": per_batch["gumbel"] / per_batch["inverse_cdf"],
+        "extra_cpu_s_per_run": (per_batch["gumbel"] - per_batch["inverse_cdf"]) * train.steps,
+        "ema_update_cpu_s": ema_s,
+        "ema_extra_cpu_s_per_run": ema_s * train.steps,
+        "repeats": repeats,
     }
 
 
@@ -314,6 +445,7 @@ def main() -> None:
     ap.add_argument("--couplings", nargs="*", default=list(COUPLINGS))
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--steps", type=int, default=None, help="smoke tests only: not the shipped recipe's steps")
+    ap.add_argument("--big-eval-samples", type=int, default=0, help="also score final weights with N samples/prompt")
     ap.add_argument("--work", default=None, help="per-run records and tensors (default /tmp/admitcheck-noise-PAIR)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
@@ -355,6 +487,20 @@ def main() -> None:
     done = [r for r in done if r["seed"] in seeds and r["coupling"] in a.couplings]
     shipped = shipped_figures(ledger, a.level_std, tau)
     result = analyse(done, work, tau, shipped, a.ema)
+    if a.big_eval_samples:
+        big_file = work / f"evals_{a.big_eval_samples}.jsonl"
+        big = [json.loads(x) for x in big_file.read_text().splitlines()] if big_file.exists() else []
+        have_big = {b["tag"] for b in big}
+        last_step = max(s for s in CHECK_STEPS if s <= (a.steps or _recipe_steps(cfg_path)))
+        todo = [(a.pair, r["tag"], last_step, a.big_eval_samples, str(work)) for r in done if r["tag"] not in have_big]
+        print(f"{len(todo)} larger evaluations to do", flush=True)
+        with ProcessPoolExecutor(max_workers=a.jobs) as pool:
+            for rows in pool.map(one_eval, todo):
+                big += rows
+                with big_file.open("a") as f:
+                    f.writelines(json.dumps(x) + "\n" for x in rows)
+        result["larger_evaluation"] = larger_eval(done, big, tau)
+    result["sampling_cost"] = sampling_cost(a.pair)
     reproduced = []
     for r in done:  # today's defaults: the inverse-CDF runs at the shipped seeds must give the ledger's quality
         if r["coupling"] == "inverse_cdf":
