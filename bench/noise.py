@@ -233,15 +233,17 @@ def larger_eval(rows: list[dict], big: list[dict], tau: float) -> list[dict]:
                     "run_se_draws_tau": float(np.sqrt(np.mean([b["se_draws"] ** 2 for b in big]))) / tau,
                     "paired_cost_mean_tau": float(np.mean(cost)) / tau,
                     "paired_cost_sd_tau": _sd(cost) / tau,
+                    "paired_cost_sd_ci95_tau": _sd_interval(cost, tau),
                     "paired_correlation": _corr(lev, base),
                     "paired_se_draws_tau": float(np.sqrt(np.mean(np.square(se)))) / tau,
+                    "paired_trajectory_sd_tau": _floor(cost, se) / tau,
                     "seconds_per_eval": float(np.mean(secs)),
                 }
             )
     return out
 
 
-def sampling_cost(pair: str, repeats: int = 10) -> dict:
+def sampling_cost(pair: str, repeats: int = 10, big_samples: int = 0) -> dict:
     """CPU seconds (process time, 1 thread) of one training batch's rollout under each coupling, and of one EMA
     update, alternating couplings so that machine load falls on both alike: the per-run cost of the switches."""
 
@@ -269,6 +271,22 @@ def sampling_cost(pair: str, repeats: int = 10) -> dict:
         for _ in range(repeats):
             ema.update(ctx.student)
         ema_s = (time.process_time() - t) / repeats
+        student = __import__("copy").deepcopy(ctx.student)  # today's run, in CPU seconds: 10 steps (x steps/10)
+        engine = _engine(ctx, student, config.rollout)
+        t = time.process_time()
+        opd.train(student, ctx.teacher, engine, ctx.train_ids, train, None, seed=0, stop_after=10)
+        train_s = (time.process_time() - t) * train.steps / 10
+        engine.close()
+        eval_s = {}
+        for n in sorted({config.eval.samples, big_samples or config.eval.samples}):
+            ev_cfg = config.eval.model_copy(update={"samples": n})
+            sampling = SamplingConfig(temperature=train.temperature)
+            ev = opd.QualityEvaluator(
+                ctx.teacher, ctx.eval_ids, None, ev_cfg, ctx.tokens, sampling, config.reference, config.rollout
+            )
+            t = time.process_time()
+            ev(student, 0)
+            eval_s[n] = time.process_time() - t
     per_batch = {c: float(np.median(v)) for c, v in cpu.items()}
     return {
         "rollout_cpu_s_per_batch": per_batch,
@@ -277,12 +295,31 @@ def sampling_cost(pair: str, repeats: int = 10) -> dict:
         "ema_update_cpu_s": ema_s,
         "ema_extra_cpu_s_per_run": ema_s * train.steps,
         "repeats": repeats,
+        "run_train_cpu_s": train_s,  # 10 steps measured, scaled to the recipe's steps
+        "eval_cpu_s_by_samples": {str(k): v for k, v in eval_s.items()},
+        "today_run_cpu_s": train_s + 2 * eval_s[config.eval.samples],  # a run evaluates at step 0 and the end
     }
 
 
 def _sd(x) -> float:
     x = np.asarray(x, float)
     return float(x.std(ddof=1)) if len(x) > 1 else float("nan")
+
+
+def _sd_interval(x, tau: float) -> list[float] | None:
+    """95% χ² interval of an sd from len(x) values (normal model), in τ."""
+    from scipy.stats import chi2
+
+    n = len(x)
+    if n < 3:
+        return None
+    sd, df = _sd(x), n - 1
+    return [sd * math.sqrt(df / chi2.ppf(0.975, df)) / tau, sd * math.sqrt(df / chi2.ppf(0.025, df)) / tau]
+
+
+def _floor(cost, se) -> float:
+    """sqrt(max(sd(cost)² − mean SE², 0)): the paired sd without the evaluation's share, the trajectory's floor."""
+    return math.sqrt(max(_sd(cost) ** 2 - float(np.mean(np.square(se))), 0.0))
 
 
 def _corr(a, b) -> float:
@@ -305,6 +342,7 @@ def shipped_figures(ledger: Path, level_std: float, tau: float) -> dict:
         "level_sd_tau": _sd([lev[s] for s in seeds]) / tau,
         "paired_cost_sd": _sd(cost),
         "paired_cost_sd_tau": _sd(cost) / tau,
+        "paired_cost_sd_ci95_tau": _sd_interval(cost, tau),
         "paired_correlation": _corr([lev[s] for s in seeds], [base[s] for s in seeds]),
         "mean_seconds_per_run": float(np.mean([r["seconds"] for r in runs if r.get("seconds")])),
         "quality_by_seed": {"baseline": base, "level": lev},
@@ -429,8 +467,10 @@ def _option(by: dict, seeds: list[int], c: str, ec: str, weights: str, tau: floa
         "trajectory_sd_tau": math.sqrt(traj) / tau if traj is not None else None,
         "paired_cost_mean_tau": float(np.mean(cost)) / tau,
         "paired_cost_sd_tau": _sd(cost) / tau,
+        "paired_cost_sd_ci95_tau": _sd_interval(cost, tau),
         "paired_correlation": _corr(lev, base),
         "paired_se_draws_tau": float(np.sqrt(np.mean(np.square(se_pair)))) / tau,  # eval draws, paired per response
+        "paired_trajectory_sd_tau": _floor(cost, se_pair) / tau,  # what is left without evaluation noise
         "paired_se_prompts_tau": float(np.sqrt(np.mean(np.square(se_pair_prompts)))) / tau,  # clustered by prompt
     }
 
@@ -500,7 +540,7 @@ def main() -> None:
                 with big_file.open("a") as f:
                     f.writelines(json.dumps(x) + "\n" for x in rows)
         result["larger_evaluation"] = larger_eval(done, big, tau)
-    result["sampling_cost"] = sampling_cost(a.pair)
+    result["sampling_cost"] = sampling_cost(a.pair, big_samples=a.big_eval_samples)
     reproduced = []
     for r in done:  # today's defaults: the inverse-CDF runs at the shipped seeds must give the ledger's quality
         if r["coupling"] == "inverse_cdf":
