@@ -417,6 +417,10 @@ def analyse(rows: list[dict], work: Path, tau: float, shipped: dict, emas: list[
                 "se_draws_rms": float(np.sqrt(np.mean(np.square(se_draws)))),  # what the record's quality_se says
                 "se_prompts_rms": float(np.sqrt(np.mean(np.square(se_prompts)))),
                 "runs": len(runs),
+                "effective_df": len(
+                    [e for e in runs[0]["evals"] if e["eval_coupling"] == ec and e["weights"] == "last"]
+                )
+                - 1,  # the runs share their K eval seeds: the pooled spread has K − 1 degrees of freedom
                 "eval_seeds_per_run": len(
                     [e for e in runs[0]["evals"] if e["eval_coupling"] == ec and e["weights"] == "last"]
                 ),
@@ -452,9 +456,12 @@ def _option(by: dict, seeds: list[int], c: str, ec: str, weights: str, tau: floa
         cost.append(d.value)
         se_pair.append(d.draws)
         se_pair_prompts.append(d.prompts)
-    # trajectory variance = one run's variance across seeds − its evaluation variance (the same weights, other draws)
+    # trajectory variance = one run's variance across seeds − its evaluation variance (the same weights, other
+    # draws): the eval variance from the clustered SE (the K-seed spread has only K − 1 degrees of freedom, as
+    # every run shares the same K eval seeds; both are given)
     run_var = float(np.mean([_sd(base) ** 2, _sd(lev) ** 2]))
-    traj = max(run_var - evaluation["eval_sd_pooled"] ** 2, 0.0) if weights == "last" else None
+    traj = max(run_var - evaluation["se_draws_rms"] ** 2, 0.0)
+    traj_k = max(run_var - evaluation["eval_sd_pooled"] ** 2, 0.0)
     return {
         "train_coupling": c,
         "eval_coupling": ec,
@@ -464,7 +471,8 @@ def _option(by: dict, seeds: list[int], c: str, ec: str, weights: str, tau: floa
         "level_quality": lev,
         "paired_cost": cost,
         "run_sd_tau": math.sqrt(run_var) / tau,
-        "trajectory_sd_tau": math.sqrt(traj) / tau if traj is not None else None,
+        "trajectory_sd_tau": math.sqrt(traj) / tau,
+        "trajectory_sd_tau_from_k_seeds": math.sqrt(traj_k) / tau if weights == "last" else None,
         "paired_cost_mean_tau": float(np.mean(cost)) / tau,
         "paired_cost_sd_tau": _sd(cost) / tau,
         "paired_cost_sd_ci95_tau": _sd_interval(cost, tau),
