@@ -93,3 +93,17 @@ def test_gumbel_max_keeps_the_token_under_a_small_move_that_flips_inverse_cdf() 
     cdf_shift = float((p.cumsum(0) - q.cumsum(0)).abs().sum())  # Σ|F − G| ≈ (V − 1) δ
     assert flip_cdf == pytest.approx(min(cdf_shift, 1.0), rel=0.1)
     assert flip_cdf > 10 * flip_gumbel
+
+
+def test_the_config_names_exactly_the_couplings_sampling_has() -> None:
+    from typing import get_args
+
+    from admitcheck.config import EvalConfig, SamplingConfig, TrainConfig
+    from admitcheck.rollout.sampling import COUPLINGS
+
+    for model, field in (
+        (SamplingConfig, "coupling"),
+        (TrainConfig, "sampling_coupling"),
+        (EvalConfig, "sampling_coupling"),
+    ):
+        assert get_args(model.model_fields[field].annotation) == COUPLINGS

@@ -51,7 +51,7 @@ class QualityEvaluator:
     """Quality on fixed held-out prompts: the student samples in reference precision (an unperturbed engine with
     the same seed every time, so evaluations of different runs share their random numbers), the teacher scores.
     The samples are drawn under `cfg.sampling_coupling` (inverse-CDF or Gumbel-max, rollout/sampling.py); the
-    quality's standard error is clustered by prompt."""
+    quality comes with its standard errors (`quality_error`: of the eval draws, and clustered by prompt)."""
 
     def __init__(
         self,
