@@ -57,6 +57,16 @@ class Strict(BaseModel):
             raise ValidationError.from_exception_data(exc.title, errors) from None
 
 
+_NOISE_SWITCHES = {"coupling": "inverse_cdf", "sampling_coupling": "inverse_cdf", "ema": None}  # issue 36's defaults
+
+
+def _without_defaults(model: BaseModel, data: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """A dump without the fields of `defaults` that sit at their default: switches added after artifacts and ledgers
+    were shipped keep those files' dumps (and so their headers, run keys and re-fits) bit for bit."""
+    drop = {k for k, v in defaults.items() if k in data and getattr(model, k) == v}
+    return {k: v for k, v in data.items() if k not in drop}
+
+
 class PairConfig(Strict):
     """The student and teacher: HF model dirs (or ids already on disk); the tokenizer is the student's by default."""
 
@@ -82,6 +92,14 @@ class SamplingConfig(Strict):
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0)  # 0 = off
+    # How the sampled token is drawn from μ (hf engine; rollout/sampling.py): one shared uniform per (sequence,
+    # position) through the CDF (today's), or Gumbel-max with noise per (seed, sequence, position, token), which
+    # couples nearby policies far better. Left out of the dump at its default: older protocols stay as they were.
+    coupling: Literal["inverse_cdf", "gumbel"] = "inverse_cdf"
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> dict[str, Any]:
+        return _without_defaults(self, handler(self), _NOISE_SWITCHES)
 
 
 class ReferenceConfig(Strict):
@@ -289,6 +307,13 @@ class TrainConfig(Strict):
     # snapshot). Staleness 0 has nothing to sample ahead: both are the synchronous loop. Never dumped: out of
     # ledger headers, run keys and the artifact's recipe, so a calibration may switch it and resume.
     rollouts: Literal["sync", "async"] = Field("sync", exclude=True)
+    # --- issue 36: less noise per run; left out of dumps (headers, run keys, recipes) at their defaults
+    sampling_coupling: Literal["inverse_cdf", "gumbel"] = "inverse_cdf"  # training rollouts (SamplingConfig.coupling)
+    ema: float | None = Field(None, gt=0, lt=1)  # final quality on an EMA of the weights, decay per step; null = off
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> dict[str, Any]:
+        return _without_defaults(self, handler(self), _NOISE_SWITCHES)
 
     @model_validator(mode="before")
     @classmethod
@@ -319,6 +344,11 @@ class EvalConfig(Strict):
     batch_size: int = Field(64, gt=0)
     every: int = Field(0, ge=0)  # also evaluate every N steps (0 = only start and end)
     seed: int = 12345  # eval sampling seed, the same for every run
+    sampling_coupling: Literal["inverse_cdf", "gumbel"] = "inverse_cdf"  # issue 36; left out of dumps at default
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> dict[str, Any]:
+        return _without_defaults(self, handler(self), _NOISE_SWITCHES)
 
 
 class AutoNoiseLevels(Strict):

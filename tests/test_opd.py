@@ -346,3 +346,87 @@ def test_run_mismatch_replays_the_first_steps_of_a_run(tiny) -> None:
         got = opd.run_mismatch(tiny["student"], tiny["teacher"], tiny["train_ids"], cfg, rollout, steps=3,
                                staleness=k, seed=4, tokens=tiny["tokens"])  # fmt: skip
         assert got == want and got > 0  # bit-identical: the same seeded steps on one thread
+
+
+# ------------------------------------------------------------------------------------------------ issue 36: less noise
+
+
+def test_noise_switches_stay_out_of_dumps_at_their_defaults() -> None:
+    """Ledger headers, run keys and artifact recipes are dumps of these configs: today's must not change."""
+    assert "sampling_coupling" not in _cfg().model_dump() and "ema" not in _cfg().model_dump()
+    assert "coupling" not in SamplingConfig().model_dump()
+    assert "sampling_coupling" not in EvalConfig(prompts="-").model_dump()
+    on = _cfg(sampling_coupling="gumbel", ema=0.9).model_dump()
+    assert on["sampling_coupling"] == "gumbel" and on["ema"] == 0.9
+    assert EvalConfig(prompts="-", sampling_coupling="gumbel").model_dump()["sampling_coupling"] == "gumbel"
+    with pytest.raises(ValueError):
+        _cfg(ema=1.0)
+
+
+def test_run_record_carries_the_quality_standard_error_and_old_lines_still_load() -> None:
+    from admitcheck.calibration.record import RunRecord
+
+    old = {"kind": "run", "key": "k", "seed": 3, "quality": 0.41}  # a line written before the field existed
+    assert RunRecord.model_validate(old).quality_se is None
+    assert RunRecord.model_validate(old).line() == old
+    new = RunRecord(seed=3, quality=0.41, quality_se=0.004).keyed("k")
+    assert RunRecord.model_validate(json.loads(json.dumps(new.line()))).quality_se == 0.004
+
+
+def test_quality_carries_its_standard_error_and_eval_coupling_changes_the_draws(tiny) -> None:
+    ecfg = EvalConfig(prompts="-", max_new_tokens=6, batch_size=16, samples=4)
+    args = (tiny["teacher"], tiny["eval_ids"], None, ecfg, tiny["tokens"], SamplingConfig())
+    q = opd.QualityEvaluator(*args)(tiny["student"], 0)
+    assert q.standard_error is not None and 0 < q.standard_error < q.prompt_clustered_error
+    assert len(q.kl_by_response) == 4 * len(tiny["eval_ids"]) and sum(q.tokens_by_response) == q.num_tokens
+    assert math.fsum(q.kl_by_response) / q.num_tokens == pytest.approx(q.reverse_kl, rel=1e-12)
+    other = opd.QualityEvaluator(*args)(tiny["student"], 0, seed=99)  # other eval draws, the same weights
+    assert other.reverse_kl != q.reverse_kl
+    gumbel = dict(zip(("teacher", "prompt_ids", "answers", "cfg", "tokens", "sampling"), args))
+    gumbel["cfg"] = ecfg.model_copy(update={"sampling_coupling": "gumbel"})
+    g = opd.QualityEvaluator(**gumbel)(tiny["student"], 0)
+    assert g.kl_by_response != q.kl_by_response
+    one = opd.QualityEvaluator(*args[:3], ecfg.model_copy(update={"samples": 1}), *args[4:])(tiny["student"], 0)
+    assert one.standard_error is None and one.prompt_clustered_error is not None  # no within-prompt spread to see
+
+
+def test_gumbel_training_rollouts_are_a_reproducible_other_run(tiny) -> None:
+    import copy
+
+    def losses(**kw) -> list[float]:
+        student = copy.deepcopy(tiny["student"])
+        return [s.loss for s in opd.train(student, tiny["teacher"], _engine(tiny, student), tiny["train_ids"],
+                                          _cfg(**kw), seed=1).steps]  # fmt: skip
+
+    assert losses(sampling_coupling="gumbel") == losses(sampling_coupling="gumbel")
+    assert losses(sampling_coupling="gumbel") != losses()
+
+
+def test_ema_weights_are_the_exponential_average_and_the_final_quality_scores_them(tiny) -> None:
+    import copy
+
+    student = copy.deepcopy(tiny["student"])
+    ema = opd.EMAWeights(student, 0.75)
+    theta0 = [p.detach().clone() for p in student.parameters()]
+    with torch.no_grad():
+        for p in student.parameters():
+            p.add_(1.0)
+    ema.update(student)
+    for avg, t0 in zip(ema.model.parameters(), theta0):
+        assert torch.allclose(avg, t0 + 0.25, atol=1e-6)  # 0.75 θ0 + 0.25 (θ0 + 1)
+    seen = []
+
+    def evaluator(model, step):
+        seen.append((step, [p.detach().clone() for p in model.parameters()]))
+        return opd.Quality(step, 0.0, None, 1)
+
+    student = copy.deepcopy(tiny["student"])
+    mine = opd.EMAWeights(student, 0.5)  # the same average, kept by hand after every step
+    cfg = _cfg(ema=0.5, steps=4, lr=1e-2)
+    opd.train(student, tiny["teacher"], _engine(tiny, student), tiny["train_ids"], cfg, evaluator, seed=0,
+              on_step=lambda k, s: mine.update(s))  # fmt: skip
+    final_step, final_weights = seen[-1]
+    assert final_step == 4
+    assert all(torch.equal(a, b) for a, b in zip(final_weights, mine.model.parameters()))
+    assert not all(torch.equal(a, b) for a, b in zip(final_weights, student.parameters()))  # not the last iterate
+    assert all(torch.equal(a, b) for a, b in zip(seen[0][1], tiny["student"].parameters()))  # step 0: θ0

@@ -347,6 +347,7 @@ def run_one(
         **x,
         quality=opd.quality_value(config.train, result.final),  # reverse KL, or 1 − task reward (grpo)
         quality_start=opd.quality_value(config.train, result.initial),
+        quality_se=getattr(result.final, "standard_error", None) if config.train.loss != "grpo" else None,
         reverse_kl=result.final.reverse_kl,
         accuracy=result.final.accuracy,
         accuracy_start=result.initial.accuracy,

@@ -22,9 +22,10 @@ Objectives (`TrainConfig.loss`, calibration/objectives.py): "pg" `SampledTokenPG
 `FullVocabReverseKL`, "grpo" `grpo.GRPO`; each gives its loss and its step log's extra fields.
 
 The optimizer is AdamW at `lr` (constant, or cosine-decayed to 0 over the run), global grad-norm clip `grad_clip`.
-Quality (`QualityEvaluator`): the student samples `samples` responses per held-out prompt in reference precision
-(no perturbation, the same eval seed every time); quality = the exact reverse KL student→teacher per token on them
-(nats/token), plus exact-match accuracy when the prompts carry an "answer".
+Quality (`QualityEvaluator`, re-exported from calibration/evaluation.py with `EvaluatedQuality`): held-out reverse KL
+student→teacher on the student's own samples in reference precision, with its standard errors. Issue 36's switches,
+off by default (today's runs bit for bit): `train.sampling_coupling: gumbel` draws the rollouts by Gumbel-max with
+per-token shared noise (rollout/sampling.py); `train.ema: d` evaluates an EMA of the weights (`EMAWeights`).
 
 Determinism: every random draw is a pure function of (seed, purpose, step) (`derive_seed`): the train batch, the
 engine's sampling uniforms, the noise (via `noise_step`). AdamW has no randomness, so a run is reproducible at a
@@ -41,12 +42,23 @@ from collections.abc import Callable
 
 import torch
 
-from admitcheck.calibration.objectives import objective_for, reverse_kl_rows
+# the evaluator lives in calibration/evaluation.py; `opd.QualityEvaluator` (and the two below) stay importable here
+from admitcheck.calibration.evaluation import EvaluatedQuality, QualityEvaluator, exact_match
+from admitcheck.calibration.objectives import objective_for
 from admitcheck.calibration.runs import OPDResult, Quality, StepHook, StepLog, derive_seed
-from admitcheck.config import EvalConfig, ReferenceConfig, RolloutConfig, SamplingConfig, TrainConfig
+from admitcheck.config import RolloutConfig, SamplingConfig, TrainConfig
 from admitcheck.measurement.metrics import k3_terms
-from admitcheck.measurement.scorer import response_logprobs, score
+from admitcheck.measurement.scorer import response_logprobs
 from admitcheck.rollout.background import BackgroundRollouts
+
+__all__ = [
+    "EMAWeights",
+    "EvaluatedQuality",
+    "Quality",
+    "QualityEvaluator",
+    "exact_match",
+    "train",
+]  # evaluation's: re-exported
 
 
 def quality_value(cfg: TrainConfig, q: Quality) -> float:
@@ -69,65 +81,6 @@ def quality_definition(cfg: TrainConfig) -> str:
         "held-out reverse KL student->teacher per token, exact over the vocab, on the student's own samples in "
         "reference precision (nats/token, lower is better)"
     )
-
-
-def exact_match(tokenizer, eos_token_id: int, responses: list[list[int]], answers: list[str]) -> float:
-    """Fraction of responses (cut at the first EOS, special tokens dropped) equal to the answer, whitespace ignored."""
-    hits = 0
-    for ids, answer in zip(responses, answers):
-        ids = ids[: ids.index(eos_token_id)] if eos_token_id in ids else ids
-        text = tokenizer.decode(ids, skip_special_tokens=True)
-        hits += "".join(text.split()) == "".join(str(answer).split())
-    return hits / max(len(responses), 1)
-
-
-class QualityEvaluator:
-    """Quality on fixed held-out prompts: the student samples in reference precision (an unperturbed engine with
-    the same seed every time, so evaluations of different runs share their random numbers), the teacher scores."""
-
-    def __init__(
-        self,
-        teacher: torch.nn.Module,
-        prompt_ids: list[list[int]],
-        answers: list[str] | None,
-        cfg: EvalConfig,
-        tokens,  # measure.PairTokens
-        sampling: SamplingConfig,
-        reference: ReferenceConfig = ReferenceConfig(),
-        execution: RolloutConfig | None = None,  # the runs' engine options (cuda_graphs, compile) also serve here
-    ) -> None:
-        self.teacher = teacher
-        self.prompt_ids = [p for p in prompt_ids for _ in range(cfg.samples)]  # each prompt `samples` times
-        self.answers = [a for a in answers for _ in range(cfg.samples)] if answers is not None else None
-        self.cfg, self.tokens, self.sampling = cfg, tokens, sampling
-        dtype = reference.dtype if reference.dtype != "float64" else "float32"
-        options = {"cuda_graphs": execution.cuda_graphs, "compile": execution.compile} if execution else {}
-        self.rollout = RolloutConfig(engine="hf", dtype=dtype, device=reference.device, **options)
-        self._engine = None
-
-    def __call__(self, student: torch.nn.Module, step: int) -> Quality:
-        from admitcheck.rollout.engines.hf import HFEngine
-
-        if self._engine is None:
-            self._engine = HFEngine(
-                student, self.rollout, eos_token_id=self.tokens.eos_token_id, pad_token_id=self.tokens.pad_token_id
-            )
-        else:
-            self._engine.load_weights(student.state_dict())
-        kl_sum, n_tok, responses = 0.0, 0, []
-        for i in range(0, len(self.prompt_ids), self.cfg.batch_size):
-            chunk = self.prompt_ids[i : i + self.cfg.batch_size]
-            seed = derive_seed(self.cfg.seed, "eval", i)
-            ro = self._engine.sample(chunk, self.sampling, seed, self.cfg.max_new_tokens, return_full=True)
-            teacher = score(self.teacher, ro.prompt_ids, ro.token_ids, ro.mask, self.sampling, full=True)
-            kl = reverse_kl_rows(ro.full_logprobs, teacher.full_logprobs)  # (B, T) nats
-            kl_sum += float(kl[ro.mask].double().sum())
-            n_tok += int(ro.mask.sum())
-            responses += ro.responses()
-        acc = None
-        if self.answers is not None:
-            acc = exact_match(self.tokens.tokenizer, self.tokens.eos_token_id, responses, self.answers)
-        return Quality(step, kl_sum / max(n_tok, 1), acc, n_tok)
 
 
 def _batch_indices(n: int, batch_size: int, seed: int, step: int) -> list[int]:
@@ -165,7 +118,7 @@ def train(
     thread is joined on every way out.
     """
     objective = objective_for(cfg, teacher, prompt_ids)
-    sampling = SamplingConfig(temperature=cfg.temperature)
+    sampling = SamplingConfig(temperature=cfg.temperature, coupling=cfg.sampling_coupling)
     student.eval()  # no dropout: training mode is only about gradients here
     params = [p for p in student.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -192,6 +145,7 @@ def train(
     if staleness and not overlap:
         history.append(_snapshot(student))
     evals = [evaluator(student, 0)] if evaluator else []
+    averaged = EMAWeights(student, cfg.ema) if cfg.ema is not None else None  # evaluated instead of the last iterate
     logs: list[StepLog] = []
     background = BackgroundRollouts(engine) if overlap else None
     try:
@@ -220,6 +174,8 @@ def train(
             opt.step()
             if cfg.lr_schedule == "cosine":
                 sched.step()
+            if averaged is not None:
+                averaged.update(student)
             t3 = time.perf_counter()
             if background is not None:  # θ_{step+1} is what batch step+1+k samples (the last job: a sync alone)
                 j = step + 1 + staleness
@@ -238,13 +194,30 @@ def train(
                 on_step(step + 1, student)
             due = (eval_every and (step + 1) % eval_every == 0) or step + 1 == cfg.steps
             if evaluator and due:
-                evals.append(evaluator(student, step + 1))
+                evals.append(evaluator(averaged.model if averaged is not None else student, step + 1))
         if background is not None:
             background.result()  # the last sync: the engine ends holding what the synchronous loop leaves in it
     finally:
         if background is not None:
             background.close()  # queued jobs cancelled, the running one finished, the thread joined
     return OPDResult(logs, evals)
+
+
+class EMAWeights:
+    """An exponential moving average of a model's parameters (Block et al., arXiv 2310.11428: SGD noise amplified
+    through autoregressive rollouts makes the last iterate's quality oscillate; an average of the last iterates
+    does not): after every optimizer step θ̄ ← decay·θ̄ + (1 − decay)·θ, from θ̄ = θ0 (its weight decay^steps is
+    ~0 after a run: 0.9^200 = 7e-10). With `train.ema` set, every evaluation after step 0 scores θ̄; the
+    student trains on as before (the average never feeds back)."""
+
+    def __init__(self, student: torch.nn.Module, decay: float) -> None:
+        self.model, self.decay = copy.deepcopy(student).requires_grad_(False), float(decay)
+
+    @torch.no_grad()
+    def update(self, student: torch.nn.Module) -> None:
+        mine = [p for p in self.model.parameters() if p.is_floating_point()]
+        theirs = [p.detach() for p in student.parameters() if p.is_floating_point()]
+        torch._foreach_lerp_(mine, theirs, 1.0 - self.decay)
 
 
 def _snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:

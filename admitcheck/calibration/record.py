@@ -50,6 +50,9 @@ class RunRecord(BaseModel):
     probe_tokens: int = 0
     quality: float  # final held-out quality
     quality_start: float | None = None
+    # --- issue 36: the final quality's evaluation standard error, clustered by prompt (nats/token; the same weights
+    # scored with other eval draws would spread by this). None for GRPO's task error and in ledgers written before.
+    quality_se: float | None = None
     reverse_kl: float | None = None
     accuracy: float | None = None
     accuracy_start: float | None = None

@@ -53,3 +53,60 @@ def draw_uniforms(num_sequences: int, num_positions: int, seed: int) -> torch.Te
     """(num_sequences, num_positions) float64 uniforms in (0, 1], a pure function of the seed (CPU generator)."""
     gen = torch.Generator(device="cpu").manual_seed(int(seed))
     return 1.0 - torch.rand((num_sequences, num_positions), generator=gen, dtype=torch.float64)
+
+
+# --- Gumbel-max coupling (issue 36) ----------------------------------------------------------------------------
+# Inverse-CDF with one uniform per (sequence, position) flips a token whenever any vocabulary entry before it moves
+# the CDF across the uniform; Gumbel-max with one noise value per (seed, sequence, position, token) keeps the argmax
+# unless the perturbation reorders log μ + g near the top, so two nearby policies pick the same token far more often
+# (near-maximal coupling for small perturbations). The noise is a counter-based hash of the four indices: no generator
+# state, the same on any device and in any batch, so two engines and a replay see the same draws.
+
+COUPLINGS = ("inverse_cdf", "gumbel")  # SamplingConfig.coupling's values
+_M32 = 0xFFFFFFFF
+
+
+def _mul32(a: torch.Tensor, c: int) -> torch.Tensor:
+    """(a · c) mod 2^32 for int64 `a` in [0, 2^32) and a 32-bit constant, without int64 overflow (16-bit halves)."""
+    lo, hi = c & 0xFFFF, c >> 16
+    return (a * lo + (((a * hi) & 0xFFFF) << 16)) & _M32
+
+
+def _fmix32(h: torch.Tensor) -> torch.Tensor:
+    """MurmurHash3's 32-bit finalizer (a bijection with full avalanche) on int64 tensors holding uint32 values."""
+    h = h ^ (h >> 16)
+    h = _mul32(h, 0x85EBCA6B)
+    h = h ^ (h >> 13)
+    h = _mul32(h, 0xC2B2AE35)
+    return h ^ (h >> 16)
+
+
+def _hash_words(seed: int, *words: torch.Tensor) -> torch.Tensor:
+    """A uint32 hash (in int64) of a 64-bit seed and broadcastable int64 index tensors, chained through fmix32."""
+    s = int(seed) & ((1 << 64) - 1)
+    h = _fmix32(torch.tensor((s & _M32) ^ 0x9E3779B9, dtype=torch.long))
+    h = _fmix32(h ^ ((s >> 32) & _M32))
+    for w in words:
+        h = _fmix32(h ^ (w & _M32))
+    return _fmix32(h ^ (s & _M32))  # a last round keyed by the seed again: neighbouring tokens decorrelate further
+
+
+def gumbel_noise(seed: int, rows: torch.Tensor, position: int, vocab: int) -> torch.Tensor:
+    """(B, V) float64 standard Gumbel noise, a pure function of (seed, rows[b], position, token v) on `rows`'s device.
+
+    u = (hash + ½) / 2^32 lies in (0, 1), so g = −log(−log u) is finite; its 2^-32 resolution is the only departure
+    from an exact Gumbel (a bias below 1e-9 in any token's probability)."""
+    dev = rows.device
+    h = _hash_words(seed, torch.tensor(position, dtype=torch.long, device=dev))
+    h = _hash_words(seed, rows.long().unsqueeze(1), h.to(dev), torch.arange(vocab, dtype=torch.long, device=dev))
+    u = (h.double() + 0.5) / 4294967296.0  # (B, V)
+    return -torch.log(-torch.log(u))
+
+
+def sample_gumbel(logprobs: torch.Tensor, seed: int, rows: torch.Tensor, position: int) -> torch.Tensor:
+    """(B, V) processed log-probs -> (B,) token ids argmax(log μ + g), g = `gumbel_noise(seed, rows, position, V)`.
+
+    Gumbel-max samples exactly μ (tokens outside the kept set have log μ = −inf and are never chosen); row b of
+    position t gets the same noise in every engine, whatever else is in the batch."""
+    g = gumbel_noise(seed, rows.to(logprobs.device), position, logprobs.shape[-1])  # (B, V)
+    return torch.argmax(logprobs.double() + g, dim=-1)

@@ -24,6 +24,9 @@ activation hooks: `admitcheck.rollout.precision`). The caller's model is never t
 On CUDA the decode is captured (`admitcheck.rollout.engines.cuda_graph`): a static KV cache and one CUDA graph per
 decode step, keyed by batch/prompt/length bucket and sampling, reused across calls, with the same transform and the
 same uniforms (so the same tokens, up to the forward's kernels); `cuda_graphs=False` keeps the eager loop there too.
+Gumbel-max sampling (`SamplingConfig.coupling: gumbel`, rollout/sampling.py) runs in the eager loop only: a captured
+decoder draws uniforms, so a gumbel call takes the eager loop on CUDA too (issue 36: capturing it is left to the
+SmolLM2 session).
 On CUDA the clean weights live on the GPU in float32 and `load_weights` copies in place (`torch._foreach_copy_`,
 noise drawn on the GPU by generators seeded like the CPU recipe's, fake-quant on the GPU): no parameter is
 re-allocated, so captured graphs stay valid. The CPU path is the eager loop, CPU noise draws, CPU clean copy.
@@ -51,7 +54,7 @@ from admitcheck.rollout.engines.base import Rollouts
 from admitcheck.rollout.engines.cuda_graph import COMPILE_OPTIONS, CapturedDecoder, DecodeShape, add_noise_on_device
 from admitcheck.rollout.kv_fp8 import KVRecipe, calibrate_scales, use_query_quant
 from admitcheck.rollout.layout import left_pad, position_ids
-from admitcheck.rollout.sampling import draw_uniforms, process_logits, sample_inverse_cdf
+from admitcheck.rollout.sampling import draw_uniforms, process_logits, sample_gumbel, sample_inverse_cdf
 
 
 class _BufferLayer(DynamicLayer):
@@ -341,12 +344,14 @@ class HFEngine:
         ids, prompt_mask = left_pad(prompts, self.pad_token_id, dev)  # (B, P)
         B, P = ids.shape
         recipe = self._kv_recipe(ids, prompt_mask)
-        if self.cuda_graphs:
+        if self.cuda_graphs and sampling.coupling == "inverse_cdf":  # the captured decoder draws uniforms only
             return self._decode_captured(ids, prompt_mask, sampling, seed, T, return_full, recipe)
         attn = torch.ones(B, P + T, dtype=torch.long, device=dev)  # (B, P + T); a growing prefix is passed each step
         attn[:, :P] = prompt_mask
         next_pos = prompt_mask.sum(dim=1, keepdim=True)  # (B, 1) position of the first response token
-        uniforms = draw_uniforms(B, T, seed).to(dev)  # (B, T) float64
+        gumbel = sampling.coupling == "gumbel"  # noise per (seed, row, position, token), drawn per step
+        uniforms = None if gumbel else draw_uniforms(B, T, seed).to(dev)  # (B, T) float64
+        rows = torch.arange(B, device=dev)  # (B,) the sequence index of the Gumbel noise
         tokens = torch.full((B, T), self.pad_token_id, dtype=torch.long, device=dev)  # (B, T)
         logprobs = torch.zeros(B, T, dtype=torch.float32, device=dev)  # (B, T)
         mask = torch.zeros(B, T, dtype=torch.bool, device=dev)  # (B, T)
@@ -369,7 +374,7 @@ class HFEngine:
             logp = process_logits(logits, temperature, top_p, top_k)  # (B, V) float32
             if full is None and return_full:
                 full = torch.zeros(B, T, logp.shape[-1], dtype=torch.float32, device=dev)  # (B, T, V)
-            tok = sample_inverse_cdf(logp, uniforms[:, t])  # (B,)
+            tok = sample_gumbel(logp, seed, rows, t) if gumbel else sample_inverse_cdf(logp, uniforms[:, t])  # (B,)
             tok_lp = logp.gather(1, tok.unsqueeze(1)).squeeze(1)  # (B,)
             done = ~alive  # (B,) finished before this step: pad, log-prob 0, mask False
             mask[:, t] = alive

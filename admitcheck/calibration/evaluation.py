@@ -1,0 +1,111 @@
+"""The quality of a student: held-out reverse KL student→teacher on its own samples, and that estimate's errors.
+
+    evaluator = QualityEvaluator(teacher, eval_ids, eval_answers, EvalConfig(prompts="eval.jsonl"), tokens, sampling)
+    q = evaluator(student, step)             # EvaluatedQuality: .reverse_kl (nats/token), .standard_error, ...
+    q_other = evaluator(student, step, seed=7)   # the same weights, other eval draws
+
+The student samples `samples` responses per held-out prompt in reference precision (an unperturbed HF engine, the
+same eval seed in every run, so evaluations of different runs share their random numbers: paired); the teacher
+scores them; quality = the exact reverse KL per token over all of them, plus exact-match accuracy when the prompts
+carry an "answer". `eval.sampling_coupling` picks how the samples are drawn (rollout/sampling.py); the standard
+errors are `quality_error`'s (issue 36). `opd.train` calls an evaluator at step 0, every `eval.every` and the end.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from admitcheck.calibration.objectives import reverse_kl_rows
+from admitcheck.calibration.quality_error import token_mean_error
+from admitcheck.calibration.runs import Quality, derive_seed
+from admitcheck.config import EvalConfig, ReferenceConfig, RolloutConfig, SamplingConfig
+from admitcheck.measurement.scorer import score
+
+
+def exact_match(tokenizer, eos_token_id: int, responses: list[list[int]], answers: list[str]) -> float:
+    """Fraction of responses (cut at the first EOS, special tokens dropped) equal to the answer, whitespace ignored."""
+    hits = 0
+    for ids, answer in zip(responses, answers):
+        ids = ids[: ids.index(eos_token_id)] if eos_token_id in ids else ids
+        text = tokenizer.decode(ids, skip_special_tokens=True)
+        hits += "".join(text.split()) == "".join(str(answer).split())
+    return hits / max(len(responses), 1)
+
+
+@dataclass(frozen=True)
+class EvaluatedQuality(Quality):
+    """A `Quality` with its standard errors (`quality_error`, nats/token) and what they are computed from: every
+    response's summed reverse KL and token count, `samples` consecutive responses to a prompt."""
+
+    standard_error: float | None = None  # of the eval draws on these prompts (what another eval seed would move)
+    prompt_clustered_error: float | None = None  # clustered by prompt: other prompts from the population too
+    samples: int = 1
+    kl_by_response: tuple[float, ...] = ()  # nats, summed over the response's tokens
+    tokens_by_response: tuple[int, ...] = ()
+
+
+class QualityEvaluator:
+    """Quality on fixed held-out prompts: the student samples in reference precision (an unperturbed engine with
+    the same seed every time, so evaluations of different runs share their random numbers), the teacher scores.
+    The samples are drawn under `cfg.sampling_coupling` (inverse-CDF or Gumbel-max, rollout/sampling.py); the
+    quality comes with its standard errors (`quality_error`: of the eval draws, and clustered by prompt)."""
+
+    def __init__(
+        self,
+        teacher: torch.nn.Module,
+        prompt_ids: list[list[int]],
+        answers: list[str] | None,
+        cfg: EvalConfig,
+        tokens,  # measure.PairTokens
+        sampling: SamplingConfig,
+        reference: ReferenceConfig = ReferenceConfig(),
+        execution: RolloutConfig | None = None,  # the runs' engine options (cuda_graphs, compile) also serve here
+    ) -> None:
+        self.teacher = teacher
+        self.prompt_ids = [p for p in prompt_ids for _ in range(cfg.samples)]  # each prompt `samples` times
+        self.answers = [a for a in answers for _ in range(cfg.samples)] if answers is not None else None
+        self.cfg, self.tokens = cfg, tokens
+        self.sampling = sampling.model_copy(update={"coupling": cfg.sampling_coupling})
+        self.samples = cfg.samples
+        dtype = reference.dtype if reference.dtype != "float64" else "float32"
+        options = {"cuda_graphs": execution.cuda_graphs, "compile": execution.compile} if execution else {}
+        self.rollout = RolloutConfig(engine="hf", dtype=dtype, device=reference.device, **options)
+        self._engine = None
+
+    def __call__(self, student: torch.nn.Module, step: int, seed: int | None = None) -> EvaluatedQuality:
+        """The quality of `student` at `step`; `seed` replaces `cfg.seed` (other eval draws of the same weights)."""
+        from admitcheck.rollout.engines.hf import HFEngine
+
+        if self._engine is None:
+            self._engine = HFEngine(
+                student, self.rollout, eos_token_id=self.tokens.eos_token_id, pad_token_id=self.tokens.pad_token_id
+            )
+        else:
+            self._engine.load_weights(student.state_dict())
+        base_seed = self.cfg.seed if seed is None else seed
+        kl_sum, kl_rows, n_rows, responses = 0.0, [], [], []
+        for i in range(0, len(self.prompt_ids), self.cfg.batch_size):
+            chunk = self.prompt_ids[i : i + self.cfg.batch_size]
+            chunk_seed = derive_seed(base_seed, "eval", i)
+            ro = self._engine.sample(chunk, self.sampling, chunk_seed, self.cfg.max_new_tokens, return_full=True)
+            teacher = score(self.teacher, ro.prompt_ids, ro.token_ids, ro.mask, self.sampling, full=True)
+            kl = reverse_kl_rows(ro.full_logprobs, teacher.full_logprobs)  # (B, T) nats
+            kl_sum += float(kl[ro.mask].double().sum())  # the quality's own sum, as before issue 36 (same bits)
+            kl_rows += kl.double().masked_fill(~ro.mask, 0.0).sum(dim=1).tolist()  # (B,) per response
+            n_rows += ro.mask.sum(dim=1).tolist()
+            responses += ro.responses()
+        acc = None
+        if self.answers is not None:
+            acc = exact_match(self.tokens.tokenizer, self.tokens.eos_token_id, responses, self.answers)
+        n_tok = int(sum(n_rows))
+        err = token_mean_error(kl_rows, n_rows, self.samples) if n_tok > 0 else None  # a prompt's samples: consecutive
+        draws, prompts = (_finite(err.draws), _finite(err.prompts)) if err is not None else (None, None)
+        value = kl_sum / max(n_tok, 1)
+        return EvaluatedQuality(step, value, acc, n_tok, draws, prompts, self.samples, tuple(kl_rows), tuple(n_rows))
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
