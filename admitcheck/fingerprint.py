@@ -37,7 +37,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from admitcheck import io
+from admitcheck import io, numerics
 from admitcheck.errors import CalibrationError, ConfigError
 
 BEHAVIOUR_TOLERANCE = 0.01  # drift allowed, as a fraction of the budget B (see the module docstring)
@@ -330,4 +330,5 @@ def environment() -> dict[str, Any]:
         "machine": platform.machine(),
         "device": f"cuda ({gpu}, CUDA {torch.version.cuda})" if gpu else "cpu",
         "cpu_threads": torch.get_num_threads(),
+        "numerics": numerics.in_effect(),  # the CPU code paths (pins) the numbers were computed on
     }
