@@ -1,8 +1,8 @@
 """Numeric pins (issue #39): which CPU code paths move the toy build and the calibration's fixed sequences, whether
 the pins (`admitcheck.numerics`) make every path give the same bits, and what the pins cost in speed.
 
-    python bench/numeric_pins.py                                     # ~15 min on 2 shared cores
-    python bench/numeric_pins.py --out bench/results/numeric_pins.json
+    python bench/numeric_pins.py --out bench/results/numeric_pins.json       # builds: ~15-40 min on 2 shared cores
+    python bench/numeric_pins.py --demo --out bench/results/numeric_pins_demo.json   # README's demo table per path
 
 Each code path runs in its own process (the libraries read their variables once), with 1 torch thread:
 - `toy build`: `build_toy_pair` from scratch (the shipped recipe, seed 0): its weights digest, its wall time, and the
@@ -20,6 +20,7 @@ AVX2 path. An AMX CPU's oneDNN AMX kernels cannot run here (no AMX tiles); the p
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -145,6 +146,51 @@ def speed(rounds: int, steps: int) -> dict:
     return out
 
 
+def demo_worker(reports: Path) -> dict:
+    """The demo on the shipped pair and calibration (what README's table shows), on this process's code path."""
+    import torch
+
+    import admitcheck  # noqa: F401  the pins, unless switched off
+    from admitcheck import numerics
+    from admitcheck.demo import README_TABLE, readme_table, run_demo
+
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    table = readme_table(run_demo(ROOT / "toy", reports))
+    readme = (ROOT / "README.md").read_text()
+    start, end = (readme.index(m) for m in README_TABLE)
+    return {
+        "numerics": numerics.in_effect(),
+        "seconds": round(time.perf_counter() - t0, 1),
+        "table_sha256": hashlib.sha256(table.encode()).hexdigest()[:16],
+        "same_as_readme": table == readme[start + len(README_TABLE[0]) : end].strip(),
+        "table": table,
+    }
+
+
+def demo(shim: Path | None, tmp: Path) -> dict:
+    """README's demo table printed on each of three code paths: pinned natively and on MKL's Intel path (must be the
+    same), and unpinned (the path README's table was made on)."""
+    out = {}
+    for name, extra, needs_shim in (("this_cpu_pinned", {}, False), ("intel_pinned", {}, True),
+                                    ("this_cpu_unpinned", OFF, False)):  # fmt: skip
+        if needs_shim and shim is None:
+            out[name] = {"skipped": "no C compiler for the Intel shim"}
+            continue
+        env = {k: v for k, v in os.environ.items() if k not in ("ADMITCHECK_NUMERIC_PINS", *PINNED_VARS)}
+        env |= extra | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+        if needs_shim:
+            env["LD_PRELOAD"] = str(shim)
+        cmd = [sys.executable, __file__, "--demo-worker", str(tmp / f"reports_{name}")]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+        if proc.returncode != 0 or not lines:
+            raise RuntimeError(f"demo {name}: worker failed\n{proc.stderr[-3000:]}")
+        out[name] = json.loads(lines[-1])
+        print("demo", name, out[name]["table_sha256"], out[name]["seconds"], flush=True)
+    return out
+
+
 def run_path(name: str, shim: Path | None, tmp: Path) -> dict:
     env_extra, needs_shim, what = PATHS[name]
     env = {k: v for k, v in os.environ.items() if k not in ("ADMITCHECK_NUMERIC_PINS", *PINNED_VARS)}
@@ -189,9 +235,30 @@ def main() -> None:
     ap.add_argument("--paths", nargs="*", default=list(PATHS), help=f"code paths to run (default all: {list(PATHS)})")
     ap.add_argument("--rounds", type=int, default=5, help="speed: alternating pinned/unpinned rounds")
     ap.add_argument("--steps", type=int, default=20, help="speed: timed steps per round")
+    ap.add_argument("--demo", action="store_true", help="only the demo table on three code paths (writes --out)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--speed-worker", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--demo-worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.demo_worker:
+        print(json.dumps(demo_worker(Path(args.demo_worker))), flush=True)
+        return
+    if args.demo:
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory() as d:
+            runs = demo(build_shim(Path(d)), Path(d))
+        hashes = {k: r.get("table_sha256") for k, r in runs.items()}
+        doc = {
+            "bench": "bench/numeric_pins.py --demo",
+            "command": "python " + " ".join(["bench/numeric_pins.py", *sys.argv[1:]]),
+            "machine": {"cpu": cpu_model(), "cores": os.cpu_count()},
+            "wall_seconds": round(time.perf_counter() - t0, 1),
+            "pinned_tables_equal": hashes.get("this_cpu_pinned") == hashes.get("intel_pinned"),
+            "paths": runs,
+        }
+        Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+        print(json.dumps({k: v for k, v in doc.items() if k != "paths"}, indent=2))
+        return
     if args.worker:
         print(json.dumps(worker(Path(args.worker))), flush=True)
         return
