@@ -120,3 +120,19 @@ def test_environment_names_software_and_device():
     env = fp.environment()
     assert env["torch"] and env["transformers"]
     assert env["device"] == "cpu" or env["device"].startswith("cuda")
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_shipped_pair_scored_on_this_processes_code_path_is_far_inside_the_tolerance():
+    """The stored log-probs were computed on another code path (unpinned, calibrations/toy.yaml's machine); the same
+    weights scored here drift by float32 rounding only (bench/numeric_pins.py: ≤ 3e-12 nats/token on every path)."""
+    from admitcheck.calibration.artifact import load_calibration
+    from admitcheck.io import load_causal_lm
+
+    cal = load_calibration(ROOT / "calibrations" / "toy.yaml")
+    stored = cal.pair.behaviour.model_dump(mode="json")
+    d = fp.behaviour_drift(stored, load_causal_lm(ROOT / "toy" / "student"), load_causal_lm(ROOT / "toy" / "teacher"))
+    assert max(d.values()) < 1e-6 * fp.BEHAVIOUR_TOLERANCE * cal.budget.value
+
