@@ -5,13 +5,19 @@
     from admitcheck.config import MeasureConfig
     report = admitcheck.measure(load_config("examples/toy_measure.yaml", MeasureConfig))
 
-The public API is loaded lazily so `import admitcheck` (and `admitcheck --help`) does not import torch.
+The public API is loaded lazily so `import admitcheck` (and `admitcheck --help`) does not import torch. Importing it
+sets the numeric pins (`admitcheck.numerics`: the CPU code paths that give the same bits on every x86-64 CPU) before
+torch runs a kernel.
 """
 
 from __future__ import annotations
 
 from importlib import import_module
 from typing import Any
+
+from admitcheck import numerics
+
+numerics.apply()
 
 __version__ = "0.1.0"
 

@@ -442,6 +442,16 @@ class CalibrateConfig(Strict):
     seed: int = 0  # base seed of the runs (run seed = seed + replicate index)
     resources: ResourcesConfig = ResourcesConfig()  # per run, on Ray; where runs execute never changes their numbers
 
+    @model_validator(mode="after")
+    def _staleness_within_the_run(self) -> CalibrateConfig:
+        for lv in self.levels.extra:
+            if lv.staleness is not None and lv.staleness >= self.train.steps:
+                raise ValueError(
+                    f"levels.extra.{lv.name}.staleness {lv.staleness} is at or beyond train.steps {self.train.steps}: "
+                    "the rollouts would come from weights older than the run; use a staleness below train.steps"
+                )
+        return self
+
 
 # ------------------------------------------------------------------------------------------------ screening
 

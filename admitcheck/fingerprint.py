@@ -22,7 +22,11 @@ identified by:
 Behaviour tolerance (`BEHAVIOUR_TOLERANCE`): per model, the drift d = mean over the stored tokens of (Δ log p)²/2
 (nats/token; the k2 estimator of the KL between the stored and the present model on those tokens, REFERENCE §2)
 must stay below 1% of the calibration's budget B. A drift that small moves any candidate's measured mismatch by far
-less than its own confidence interval, so it cannot change a verdict; a larger drift could, and is refused.
+less than its own confidence interval, so it cannot change a verdict; a larger drift could, and is refused. Measured
+across CPU code paths (bench/numeric_pins.py, issue #39): the same weights scored on another path drift by ≤ 3e-12
+nats/token, 10⁷× inside the tolerance (accepted wherever they are scored); a pair *built* on another path without the
+numeric pins (`admitcheck.numerics`) is another model, 0.65–1.1 nats/token (refused); with the pins every path builds
+the same bytes.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from admitcheck import io
+from admitcheck import io, numerics
 from admitcheck.errors import CalibrationError, ConfigError
 
 BEHAVIOUR_TOLERANCE = 0.01  # drift allowed, as a fraction of the budget B (see the module docstring)
@@ -330,4 +334,5 @@ def environment() -> dict[str, Any]:
         "machine": platform.machine(),
         "device": f"cuda ({gpu}, CUDA {torch.version.cuda})" if gpu else "cpu",
         "cpu_threads": torch.get_num_threads(),
+        "numerics": numerics.in_effect(),  # the CPU code paths (pins) the numbers were computed on
     }

@@ -113,9 +113,10 @@ def _checks(
     info = {"pair": cfg.pair.name or Path(cfg.pair.student).name, "prompts": counts}
     if name == "recipe" and pair.ok:  # the search screens with these fields (one ScreenSession): the same refusals
         from admitcheck.calibration.artifact import load_calibration
-        from admitcheck.calibration.compatibility import check_compatibility
+        from admitcheck.calibration.compatibility import check_compatibility, check_is_calibration
 
         with Collected(errors):
+            check_is_calibration(cfg.calibration, file=file)
             calibration = load_calibration(cfg.calibration)
             check_compatibility(cfg, calibration, config_file=file)
             info["calibration"] = str(calibration.path)

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+import admitcheck  # noqa: F401  the numeric pins (admitcheck.numerics), set before torch runs its first kernel
+
 SHIPPED_TOY = Path(__file__).resolve().parent.parent / "toy"
 
 # Tiny models: one torch thread is as fast as two and gives the same numerics on every machine (golden numbers).

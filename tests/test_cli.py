@@ -316,3 +316,70 @@ def test_a_gate_rerun_on_every_step_spends_alpha_over_its_runs(tmp_path, toy_pai
     # at 1 − α/100 the confidence sequence over 64 logged sequences may not close above (its upper end is ∞: null)
     wider = b["mismatch_interval"][1] is None or b["mismatch_interval"][1] > a["mismatch_interval"][1]
     assert wider and a["mismatch_interval"][1] is not None and b["mismatch"] == a["mismatch"]
+
+
+# ---------------------------------------------------------------------------- bad input found on a fresh machine (#39)
+
+
+def calibrate_config(tmp_path: Path, toy: Path, name: str = "cal.yaml", **overrides) -> Path:
+    """examples/toy_calibrate_quick.yaml with absolute paths (pair `toy`) and top-level overrides."""
+    data = yaml.safe_load((ROOT / "examples" / "toy_calibrate_quick.yaml").read_text())
+    data["pair"] = {"name": "toy", "student": str(toy / "student"), "teacher": str(toy / "teacher")}
+    for section, split in (("probe", "probe"), ("train", "train"), ("eval", "eval")):
+        data[section]["prompts"] = str(toy / "prompts" / f"{split}.jsonl")
+    data["output"] = str(tmp_path / "out" / "toy.yaml")
+    for dotted, value in overrides.items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_more_probe_prompts_than_the_file_holds_is_refused(tmp_path, toy_pair_dir):
+    """The issue's `probe.num_prompts: 100000` with a 256-prompt file was silently capped: refused instead."""
+    p = measure_config(tmp_path, toy_pair_dir, **{"probe.num_prompts": 100_000})
+    for command in ("validate", "measure"):
+        assert_user_error(run(command, str(p)), str(p), "probe.num_prompts:", "100000", "holds 256", "at most 256")
+    assert run("validate", str(measure_config(tmp_path, toy_pair_dir, **{"probe.num_prompts": 256}))).exit_code == 0
+    assert_both_refuse(screen_config(tmp_path, toy_pair_dir, **{"probe.num_prompts": 257}), "probe.num_prompts",
+                       "holds 256")  # fmt: skip
+    c = calibrate_config(tmp_path, toy_pair_dir, **{"eval.num_prompts": 129})  # toy/prompts/eval.jsonl: 128
+    for command in ("validate", "calibrate"):
+        assert_user_error(run(command, str(c)), str(c), "eval.num_prompts:", "holds 128")
+
+
+def test_a_staleness_at_or_beyond_the_recipes_steps_is_refused(tmp_path, toy_pair_dir):
+    """The issue's `staleness: 1000` candidate against the 200-step recipe of calibrations/toy.yaml was measured."""
+    for k in (1000, 200):
+        p = screen_config(tmp_path, toy_pair_dir, f"s{k}.yaml", candidates=[{"name": "stale", "staleness": k}])
+        assert_both_refuse(p, "candidates.stale.staleness", f"staleness {k}", "200 optimizer steps", "below 200")
+    ok = screen_config(tmp_path, toy_pair_dir, "ok.yaml", candidates=[{"name": "stale", "staleness": 199}])
+    assert run("validate", str(ok)).exit_code == 0
+    c = calibrate_config(tmp_path, toy_pair_dir, **{"levels.extra": [{"name": "s", "staleness": 100}]})  # steps 100
+    for command in ("validate", "calibrate"):
+        assert_user_error(run(command, str(c)), str(c), "levels.extra.s.staleness 100", "train.steps 100")
+
+
+def test_a_backtest_report_given_as_the_calibration_is_named(tmp_path, toy_pair_dir):
+    report = ROOT / "calibrations" / "toy.backtest.yaml"
+    p = screen_config(tmp_path, toy_pair_dir, calibration=str(report))
+    assert_both_refuse(p, "calibration", "is a backtest report", "not a calibration artifact", "toy.yaml")
+    assert "schema_version" not in run("validate", str(p)).output
+
+
+def test_a_calibrate_output_that_is_one_of_its_inputs_is_refused_before_any_run(tmp_path, toy_pair_dir):
+    """The issue's `output: cal.yaml` inside cal.yaml was overwritten by the artifact at the end of the run."""
+    c = calibrate_config(tmp_path, toy_pair_dir)
+    data = yaml.safe_load(c.read_text())
+    data["output"] = "cal.yaml"  # relative: beside the config, i.e. the config itself
+    c.write_text(yaml.safe_dump(data))
+    before = c.read_text()
+    for command in ("validate", "calibrate"):
+        assert_user_error(run(command, str(c)), str(c), "output:", "the config file itself")
+    assert c.read_text() == before and not (tmp_path / "cal.ledger.jsonl").exists()  # refused before any run
+    prompts = calibrate_config(tmp_path, toy_pair_dir, "p.yaml", output=str(toy_pair_dir / "prompts" / "eval.jsonl"))
+    assert_user_error(run("calibrate", str(prompts)), "output:", "eval.prompts")

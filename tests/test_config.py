@@ -268,3 +268,14 @@ def test_a_systematic_level_needs_a_noise_size():
     assert LevelConfig(name="sys", relative_std=0.02, systematic=True).systematic
     with pytest.raises(ValueError, match="systematic: true needs relative_std"):
         LevelConfig(name="sys", staleness=2, systematic=True)
+
+
+def test_a_staleness_level_must_stay_below_the_runs_steps():
+    """#39: a staleness level at or beyond train.steps has no weights that old in the run."""
+    data = yaml.safe_load((ROOT / "examples" / "toy_calibrate_quick.yaml").read_text())  # train.steps: 100
+    base = ROOT / "examples"
+    ok = data | {"levels": data["levels"] | {"extra": [{"name": "s", "staleness": 99}]}}
+    assert io.config_from_data(ok, CalibrateConfig, base=base, file="c.yaml").levels.extra[0].staleness == 99
+    bad = data | {"levels": data["levels"] | {"extra": [{"name": "s", "staleness": 100}]}}
+    with pytest.raises(ConfigError, match=r"levels\.extra\.s\.staleness 100 is at or beyond train\.steps 100"):
+        io.config_from_data(bad, CalibrateConfig, base=base, file="c.yaml")

@@ -481,33 +481,79 @@ def test_fp8_kv_cache_exceeds_the_floor_at_every_position_and_doubles_capacity(
     assert fp8_kv["allocated_kv_tokens"] == 2 * bf16_kv["allocated_kv_tokens"]
 
 
+def cpu_cache_rows(cache: torch.Tensor, isa: str, which: str, block_size: int) -> torch.Tensor:
+    """vLLM-CPU's FP8 cache (blocks, H, block_size, D) bytes -> (blocks, H, block_size, D): one row per token slot, in
+    the layout the ISA's cache write uses (vLLM 0.32 `csrc/cpu/cpu_attn_fp8.hpp`, `reshape_and_cache_fp8_*_impl`).
+    "vec" (AVX-512): K column-major per block (D, block_size), V row-major. "amx" (a CPU with AMX tiles, BF16
+    model): K packed two FP8 bytes per halfword in groups of 16 tokens (16, D/2, 2 as (D/2, 16, 2)), V in VNNI pairs
+    of tokens per 16 head elements ((D/16, block_size/2, 16, 2)); the bytes are dequantised to BF16 before the AMX
+    tiles load them, hence pairs."""
+    n, h, _, D = cache.shape
+    if isa == "vec":
+        return cache.view(n, h, D, block_size).transpose(2, 3) if which == "k" else cache
+    if isa == "amx" and which == "k":
+        packed = cache.reshape(n, h, block_size // 16, D // 2, 16, 2)  # (n, h, group, halfword, token, byte)
+        return packed.permute(0, 1, 2, 4, 3, 5).reshape(n, h, block_size, D)
+    if isa == "amx":
+        packed = cache.reshape(n, h, D // 16, block_size // 2, 16, 2)  # (n, h, element group, pair, element, token)
+        return packed.permute(0, 1, 3, 5, 2, 4).reshape(n, h, block_size, D)
+    raise ValueError(f"no FP8 cache layout known for vLLM-CPU ISA {isa!r}")
+
+
+def _cpu_cache_write(isa: str, k: torch.Tensor, v: torch.Tensor, fmt: str, scale: float, block_size: int):
+    """K and V as vLLM-CPU's cache write stores them with `isa`, read back in token order: (S, H, D) each."""
+    from vllm import _custom_ops as ops
+
+    S, H, D = k.shape
+    kc, vc = (torch.zeros(2, H, block_size, D, dtype=torch.uint8) for _ in range(2))
+    ops.cpu_attn_reshape_and_cache(k, v, kc, vc, torch.arange(S), isa, k_scale=scale, v_scale=scale,
+                                   kv_cache_dtype=fmt)  # fmt: skip
+    fp8 = torch.float8_e4m3fn if fmt == "fp8_e4m3" else torch.float8_e5m2
+    rows = [cpu_cache_rows(c, isa, w, block_size).view(fp8).float() * scale for c, w in ((kc, "k"), (vc, "v"))]
+    return [r.permute(0, 2, 1, 3).reshape(-1, H, D)[:S] for r in rows]  # (blocks * block_size, H, D) -> (S, H, D)
+
+
+@needs_vllm
+@pytest.mark.vllm
+def test_the_cpu_cache_layouts_put_every_token_where_the_reader_expects_it():
+    """Values already on the FP8 grid (no rounding) come back where they were written, in both ISAs' layouts: the
+    reader of the bit-for-bit test below is checked on its own. Both cache writes run on any x86-64 CPU (plain
+    stores); only AMX *attention* needs AMX tiles."""
+    S, H, D, BS = 40, 2, 64, 32
+    grid = torch.arange(1, 121, dtype=torch.uint8).view(torch.float8_e4m3fn).float()  # 120 distinct FP8 values
+    idx = torch.arange(S * H * D).reshape(S, H, D)
+    for isa in ("vec", "amx"):
+        for code in (idx // (H * D), idx // D % H, idx % D):  # token, head, head element: each one must land right
+            x = grid[code % len(grid)].bfloat16()
+            k, v = _cpu_cache_write(isa, x, x, "fp8_e4m3", 1.0, BS)
+            assert torch.equal(k, x.float()) and torch.equal(v, x.float()), isa
+
+
 @needs_vllm
 @pytest.mark.vllm
 @pytest.mark.parametrize(("fmt", "scale"), [("fp8_e4m3", 1.0), ("fp8_e4m3", 0.0123), ("fp8_e5m2", 0.5)])
 def test_vllm_cpus_cache_write_is_the_hf_engines_cpu_recipe_bit_for_bit(fmt, scale):
     """vLLM-CPU rounds K/V to FP8 toward zero (`cpu_attn_reshape_and_cache`): `attention_backend: cpu` does the
-    same. The V half of the cache is row-major per block and head, so it reads back directly."""
-    from vllm import _custom_ops as ops
+    same. Checked in the layout of the ISA this CPU runs (`_get_attn_isa`: "amx" on a CPU with AMX tiles, "vec" on
+    AVX-512) and in the other one too: the cache write of either ISA runs on any x86-64 CPU (the layouts differ, the
+    rounding is the same scalar function); the attention kernels that read the cache need the ISA."""
     from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
 
     from admitcheck.rollout.precision import quantize_kv
 
     H, D, BS, S = 2, 32, 32, 20
     try:
-        isa = _get_attn_isa(torch.bfloat16, BS, D, fmt)
+        running = _get_attn_isa(torch.bfloat16, BS, D, fmt)
     except NotImplementedError as exc:  # FP8 KV on CPU needs AVX-512 or AMX
         pytest.skip(str(exc))
     gen = torch.Generator().manual_seed(0)
     k, v = ((torch.randn(S, H, D, generator=gen) * 3).bfloat16() for _ in range(2))
-    kv = torch.zeros(2, H, 2 * BS, D, dtype=torch.uint8)
-    kc, vc = kv.chunk(2, dim=2)
-    ops.cpu_attn_reshape_and_cache(k, v, kc, vc, torch.arange(S), isa, k_scale=scale, v_scale=scale,
-                                   kv_cache_dtype=fmt)  # fmt: skip
-    fp8 = torch.float8_e4m3fn if fmt == "fp8_e4m3" else torch.float8_e5m2
-    stored = vc.view(fp8)[0, :, :S].float().permute(1, 0, 2) * scale  # (S, H, D) what attention reads back
     s = torch.tensor(scale)
-    assert torch.equal(stored, quantize_kv(v.float(), fmt, s, rounding="toward_zero"))
-    assert not torch.equal(stored, quantize_kv(v.float(), fmt, s))  # not round-to-nearest
+    for isa in dict.fromkeys((running, "vec", "amx")):
+        stored_k, stored_v = _cpu_cache_write(isa, k, v, fmt, scale, BS)
+        for x, stored in ((k, stored_k), (v, stored_v)):
+            assert torch.equal(stored, quantize_kv(x.float(), fmt, s, rounding="toward_zero")), isa
+            assert not torch.equal(stored, quantize_kv(x.float(), fmt, s)), isa  # not round-to-nearest
 
 
 @needs_vllm

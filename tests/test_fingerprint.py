@@ -120,3 +120,32 @@ def test_environment_names_software_and_device():
     env = fp.environment()
     assert env["torch"] and env["transformers"]
     assert env["device"] == "cpu" or env["device"].startswith("cuda")
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_shipped_pair_scored_on_this_processes_code_path_is_far_inside_the_tolerance():
+    """The stored log-probs were computed on another code path (unpinned, calibrations/toy.yaml's machine); the same
+    weights scored here drift by float32 rounding only (bench/numeric_pins.py: ≤ 3e-12 nats/token on every path)."""
+    from admitcheck.calibration.artifact import load_calibration
+    from admitcheck.io import load_causal_lm
+
+    cal = load_calibration(ROOT / "calibrations" / "toy.yaml")
+    stored = cal.pair.behaviour.model_dump(mode="json")
+    d = fp.behaviour_drift(stored, load_causal_lm(ROOT / "toy" / "student"), load_causal_lm(ROOT / "toy" / "teacher"))
+    assert max(d.values()) < 1e-6 * fp.BEHAVIOUR_TOLERANCE * cal.budget.value
+
+
+def test_the_tolerance_accepts_the_same_pair_on_every_code_path_and_refuses_a_build_of_another():
+    """bench/results/numeric_pins.json (#39): the same weights scored on each CPU code path stay far inside the
+    tolerance (1% of the budget); pinned, every path builds the same weights; unpinned, a build on another path is
+    another model (its drift is above the tolerance, so it is refused)."""
+    doc = json.loads((ROOT / "bench" / "results" / "numeric_pins.json").read_text())
+    tol = fp.BEHAVIOUR_TOLERANCE * doc["summary"]["budget"]
+    paths = {k: r for k, r in doc["paths"].items() if "weights" in r}
+    assert max(max(r["shipped_pair_drift"].values()) for r in paths.values()) < 1e-6 * tol
+    pinned = [r["weights"] for k, r in paths.items() if k.endswith("_pinned")]
+    assert len(pinned) >= 2 and all(w == pinned[0] for w in pinned)
+    others = [k for k in paths if k.endswith("_unpinned") and k != "this_cpu_unpinned"]
+    assert others and all(max(paths[k]["rebuilt_pair_drift"].values()) > tol for k in others)

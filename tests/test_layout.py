@@ -192,7 +192,7 @@ def long_modules(known: dict[str, Path]) -> list[str]:
 # The stages of the flow, left to right (DESIGN.md "Layout"): a top-level module's stage by its name, a subpackage's
 # by the subpackage.
 FLOW = [
-    ("admitcheck", "config", "io", "errors", "fingerprint", "formatting"),  # the input edges
+    ("admitcheck", "config", "io", "errors", "fingerprint", "formatting", "numerics"),  # the input edges
     ("pairs",),
     ("rollout",),
     ("measurement",),

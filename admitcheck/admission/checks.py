@@ -20,7 +20,7 @@ from admitcheck.admission.sequential import (
     confidence_per_look,
     looks_plan,
 )
-from admitcheck.calibration.compatibility import check_compatibility
+from admitcheck.calibration.compatibility import check_compatibility, check_is_calibration
 from admitcheck.calibration.schema import CalibrationArtifact
 from admitcheck.config import CandidateConfig, RolloutConfig, ScreenConfig
 from admitcheck.errors import AdmitcheckError, AdmitcheckWarning, CalibrationError, Collected, ConfigError, EngineError
@@ -72,6 +72,7 @@ def load_checked_calibration(
     from admitcheck.calibration.artifact import load_calibration
     from admitcheck.pairs.load import LoadedPair
 
+    check_is_calibration(config.calibration, file=config_file)  # a backtest report there: say so
     calibration = load_calibration(config.calibration)
     if calibration.x_measure != "start":  # the screen's probe measurement is at the start weights (a stale candidate
         # too): comparing it with a budget fitted on run-averaged mismatch would compare two different quantities

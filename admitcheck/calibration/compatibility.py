@@ -28,7 +28,7 @@ from admitcheck.calibration.artifact import (
 )
 from admitcheck.calibration.schema import CalibrationArtifact, TrainingRecipe
 from admitcheck.config import CalibrateConfig, ScreenConfig
-from admitcheck.errors import CalibrationError, ConfigError
+from admitcheck.errors import AdmitcheckError, CalibrationError, ConfigError
 from admitcheck.rollout.limits import check_limits
 
 # config.json keys that fix the tensors' shapes or the network's wiring: a pair that differs in one of them is another
@@ -88,6 +88,7 @@ def check_compatibility(
             field=name,
         )
     _check_objective(config, calibration, config_file)
+    _check_staleness(config, calibration, config_file)
     structural = [d for d in diffs if _structural(d.field)]
     if structural:
         d = structural[0]
@@ -131,6 +132,40 @@ def _check_objective(config: Any, calibration: CalibrationArtifact, file: str | 
             "training you gate",
             file=file,
             field="objective",
+        )
+
+
+def _check_staleness(config: Any, calibration: CalibrationArtifact, file: str | None) -> None:
+    """A stale candidate's rollouts come from weights `staleness` optimizer steps old, in a run of the calibration's
+    `recipe.steps`: at or beyond that, no step of the run has such weights."""
+    steps = calibration.recipe.steps
+    for cand in getattr(config, "candidates", None) or []:
+        if steps is not None and cand.staleness is not None and cand.staleness >= steps:
+            raise ConfigError(
+                f"staleness {cand.staleness} is at or beyond the {steps} optimizer steps of the training recipe of "
+                f"{calibration.path} (recipe.steps): no step of such a run has weights that old; use a staleness "
+                f"below {steps}",
+                file=file,
+                field=f"candidates.{cand.name}.staleness",
+            )
+
+
+def check_is_calibration(path: str | Path, *, file: str | None = None, field: str = "calibration") -> None:
+    """A CalibrationError naming what the file is when `path` is another admitcheck output (a backtest report)
+    given where a calibration artifact belongs (`load_calibration` would report an unsupported schema version)."""
+    try:
+        data = io.read_yaml(Path(path))
+    except (AdmitcheckError, OSError):
+        return  # missing or unreadable: load_calibration names it
+    if isinstance(data, dict) and data.get("kind") == "backtest":
+        backtested = data.get("calibration")
+        ref = backtested.get("path") if isinstance(backtested, dict) else backtested
+        hint = f", e.g. the one it backtests: {Path(path).parent / ref}" if isinstance(ref, str) else ""
+        raise CalibrationError(
+            f"{path} is a backtest report (kind: backtest), not a calibration artifact; point {field} at a "
+            f"calibration (admitcheck calibrate writes one){hint}",
+            file=file,
+            field=field,
         )
 
 

@@ -9,9 +9,10 @@ layer's `_k_scale`/`_v_scale`) and every backend attends over the FP8 cache, pre
 attention layer also rounds the query to FP8 e4m3 with its static `_q_scale` when the backend declares
 `supports_quant_query_input`: FlashAttention (on CUDA, except the SM90 FA4 dequant path) and Triton (CUDA) do;
 FlashInfer only on SM100 trtllm-gen and in SM90 prefill (`flashinfer` here keeps the query in the model dtype, as
-its SM90 decode and older GPUs do); vLLM-CPU does not, and its cache write
-(`cpu_attn_reshape_and_cache`) rounds K/V/scale to FP8 toward zero, where CUDA's casts round to nearest-even
-(checked bit for bit against vLLM-CPU 0.32 on AVX-512, e4m3 and e5m2, unit and non-unit scales). Skipped layers
+its SM90 decode and older GPUs do); vLLM-CPU does not, and its cache write (`cpu_attn_reshape_and_cache`, ISAs
+"vec" and "amx" alike: one scalar function, two cache layouts) rounds K/V/scale to FP8 toward zero, where CUDA's
+casts round to nearest-even (checked bit for bit against vLLM-CPU 0.32 in both layouts, e4m3 and e5m2, unit and
+non-unit scales). Skipped layers
 (`kv_cache.skip_layers`) have an `auto` cache and no query rounding. What is left between backends is inside the
 kernels (accumulation order, where the dequantization happens): the HF engine fakes the roundings in float32.
 
@@ -39,7 +40,7 @@ BACKENDS: dict[str, tuple[bool, bool, str]] = {
     "flash_attn": (True, True, "nearest"),
     "triton_attn": (True, True, "nearest"),
     "flashinfer": (True, False, "nearest"),  # query in the model dtype: SM90 decode, pre-Hopper (not SM100)
-    "cpu": (True, False, "toward_zero"),  # vLLM-CPU truncates K/V to FP8 (measured, AVX-512)
+    "cpu": (True, False, "toward_zero"),  # vLLM-CPU truncates K/V to FP8 (measured, ISAs vec and amx)
     "fresh_prefill": (False, False, "nearest"),
 }
 QUERY_FORMAT = "fp8_e4m3"  # vLLM's QuantFP8 rounds the query to the platform FP8 dtype, e4m3

@@ -25,7 +25,11 @@ def check_limits(config: Any, *, file: str | None = None) -> None:
     weights): a ConfigError naming the field when the longest probe prompt plus `max_new_tokens` exceeds the
     student's `max_position_embeddings` (also `train.`/`eval.max_new_tokens` of a calibrate config), when one probe
     batch's full rows would not fit in this machine's memory, or when a vLLM rollout with top-p/top-k could not
-    return the kept set (`engines.vllm.kept_set_problem`). Dirs that are not there are left to the input checks."""
+    return the kept set (`engines.vllm.kept_set_problem`); when `probe.num_prompts` (`eval.num_prompts`) asks for more
+    prompts than the file holds; when a calibrate config's `output` would overwrite one of the run's inputs (the
+    config file, a prompt file, a file of the pair). Dirs that are not there are left to the input checks."""
+    _check_prompt_counts(config, file)
+    _check_output_is_not_an_input(config, file)
     student = Path(config.pair.student)
     cfg_path = student / "config.json"
     if not cfg_path.is_file():
@@ -78,6 +82,51 @@ def _longest_prompt(tokenizer_dir: Path, prompts: str, limit: int | None) -> int
         return max(len(e.ids) for e in tok.encode_batch([r["prompt"] for r in rows]))
     except Exception:  # no `tokenizers`, or a tokenizer.json it cannot read: transformers names it when loading
         return 1
+
+
+def _check_prompt_counts(config: Any, file: str | None) -> None:
+    """`probe.num_prompts` / `eval.num_prompts` above the prompt file's size: refused (it was silently capped)."""
+    for section in ("probe", "eval"):
+        part = getattr(config, section, None)
+        if part is None or getattr(part, "num_prompts", None) is None:
+            continue
+        try:
+            held = len(io.read_prompts(part.prompts, field=f"{section}.prompts"))
+        except ConfigError:
+            continue  # missing or unreadable: the input checks name it
+        if part.num_prompts > held:
+            raise ConfigError(
+                f"asks for {part.num_prompts} prompts but {part.prompts} holds {held}; set {section}.num_prompts to "
+                f"at most {held}, or give a larger prompt file",
+                file=file,
+                field=f"{section}.num_prompts",
+            )
+
+
+def _check_output_is_not_an_input(config: Any, file: str | None) -> None:
+    """A calibrate config's `output` (the artifact, and its ledger and chart beside it) must not be a file the run
+    reads: the config itself, a prompt file, or a file of the pair's model dirs. Checked before any run starts
+    (the artifact is written at the end of the run, over the input)."""
+    output = getattr(config, "output", None)
+    if not output or getattr(config, "train", None) is None:
+        return
+    out = Path(output).resolve()
+    written = {out, out.with_suffix(".ledger.jsonl"), out.with_suffix(".png")}
+    inputs = {Path(file).resolve(): "the config file itself"} if file else {}
+    for section in ("probe", "train", "eval"):
+        inputs[Path(getattr(config, section).prompts).resolve()] = f"{section}.prompts"
+    for side in ("student", "teacher", "tokenizer"):
+        d = getattr(config.pair, side, None)
+        if d and Path(d).is_dir():
+            inputs |= {f.resolve(): f"a file of pair.{side}" for f in Path(d).iterdir() if f.is_file()}
+    for path in sorted(written):
+        if path in inputs:
+            raise ConfigError(
+                f"{output} would be overwritten by the calibration (its {path.name}), but it is {inputs[path]}: "
+                "an input of this run; write the artifact elsewhere (e.g. output: calibrations/<pair>.yaml)",
+                file=file,
+                field="output",
+            )
 
 
 def physical_memory_bytes() -> int | None:

@@ -1,0 +1,62 @@
+"""Numeric pins: the CPU code paths that make admitcheck's runs give the same bits on every x86-64 CPU.
+
+    import admitcheck                  # applies the pins (before torch runs its first kernel)
+    numerics.PINS                      # {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE", ...}
+    numerics.in_effect()               # {"pins": "on", "ATEN_CPU_CAPABILITY": "avx2", ..., "torch_cpu_capability": ...}
+
+torch's CPU libraries choose their kernels by the CPU they run on, and the kernels round differently (issue #39,
+measured by `bench/numeric_pins.py`, bench/results/numeric_pins.json):
+- **MKL** (float32 GEMMs: every Linear, forward and backward) runs one code path on AMD CPUs and others on Intel
+  CPUs (AVX2, AVX-512, chosen by vendor as well as ISA). The toy pair built on MKL's Intel AVX-512 path differs from
+  the one built on its AMD path by 1.04 nats/token (teacher) on the calibration's fixed sequences. `MKL_CBWR`
+  (conditional numerical reproducibility) picks one path for every CPU; only `COMPATIBLE` is honoured on AMD CPUs
+  (the ISA branches `AVX2`, `AVX512` are ignored there), so that is the pin.
+- **ATen** (torch's own vectorised kernels: softmax, norms, the optimizer's elementwise updates) uses AVX-512 where
+  the CPU has it and AVX2 elsewhere; the toy pair built with each differs by 0.65 nats/token (teacher).
+  `ATEN_CPU_CAPABILITY=avx2` runs the AVX2 kernels on every x86-64 CPU that has AVX2.
+- **oneDNN** (BF16 matmuls: the `dtype: bfloat16` rollouts) JIT-compiles for the best ISA (AVX2, AVX-512 BF16,
+  AMX). `ONEDNN_MAX_CPU_ISA=AVX2` caps it where every x86-64 CPU with AVX2 can follow.
+
+The libraries read these variables once, at their first kernel, so they are set when `admitcheck` is imported (the
+CLI and the test suite import it before torch runs anything); a variable the user already set is left as it is
+(and recorded in the artifacts' provenance, `fingerprint.environment`). `ADMITCHECK_NUMERIC_PINS=off` sets none.
+GPU kernels are not affected. Thread counts are a separate matter: runs that must be reproducible use one torch
+thread (the toy build, calibration runs, the test suite).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import MutableMapping
+from typing import Any
+
+# variable -> value; every x86-64 CPU with AVX2 (Intel since 2013, AMD since 2015) runs these paths
+PINS: dict[str, str] = {
+    "ATEN_CPU_CAPABILITY": "avx2",  # torch's own vectorised kernels: AVX2, not AVX-512
+    "MKL_CBWR": "COMPATIBLE",  # MKL: one code path on Intel and AMD CPUs alike
+    "ONEDNN_MAX_CPU_ISA": "AVX2",  # oneDNN (BF16 matmuls): no AVX-512 or AMX kernels
+}
+SWITCH = "ADMITCHECK_NUMERIC_PINS"  # "off": set none of the pins
+
+
+def apply(environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
+    """Set each pin that is not set yet (unless `ADMITCHECK_NUMERIC_PINS=off`); returns the pins this call set."""
+    env = os.environ if environ is None else environ
+    if env.get(SWITCH, "").lower() in ("off", "0", "false", "no"):
+        return {}
+    added = {k: v for k, v in PINS.items() if k not in env}
+    env.update(added)
+    return added
+
+
+def in_effect() -> dict[str, Any]:
+    """The pins as this process runs: each variable's value (None: unset), whether they were switched off, and the
+    kernel set torch actually dispatches to (when torch is imported; a value set after torch's first CPU kernel
+    does not take effect, and this shows it)."""
+    out: dict[str, Any] = {"pins": "off" if os.environ.get(SWITCH, "").lower() in ("off", "0", "false", "no") else "on"}
+    out |= {k: os.environ.get(k) for k in PINS}
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        out["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    return out

@@ -1,0 +1,91 @@
+"""admitcheck.numerics: the pins are set before torch runs, a user's value wins, and pinned training steps give the
+same bits on MKL's Intel and AMD code paths (an LD_PRELOAD shim stands in for an Intel CPU, as in
+bench/numeric_pins.py) and on every machine (a golden digest)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from admitcheck import numerics
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# digest of `_workload()` under the pins (torch 2.13.0+cpu of requirements/ci-cpu.txt): the same on every x86-64 CPU
+# with AVX2 (measured here on an AMD EPYC with AVX-512 natively and on MKL's Intel path through the shim)
+GOLDEN = "8e78e651dd139f84"
+
+WORKLOAD = """
+import hashlib, torch
+import admitcheck
+from admitcheck.pairs.toy import make_model
+torch.set_num_threads(1)
+model = make_model(128, 2, seed=0)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+x = torch.randint(4, 15, (32, 20), generator=torch.Generator().manual_seed(0))
+for _ in range(5):  # forward, backward (MKL GEMMs), AdamW (ATen kernels)
+    loss = torch.nn.functional.cross_entropy(model(x[:, :-1]).logits.flatten(0, 1), x[:, 1:].flatten())
+    opt.zero_grad(); loss.backward(); opt.step()
+h = hashlib.sha256()
+for p in model.parameters():
+    h.update(p.detach().numpy().tobytes())
+with torch.no_grad():  # a BF16 forward (oneDNN where it is allowed)
+    h.update(model.to(torch.bfloat16)(x).logits.float().numpy().tobytes())
+print(h.hexdigest()[:16])
+"""
+
+
+def _run(env_extra: dict[str, str]) -> str:
+    env = {k: v for k, v in os.environ.items() if k not in (numerics.SWITCH, *numerics.PINS)}
+    env |= env_extra | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", WORKLOAD], env=env, capture_output=True, text=True, check=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+def _intel_shim(tmp_path: Path) -> Path | None:
+    """A library answering "yes" to MKL's "is this an Intel CPU?": MKL then takes its Intel code paths here."""
+    src, lib = tmp_path / "shim.c", tmp_path / "libshim.so"
+    src.write_text("int mkl_serv_intel_cpu_true(void) { return 1; }\nint mkl_serv_intel_cpu(void) { return 1; }\n")
+    try:
+        subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return lib
+
+
+def test_apply_sets_what_is_unset_and_leaves_what_the_user_set():
+    env = {"MKL_CBWR": "AUTO"}
+    added = numerics.apply(env)
+    assert env["MKL_CBWR"] == "AUTO" and "MKL_CBWR" not in added  # the user's value wins
+    assert env["ATEN_CPU_CAPABILITY"] == "avx2" and env["ONEDNN_MAX_CPU_ISA"] == "AVX2"
+    off = {numerics.SWITCH: "off"}
+    assert numerics.apply(off) == {} and set(off) == {numerics.SWITCH}
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the pins are x86-64 code paths")
+def test_the_pins_are_in_effect_in_the_test_process():
+    """conftest imports admitcheck before torch runs a kernel, so the suite runs pinned (unless the user set them)."""
+    state = numerics.in_effect()
+    if state["pins"] == "on" and state["ATEN_CPU_CAPABILITY"] == "avx2":
+        assert state["torch_cpu_capability"] in ("AVX2", "DEFAULT")  # DEFAULT: a CPU without AVX2
+    assert torch.backends.cpu.get_cpu_capability() == state["torch_cpu_capability"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="MKL's x86-64 code paths")
+def test_pinned_training_steps_are_the_same_bits_on_mkls_intel_and_amd_paths(tmp_path):
+    shim = _intel_shim(tmp_path)
+    if shim is None:
+        pytest.skip("no C compiler (cc) for the Intel shim")
+    native, intel = _run({}), _run({"LD_PRELOAD": str(shim)})
+    assert native == intel == GOLDEN  # the golden digest: what every x86-64 machine computes under the pins
+    is_intel = "GenuineIntel" in Path("/proc/cpuinfo").read_text()
+    if not is_intel:  # on an Intel CPU the shim changes nothing; elsewhere, unpinned, MKL's two paths differ
+        off = {numerics.SWITCH: "off"}
+        assert _run(off) != _run(off | {"LD_PRELOAD": str(shim)})
