@@ -31,14 +31,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OFF = {"ADMITCHECK_NUMERIC_PINS": "off"}
+OFF = {"ADMITCHECK_NUMERIC_PINS": "off"}  # the default
+ON = {"ADMITCHECK_NUMERIC_PINS": "on"}  # the pins are opt-in (admitcheck.numerics)
 PINNED_VARS = ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")  # admitcheck.numerics.PINS' variables
 SHIM_C = "int mkl_serv_intel_cpu_true(void) { return 1; }\nint mkl_serv_intel_cpu(void) { return 1; }\n"
 
 # name -> (environment, uses the Intel shim, what it stands for)
 PATHS: dict[str, tuple[dict[str, str], bool, str]] = {
-    "this_cpu_pinned": ({}, False, "this machine with the pins"),
-    "intel_pinned": ({}, True, "MKL's Intel path with the pins (any Intel CPU: the pins fix ATen and oneDNN)"),
+    "this_cpu_pinned": (ON, False, "this machine with the pins"),
+    "intel_pinned": (ON, True, "MKL's Intel path with the pins (any Intel CPU: the pins fix ATen and oneDNN)"),
     "this_cpu_unpinned": (OFF, False, "this machine without pins (the shipped artifacts' path)"),
     "intel_avx512_unpinned": (OFF, True, "MKL's Intel AVX-512 path (an Intel AVX-512 CPU without pins)"),
     "intel_avx2_unpinned": (
@@ -59,7 +60,7 @@ def worker(out_dir: Path) -> dict:
     sequences."""
     import torch
 
-    import admitcheck  # noqa: F401  the pins, unless switched off
+    import admitcheck  # noqa: F401  the pins, when switched on
     from admitcheck import numerics
     from admitcheck.calibration.artifact import load_calibration
     from admitcheck.fingerprint import behaviour_drift, model_fingerprint
@@ -95,7 +96,7 @@ def speed_worker(steps: int) -> dict:
     inner loop) and per forward of a BF16 copy, on this process's code path."""
     import torch
 
-    import admitcheck  # noqa: F401  the pins, unless switched off
+    import admitcheck  # noqa: F401  the pins, when switched on
     from admitcheck import numerics
     from admitcheck.pairs.toy import make_model
 
@@ -132,7 +133,7 @@ def speed(rounds: int, steps: int) -> dict:
     the ratio of medians of the per-round medians."""
     runs: dict[str, list[dict]] = {"pinned": [], "unpinned": []}
     for _ in range(rounds):
-        for label, extra in (("unpinned", OFF), ("pinned", {})):
+        for label, extra in (("unpinned", OFF), ("pinned", ON)):
             env = {k: v for k, v in os.environ.items() if k not in ("ADMITCHECK_NUMERIC_PINS", *PINNED_VARS)}
             env |= extra | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
             cmd = [sys.executable, __file__, "--speed-worker", str(steps)]
@@ -150,7 +151,7 @@ def demo_worker(reports: Path) -> dict:
     """The demo on the shipped pair and calibration (what README's table shows), on this process's code path."""
     import torch
 
-    import admitcheck  # noqa: F401  the pins, unless switched off
+    import admitcheck  # noqa: F401  the pins, when switched on
     from admitcheck import numerics
     from admitcheck.demo import README_TABLE, readme_table, run_demo
 
@@ -172,7 +173,7 @@ def demo(shim: Path | None, tmp: Path) -> dict:
     """README's demo table printed on each of three code paths: pinned natively and on MKL's Intel path (must be the
     same), and unpinned (the path README's table was made on)."""
     out = {}
-    for name, extra, needs_shim in (("this_cpu_pinned", {}, False), ("intel_pinned", {}, True),
+    for name, extra, needs_shim in (("this_cpu_pinned", ON, False), ("intel_pinned", ON, True),
                                     ("this_cpu_unpinned", OFF, False)):  # fmt: skip
         if needs_shim and shim is None:
             out[name] = {"skipped": "no C compiler for the Intel shim"}

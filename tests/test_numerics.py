@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from admitcheck import numerics
 
@@ -60,21 +59,29 @@ def _intel_shim(tmp_path: Path) -> Path | None:
 
 
 def test_apply_sets_what_is_unset_and_leaves_what_the_user_set():
-    env = {"MKL_CBWR": "AUTO"}
+    env = {"MKL_CBWR": "AUTO", numerics.SWITCH: "on"}
     added = numerics.apply(env)
     assert env["MKL_CBWR"] == "AUTO" and "MKL_CBWR" not in added  # the user's value wins
     assert env["ATEN_CPU_CAPABILITY"] == "avx2" and env["ONEDNN_MAX_CPU_ISA"] == "AVX2"
-    off = {numerics.SWITCH: "off"}
-    assert numerics.apply(off) == {} and set(off) == {numerics.SWITCH}
+    for unset in ({}, {numerics.SWITCH: "off"}):  # opt-in: the default sets none
+        before = dict(unset)
+        assert numerics.apply(unset) == {} and unset == before
+
+
+CAPABILITY = "import admitcheck, torch; torch.zeros(1).sum(); print(torch.backends.cpu.get_cpu_capability())"
 
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the pins are x86-64 code paths")
-def test_the_pins_are_in_effect_in_the_test_process():
-    """conftest imports admitcheck before torch runs a kernel, so the suite runs pinned (unless the user set them)."""
-    state = numerics.in_effect()
-    if state["pins"] == "on" and state["ATEN_CPU_CAPABILITY"] == "avx2":
-        assert state["torch_cpu_capability"] in ("AVX2", "DEFAULT")  # DEFAULT: a CPU without AVX2
-    assert torch.backends.cpu.get_cpu_capability() == state["torch_cpu_capability"]
+def test_importing_admitcheck_pins_torch_before_its_first_kernel_when_switched_on():
+    """The pins act only when set before torch's first CPU kernel: `import admitcheck` does that (when on)."""
+    env = {k: v for k, v in os.environ.items() if k not in (numerics.SWITCH, *numerics.PINS)}
+    env |= {"PYTHONPATH": str(ROOT)}
+    on = subprocess.run([sys.executable, "-c", CAPABILITY], env=env | {numerics.SWITCH: "on"}, capture_output=True,
+                        text=True, check=True).stdout.split()[-1]  # fmt: skip
+    assert on in ("AVX2", "DEFAULT")  # DEFAULT: a CPU without AVX2
+    off = subprocess.run([sys.executable, "-c", CAPABILITY], env=env, capture_output=True, text=True, check=True)
+    off_cap = off.stdout.split()[-1]
+    assert off_cap == on or off_cap.startswith("AVX512")  # the default leaves torch's own choice (AVX-512 where it is)
 
 
 @pytest.mark.slow
@@ -83,9 +90,9 @@ def test_pinned_training_steps_are_the_same_bits_on_mkls_intel_and_amd_paths(tmp
     shim = _intel_shim(tmp_path)
     if shim is None:
         pytest.skip("no C compiler (cc) for the Intel shim")
-    native, intel = _run({}), _run({"LD_PRELOAD": str(shim)})
+    pinned = {numerics.SWITCH: "on"}
+    native, intel = _run(pinned), _run(pinned | {"LD_PRELOAD": str(shim)})
     assert native == intel == GOLDEN  # the golden digest: what every x86-64 machine computes under the pins
     is_intel = "GenuineIntel" in Path("/proc/cpuinfo").read_text()
     if not is_intel:  # on an Intel CPU the shim changes nothing; elsewhere, unpinned, MKL's two paths differ
-        off = {numerics.SWITCH: "off"}
-        assert _run(off) != _run(off | {"LD_PRELOAD": str(shim)})
+        assert _run({}) != _run({"LD_PRELOAD": str(shim)})  # the default: unpinned
