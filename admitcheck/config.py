@@ -452,6 +452,16 @@ class CalibrateConfig(Strict):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _coupling_needs_the_hf_engine(self) -> CalibrateConfig:
+        # Gumbel-max coupling (issue 36) lives in the HF engine's decode loop; vLLM draws its own random numbers
+        if self.train.sampling_coupling == "gumbel" and self.rollout.engine != "hf":
+            raise ValueError(
+                f"train.sampling_coupling gumbel needs rollout.engine hf (rollout.engine is {self.rollout.engine}, "
+                "which samples with its own random numbers)"
+            )
+        return self
+
 
 # ------------------------------------------------------------------------------------------------ screening
 
@@ -483,11 +493,11 @@ class ScreenProbeConfig(ProbeConfig):
 
 
 class PolicyConfig(Strict):
-    """The screen's decision rule (docs/statistics.md): ADMIT when the mismatch's upper bound is below the budget's
-    lower bound, REJECT when its lower bound is above the budget's upper bound, α spent evenly over the looks."""
+    """The screen's decision rule (docs/statistics.md): ADMIT when the mismatch's confidence sequence (valid at every
+    look, no split of α over the looks) lies below the budget's lower bound, REJECT when above its upper bound."""
 
     confidence: float = Field(0.95, gt=0, lt=1)  # two-sided level of the mismatch bounds over all looks
-    # what a marginal verdict (undecided at probe.num_prompts, or held back by a heavy tail) gets; `admit` lets the
+    # what a marginal verdict (undecided at probe.num_prompts) gets; `admit` lets the
     # point estimate decide, and the verdict is marked error_control: false
     undecided: Literal["reject", "admit"] = "reject"
     # a budget whose lower confidence bound is 0 (no level below it, or too few runs) can never ADMIT by the bound:

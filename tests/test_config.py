@@ -279,3 +279,14 @@ def test_a_staleness_level_must_stay_below_the_runs_steps():
     bad = data | {"levels": data["levels"] | {"extra": [{"name": "s", "staleness": 100}]}}
     with pytest.raises(ConfigError, match=r"levels\.extra\.s\.staleness 100 is at or beyond train\.steps 100"):
         io.config_from_data(bad, CalibrateConfig, base=base, file="c.yaml")
+
+
+def test_gumbel_training_rollouts_need_the_hf_engine():
+    """#36: Gumbel-max coupling lives in the HF engine's decode loop; a vLLM rollout engine would silently ignore it."""
+    data = yaml.safe_load((ROOT / "examples" / "toy_calibrate_quick.yaml").read_text())
+    base = ROOT / "examples"
+    gumbel = data | {"train": data["train"] | {"sampling_coupling": "gumbel"}}
+    assert io.config_from_data(gumbel, CalibrateConfig, base=base, file="c.yaml").train.sampling_coupling == "gumbel"
+    bad = gumbel | {"rollout": (data.get("rollout") or {}) | {"engine": "vllm"}}
+    with pytest.raises(ConfigError, match=r"train\.sampling_coupling gumbel needs rollout\.engine hf"):
+        io.config_from_data(bad, CalibrateConfig, base=base, file="c.yaml")
