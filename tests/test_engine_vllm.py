@@ -331,6 +331,7 @@ def _synthetic_calibration(path: Path, toy: dict[str, Path], budget: float) -> N
             "sampling": {"temperature": 1.0, "top_p": 1.0, "top_k": 0},
             "probe": {"max_new_tokens": 32},
             "reference": {"dtype": "float32"},
+            "functional": {"estimator": "k3", "kappa": 8.0},  # what the x is (issue 35): a screen measures the same
         },
         "recipe": {
             "loss": "pg",
