@@ -10,12 +10,13 @@ Data: a level's replicate r is a pair of runs sharing every random number (data 
 seeds) — the level's run and the baseline's run r — and its cost is their quality difference; x is the level's
 mismatch in that replicate. `estimate` turns the pairs back into runs (a level run's quality = its cost + its
 baseline's) and fits **one model over every run** (`model.fit_seed_power_law`: quality = seed effect + τ·(x/B)^p,
-the baseline = the seed effect; its F-profile interval, widened by the levels' x error), which makes the budget when
-its gate passes (`_gate`: lack of fit, one run variance, B inside the levels' range). Otherwise the budget is the
-isotonic fit's crossing of τ (`fit_levels`, `budget_of`: pool-adjacent-violators on the levels' mean costs, linear in
-log x on log(max(cost, 0) + δ) between levels, δ = OFFSET_SHARE · τ) with **the shape-free bracket** as its interval
-(`level_bracket`: each level's own Student-t test, a fixed sequence from each end, α split over the rounds looked
-at). The bracket is always computed and kept beside the model (a diagnostic). Kinds of the isotonic budget:
+the baseline = the seed effect, each level's x a measurement with its standard error; its F-profile interval),
+which makes the budget when its gate passes (`_gate`: lack of fit, one run variance, B inside the levels' range).
+Otherwise the budget is the isotonic fit's crossing of τ (`fit_levels`, `budget_of`: pool-adjacent-violators on the
+levels' mean costs, linear in log x on log(max(cost, 0) + δ) between levels, δ = OFFSET_SHARE · τ) with **the
+shape-free bracket** as its interval (`level_bracket`: each level's own Student-t test, a fixed sequence from each
+end, α split over the rounds looked at). The bracket is always computed and kept beside the model (a diagnostic).
+Kinds of the isotonic budget:
 
 - "point": the fitted cost crosses τ between two levels;
 - "upper_bound" (below the smallest level): the fitted cost exceeds τ already at the smallest level;
@@ -43,7 +44,6 @@ from admitcheck.calibration.model import (
     SpreadCheck,
     baseline_spread_check,
     fit_seed_power_law,
-    widened,
 )
 
 BudgetKind = Literal["point", "lower_bound", "upper_bound"]
@@ -403,7 +403,8 @@ def estimate(
     level_x = tuple(float(np.exp(np.log(x).mean())) for x in xs)
 
     # every run as one observation (replicate, x, quality, level): a level run's quality is its cost + its baseline's,
-    # its x the level's geometric-mean x (a replicate's own x carries the probe's measurement noise)
+    # its x the level's geometric-mean x (a replicate's own x carries the probe's measurement noise), whose standard
+    # error the model integrates over (`_level_log_se`)
     paired = all(int(r) in base for rr in reps for r in rr)
     model = spread = None
     if paired and bvals.size:
@@ -411,8 +412,7 @@ def estimate(
         xrun = [0.0] * len(base) + [lx for lx, y in zip(level_x, ys) for _ in y]  # each run at its level's x
         q = list(bvals) + [float(c) + base[int(r)] for y, rr in zip(ys, reps) for c, r in zip(y, rr)]
         lab = ["baseline"] * len(base) + [n for n, y in zip(names, ys) for _ in y]
-        model = fit_seed_power_law(seeds, xrun, q, lab, tau, confidence)
-        model = widened(model, _x_log_se(xs, level_x, model.value), (level_x[0], level_x[-1]))
+        model = fit_seed_power_law(seeds, xrun, q, lab, tau, confidence, _level_log_se(xs, names))
         spread = baseline_spread_check(bvals, [y + np.array([base[int(r)] for r in rr]) for y, rr in zip(ys, reps)])
     # the bracket: z = paired cost − τ's share of the pair (relative: relative × its baseline's quality)
     if tolerance.absolute is None and paired:
@@ -483,15 +483,14 @@ def _gate(model: ModelFit | None, spread: SpreadCheck | None, level_x: tuple[flo
     )
 
 
-def _x_log_se(xs: list[np.ndarray], level_x: tuple[float, ...], b: float) -> float:
-    """Standard error of log x at the two levels nearest B: the within-level sd of log x (pooled over the levels)
-    over √n of each, averaged in variance."""
+def _level_log_se(xs: list[np.ndarray], names: tuple[str, ...]) -> dict[str, float]:
+    """Each level's standard error of its log x (the model's errors in variables): the within-level sd of log x,
+    pooled over the levels, over √n of the level's runs; {} without replicated x."""
     d = sum(x.size - 1 for x in xs)
-    if d <= 0 or not (math.isfinite(b) and b > 0):
-        return 0.0
+    if d <= 0:
+        return {}
     s2 = sum(float(((np.log(x) - np.log(x).mean()) ** 2).sum()) for x in xs) / d
-    near = np.argsort(np.abs(np.log(np.asarray(level_x)) - math.log(b)))[:2]
-    return math.sqrt(s2 * float(np.mean([1.0 / xs[i].size for i in near])))
+    return {n: math.sqrt(s2 / x.size) for n, x in zip(names, xs)}
 
 
 def _t_interval(y: np.ndarray, confidence: float) -> tuple[float, float]:

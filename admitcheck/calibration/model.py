@@ -1,6 +1,6 @@
 """The budget from one monotone model over every run, with seed effects: q = α_seed + τ·(x/B)^p (issue 34).
 
-    m = fit_seed_power_law(seeds, x, quality, levels, tau=0.0204, confidence=0.95)
+    m = fit_seed_power_law(seeds, x, quality, levels, tau=0.0204, confidence=0.95, level_log_se={"noise-2": 0.07})
     m.value, m.interval, m.exponent, m.residual_sd          # B (nats/token), its F-profile interval, p, σ̂
     m.lack_of_fit.p_value, m.accepted                       # the gate: the model against one mean per level
 
@@ -11,9 +11,18 @@ level's replicate r is paired with, is one observation of α_r instead of a nois
 (paired costs fitted as if independent covered 0.72 under an exact power law: review b4). τ is the tolerance (its
 rule's plug-in: 5% of the baseline runs' mean; its own error, ≈ 1% of τ, is ignored); ε independent, one variance.
 Least squares: for each exponent p on a grid the seed effects are profiled out exactly (within-seed demeaning), and
-the cost scale u = τ·B^−p has a closed form, so the residual sum of squares RSS(B, p) is a quadratic in u.
+the cost scale u = τ·B^−p follows from (B, p), so the residual sum of squares RSS(B, p) is a quadratic in u.
 
-The interval is the F-profile (likelihood-ratio) set {B : min_p RSS(B, p) − RSS_min ≤ F(1, dof; conf) · σ̂²},
+The levels' x are measured (`level_log_se`: each level's standard error of its mean log x), and an error δ_l in a
+level's log x moves its cost by p·δ_l of itself: at a steep curve's high levels (cost many τ) more than the run noise.
+Errors in variables: δ_l ~ N(0, se_l²) is integrated out (linearized), a level-shared random cost of sd
+p·cost_l·se_l on top of the run variance (the pure-error one, from one free mean per level), and the objective is
+that Gaussian likelihood's −2 log L × σ² (`_x_error_objective`; the plain RSS when no se is given). Taking x as known
+and widening the interval's ends in quadrature by z·se covered 0.918, P(B_lo > B) 0.0375, at 800 SmolLM2-protocol
+calibrations of a cost ∝ x² truth; this fit 0.966 / 0.014 (bench/results/budget_coverage.json).
+
+The interval is the F-profile (likelihood-ratio) set {B : min_p RSS(B, p) − RSS_min ≤ F(1, dof; conf') · σ̂²}
+(RSS: the objective above; conf': `profile_level`), σ̂² the residual sum of squares at the optimum over
 dof = runs − seeds − 2, hulled; an end that leaves the levels' range (below the smallest level's x or above the
 largest's) is open (0 or ∞): there the power law would extrapolate. The gate: an F test of the model against the
 two-way model with one free mean per level (seed effects kept), `lack_of_fit`; the model is `accepted` when its
@@ -25,7 +34,8 @@ Pure numpy (scipy.stats for the F quantiles).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,9 +50,9 @@ PROFILE_SHARE = 0.6  # the profile's cutoff is F(1, dof) at 1 − this × (1 −
 
 def profile_level(confidence: float) -> float:
     """The level of the F-profile's cutoff for a `confidence` interval: 0.97 for 0.95. At the SmolLM2 design's 16
-    residual dof the nominal cutoff let the lower end lie above B in 4.4% of 800 calibrations on a linear truth
-    (2.5% wanted; 2.25% with this one): the F approximation of a profile over a nonlinear B and p is skewed at this
-    size (bench/results/budget_profile_cutoff.json)."""
+    residual dof the nominal cutoff let the lower end lie above B in 3.75% of 800 calibrations on a linear truth
+    (2.5% wanted; 1.75% with this one; 4.4% and 2.25% before the x-error term): the F approximation of a profile
+    over a nonlinear B and p is skewed at this size (bench/results/budget_profile_cutoff.json)."""
     return 1.0 - PROFILE_SHARE * (
         1.0 - confidence
     )  # a baseline spread whose F-test p-value (its tail) is below this is flagged
@@ -74,7 +84,7 @@ class ModelFit:
     seeds: int
     lack_of_fit: LackOfFit
     confidence: float
-    x_log_se: float = 0.0  # the levels' log-x standard error the interval was widened by (`widened`)
+    x_log_se: float = 0.0  # the levels' log-x standard errors the fit integrated over (root mean square; 0: none)
 
     @property
     def accepted(self) -> bool:
@@ -136,15 +146,25 @@ def _rss_of(design: np.ndarray, y: np.ndarray) -> tuple[float, int]:
     return float(r @ r), int(rank)
 
 
-def fit_seed_power_law(seeds: Any, x: Any, quality: Any, levels: Any, tau: float, confidence: float = 0.95) -> ModelFit:
+def fit_seed_power_law(
+    seeds: Any,
+    x: Any,
+    quality: Any,
+    levels: Any,
+    tau: float,
+    confidence: float = 0.95,
+    level_log_se: Mapping[str, float] | None = None,
+) -> ModelFit:
     """The model fitted to every run: `seeds` (run's seed or replicate id), `x` (mismatch, 0 for a baseline run),
-    `quality`, `levels` (level name per run: the lack-of-fit test's groups), `tau` (> 0, quality units)."""
+    `quality`, `levels` (level name per run: the lack-of-fit test's groups), `tau` (> 0, quality units),
+    `level_log_se` (level name -> standard error of its log x: the levels' x are measured, `_x_error_terms`)."""
     from scipy import stats  # deferred: `validate` reads artifacts and must start fast
 
     if not tau > 0:
         raise ValueError(f"tolerance must be > 0, got {tau}")
     _, sidx = np.unique(np.asarray(seeds), return_inverse=True)
     xa, y = np.asarray(x, dtype=np.float64), np.asarray(quality, dtype=np.float64)
+    lab = np.asarray(levels)
     pert = xa > 0
     if not pert.any():
         raise ValueError("no perturbed run to fit")
@@ -158,7 +178,14 @@ def fit_seed_power_law(seeds: Any, x: Any, quality: Any, levels: Any, tau: float
     x_lo, x_hi = float(xa[pert].min()), float(xa[pert].max())
     lb = np.arange(math.log(x_lo) - LOG_B_MARGIN, math.log(x_hi) + LOG_B_MARGIN, LOG_B_STEP)  # (G,) log B
     u = tau * np.exp(-np.outer(lb, EXPONENTS))  # (G, P) cost scale τ·B^−p
-    profile = _min_over_p(ryy - 2 * u * ryg + u**2 * rgg)  # (G,) min over p of RSS(B, p)
+    rss = ryy - 2 * u * ryg + u**2 * rgg  # (G, P) RSS(B, p)
+    lof_full = _pure_error(sidx, s, y, lab, pert)  # (RSS, dof) of one free mean per level
+    s2_pure = lof_full[0] / lof_full[1] if lof_full[1] > 0 and lof_full[0] > 0 else math.nan
+    se = {k: float(v) for k, v in (level_log_se or {}).items() if v > 0}
+    penalty = np.zeros_like(rss)
+    if se and math.isfinite(s2_pure):
+        rss, penalty = _x_error_objective(g, sidx, s, lab, se, ry, rg, u, s2_pure)
+    profile = _min_over_p(rss)  # (G,) min over p
     # B̂ and RSS_min: the profile's minimum (at the grid's top end: no rising trend, B̂ = ∞)
     i = int(np.argmin(profile))
     rss_min, lb_hat = float(profile[i]), float(lb[i])
@@ -168,8 +195,10 @@ def fit_seed_power_law(seeds: Any, x: Any, quality: Any, levels: Any, tau: float
             rss_min = max(float(b - (c - a) ** 2 / (8 * (a - 2 * b + c))), 0.0)
             lb_hat += LOG_B_STEP * float((a - c) / (2 * (a - 2 * b + c)))
     value = math.exp(lb_hat) if i < lb.size - 1 else math.inf
-    p_hat = float(EXPONENTS[int(np.argmin(ryy - 2 * u[i] * ryg + u[i] ** 2 * rgg))])
-    s2 = rss_min / dof if dof > 0 else math.nan
+    j = int(np.argmin(rss[i]))
+    p_hat = float(EXPONENTS[j])
+    fit_min = max(rss_min - float(penalty[i, j]), 0.0)  # the residual sum of squares at the optimum
+    s2 = fit_min / dof if dof > 0 else math.nan
     if dof > 0:
         inside = lb[profile - rss_min <= stats.f.ppf(profile_level(confidence), 1, dof) * s2]
     else:
@@ -187,27 +216,57 @@ def fit_seed_power_law(seeds: Any, x: Any, quality: Any, levels: Any, tau: float
         dof=dof,
         runs=n,
         seeds=s,
-        lack_of_fit=lack_of_fit(sidx, s, y, np.asarray(levels), pert, rss_min, dof),
+        lack_of_fit=lack_of_fit(sidx, s, y, lab, pert, fit_min, dof),
         confidence=confidence,
+        x_log_se=float(np.sqrt(np.mean(np.square(list(se.values()))))) if se else 0.0,
     )
 
 
-def widened(m: ModelFit, x_log_se: float, x_range: tuple[float, float]) -> ModelFit:
-    """`m` with its interval's finite ends moved out, in quadrature on log x, by z · `x_log_se`: the standard error
-    of log x at the levels around B (x is measured, and an error in the levels' x moves B by the same factor; the
-    profile treats x as known). Ends that then leave `x_range` (the levels' x) open to 0 / ∞."""
-    from scipy.stats import norm
+def _pure_error(sidx, n_seeds, y, levels, pert) -> tuple[float, int]:
+    """(RSS, dof) of seed effects + one free mean per level: the run variance free of the curve's shape."""
+    names = sorted(set(levels[pert].tolist()))
+    z = np.zeros((y.size, n_seeds))
+    z[np.arange(y.size), sidx] = 1.0
+    lv = np.stack([(levels == nm) & pert for nm in names], axis=1).astype(np.float64)
+    rss_full, rank = _rss_of(np.c_[z, lv], y)
+    return rss_full, y.size - rank
 
-    lo, hi = m.interval
-    if not (x_log_se > 0 and math.isfinite(m.value) and m.value > 0):
-        return m
-    zx = float(norm.ppf(0.5 + m.confidence / 2)) * x_log_se
-    lv = math.log(m.value)
-    lo = math.exp(lv - math.hypot(lv - math.log(lo), zx)) if lo > 0 else lo
-    hi = math.exp(lv + math.hypot(math.log(hi) - lv, zx)) if math.isfinite(hi) else hi
-    lo = 0.0 if lo < x_range[0] else lo
-    hi = math.inf if hi > x_range[1] else hi
-    return replace(m, interval=(lo, hi), x_log_se=x_log_se)
+
+def _x_error_objective(g, sidx, n_seeds, levels, se, ry, rg, u, s2) -> tuple[np.ndarray, np.ndarray]:
+    """(G, P) twice: the objective that replaces RSS(B, p) when each level's log x is measured with standard error se_l
+    (errors in variables): −2 log-likelihood × s2 of the runs with the level's true log x = measured + δ_l,
+    δ_l ~ N(0, se_l²), linearized in δ (a run's cost τ(x e^δ / B)^p ≈ τ(x/B)^p (1 + p δ)) and integrated out: a
+    level-shared random cost of sd p·cost_l·se_l on top of the run noise s2 (the pure-error variance). With
+    H_p = seed-demeaned (run in level l)·x^p, M = H_p diag(se), MᵀM = V diag(e) Vᵀ, c = VᵀMᵀ(ry − u rg_p) and
+    t = e (p u)² / s2 it is ‖P⊥(ry − u rg_p)‖² + Σ_k c_k² / (e_k (1 + t_k)) + s2 Σ_k log(1 + t_k): the part off
+    span(H) is untouched, the part on it is shrunk (Woodbury), and the log-determinant keeps a steep curve from
+    explaining every level by its x error (returned apart: the objective less it is the residual sum of squares
+    that σ̂ and the lack-of-fit test read). Written so that no term grows like u² where a level's cost is huge."""
+    names = sorted(se)
+    ind = np.stack([levels == nm for nm in names], axis=1).astype(np.float64)  # (N, L)
+    n, nl, npw = g.shape[0], len(names), g.shape[1]
+    h = _demean((ind[:, :, None] * g[:, None, :]).reshape(n, -1), sidx, n_seeds).reshape(n, nl, npw)  # (N, L, P)
+    root = np.array([se[nm] for nm in names])  # (L,) diag(se)
+    mtm = np.einsum("nlp,nkp->plk", h, h) * root[None, :, None] * root[None, None, :]  # (P, L, L)
+    e, v = np.linalg.eigh(mtm)  # (P, L), (P, L, L)
+    a = np.einsum("plk,pl->pk", v, np.einsum("nlp,n->pl", h, ry) * root)  # (P, L) VᵀMᵀ ry
+    b = np.einsum("plk,pl->pk", v, np.einsum("nlp,np->pl", h, rg) * root)  # (P, L) VᵀMᵀ rg_p
+    live = e > 1e-12 * e.max(axis=1, keepdims=True)  # directions inside span(H)
+    inv_e = np.where(live, 1.0 / np.where(live, e, 1.0), 0.0)
+    ryy = float(ry @ ry)
+    yy = ryy - np.sum(a**2 * inv_e, axis=1)  # (P,) ‖P⊥ ry‖²
+    gg = np.einsum("np,np->p", rg, rg) - np.sum(b**2 * inv_e, axis=1)
+    yg = ry @ rg - np.sum(a * b * inv_e, axis=1)
+    small = gg <= 1e-10 * np.einsum("np,np->p", rg, rg)  # rg_p lies in span(H): no u² term (rounding only)
+    gg, yg = np.where(small, 0.0, gg), np.where(small, 0.0, yg)
+    t = np.where(live, e, 0.0)[None] * ((EXPONENTS[None, :] * u) ** 2 / s2)[:, :, None]  # (G, P, L) e / λ
+    c2 = (a[None] - u[:, :, None] * b[None]) ** 2
+    with np.errstate(over="ignore", invalid="ignore"):
+        on = np.sum(np.where(live[None], c2 * inv_e[None] / (1.0 + t), 0.0), axis=2)
+        logdet = np.sum(np.log1p(t), axis=2)
+    off = np.clip(yy[None] - 2 * u * yg[None] + u**2 * gg[None], 0.0, None)
+    penalty = s2 * logdet
+    return np.nan_to_num(off + on + penalty, nan=np.inf), np.nan_to_num(penalty, nan=np.inf)
 
 
 def lack_of_fit(sidx, n_seeds, y, levels, pert, rss_model, dof_model) -> LackOfFit:
