@@ -167,6 +167,18 @@ def test_measure_json_end_to_end(tmp_path, toy_pair_dir):
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def write_with_overrides(data: dict, path: Path, overrides: dict) -> Path:
+    """`data` with each dotted override set (parents made as needed), written as YAML to `path`."""
+    for dotted, value in overrides.items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
 def screen_config(tmp_path: Path, toy: Path, name: str = "s.yaml", **overrides) -> Path:
     """examples/toy_screen.yaml with absolute paths (pair `toy`), one cheap candidate, and top-level overrides."""
     data = yaml.safe_load((ROOT / "examples" / "toy_screen.yaml").read_text())
@@ -174,15 +186,7 @@ def screen_config(tmp_path: Path, toy: Path, name: str = "s.yaml", **overrides) 
     data["calibration"] = str(ROOT / "calibrations" / "toy.yaml")
     data["probe"]["prompts"] = str(toy / "prompts" / "probe.jsonl")
     data["candidates"] = data["candidates"][:1]
-    for dotted, value in overrides.items():
-        node = data
-        *parents, leaf = dotted.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-    path = tmp_path / name
-    path.write_text(yaml.safe_dump(data))
-    return path
+    return write_with_overrides(data, tmp_path / name, overrides)
 
 
 def assert_both_refuse(path: Path, field: str, *words: str) -> None:
@@ -328,15 +332,7 @@ def calibrate_config(tmp_path: Path, toy: Path, name: str = "cal.yaml", **overri
     for section, split in (("probe", "probe"), ("train", "train"), ("eval", "eval")):
         data[section]["prompts"] = str(toy / "prompts" / f"{split}.jsonl")
     data["output"] = str(tmp_path / "out" / "toy.yaml")
-    for dotted, value in overrides.items():
-        node = data
-        *parents, leaf = dotted.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-    path = tmp_path / name
-    path.write_text(yaml.safe_dump(data))
-    return path
+    return write_with_overrides(data, tmp_path / name, overrides)
 
 
 def test_more_probe_prompts_than_the_file_holds_is_refused(tmp_path, toy_pair_dir):

@@ -324,11 +324,9 @@ def _why(v, t: truth.Truth, predicted: float, tau: float) -> str:
     )
 
 
-def _report(
-    inputs: Inputs, config: BacktestConfig, out: Path, rows: list[CandidateRow], ledger: Ledger, counts: dict
-) -> dict:
-    cal = inputs.calibration
-    b = cal.budget
+def _families_and_agreement(rows) -> tuple[dict, dict]:
+    """Per source family: the mean residual against the curve and the verdicts' agreement; overall agreement (all
+    verdicts, and the non-marginal ones)."""
     fams = {}
     for name in FAMILIES:
         mine = [r for r in rows if r.family == name]
@@ -344,6 +342,15 @@ def _report(
     agreement["decided_verdicts"] = truth.agreement(
         [r.verdict.decision for r in decided], [r.truth.label for r in decided]
     )
+    return fams, agreement
+
+
+def _report(
+    inputs: Inputs, config: BacktestConfig, out: Path, rows: list[CandidateRow], ledger: Ledger, counts: dict
+) -> dict:
+    cal = inputs.calibration
+    b = cal.budget
+    fams, agreement = _families_and_agreement(rows)
     looks = truth.look_counts(config.truth)
     runs = [r for r in ledger.runs.values()]
     return {
@@ -481,21 +488,7 @@ def rejudge(report: BacktestReport, calibration: CalibrationArtifact, undecided:
                 }
             )
         )
-    fams = {}
-    for name in FAMILIES:
-        mine = [r for r in rows if r.family == name]
-        if mine:
-            se = [r.truth.sd / np.sqrt(r.truth.n) for r in mine]
-            fams[name] = truth.family_residual([r.residual for r in mine], se) | {
-                "agree": sum(r.agrees is True for r in mine),
-                "disagree": sum(r.agrees is False for r in mine),
-                "ambiguous": sum(r.agrees is None for r in mine),
-            }
-    agreement = truth.agreement([r.verdict.decision for r in rows], [r.truth.label for r in rows])
-    decided = [r for r in rows if not r.verdict.marginal]
-    agreement["decided_verdicts"] = truth.agreement(
-        [r.verdict.decision for r in decided], [r.truth.label for r in decided]
-    )
+    fams, agreement = _families_and_agreement(rows)
     out = report.path or calibration.path
     data = report.dump() | {
         "calibration": report.calibration.model_dump(mode="json")
