@@ -366,7 +366,7 @@ class BudgetModel(Section):
     seeds: int
     lack_of_fit: LackOfFitEntry
     accepted: bool
-    x_log_se: float = 0.0  # the levels' log-x standard error the interval was widened by
+    x_log_se: float = 0.0  # rms of the levels' log-x standard errors, integrated out by the fit (errors in variables)
 
 
 class BudgetBracket(Section):
