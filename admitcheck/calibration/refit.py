@@ -70,21 +70,22 @@ def _levels(cal: CalibrationArtifact, prefix: str = "") -> list[Level]:
     return out
 
 
-def _records(cal: CalibrationArtifact) -> dict[str, RunRecord]:
+def _ledger_lines(cal: CalibrationArtifact) -> tuple[Path, list[dict[str, Any]]]:
     path = ledger_path(cal.path)
     if not path.is_file():
         raise CalibrationError("no ledger beside the artifact: nothing to re-fit", file=str(path))
-    lines = io.read_jsonl(path)
+    return path, io.read_jsonl(path)
+
+
+def _records(cal: CalibrationArtifact) -> dict[str, RunRecord]:
+    path, lines = _ledger_lines(cal)
     return {r.key: r for r in (read_run(x, path, i) for i, x in enumerate(lines) if x.get("kind") == "run")}
 
 
 def ledger_functional(cal: CalibrationArtifact) -> dict[str, Any] | None:
     """What the ledger's level x are, as its header says (`bench/remeasure_levels.py` or a `calibrate` of this
     admitcheck writes it); None for an older ledger (the uncapped token mean): the artifact then claims none."""
-    path = ledger_path(cal.path)
-    if not path.is_file():
-        raise CalibrationError("no ledger beside the artifact: nothing to re-fit", file=str(path))
-    first = io.read_jsonl(path)[0]
+    first = _ledger_lines(cal)[1][0]
     return first.get("functional") if first.get("kind") == "header" else None
 
 
