@@ -22,7 +22,7 @@
 # each keeps the pair and engines for all its runs: default 5), PY (python3), RUN (pid files and logs:
 # reports/smollm2), OUT. On CPU, with the toy pair, tests/test_campaign_detached.py drives this same script.
 set -uo pipefail
-stage=${1:?stage: stash0 | pair | start | poll SECONDS | status | stop | collect | screen SECONDS}
+stage=${1:?stage: stash0 | pair | remeasure | queue | start | poll SECONDS | status | stop | collect | screen SECONDS}
 OUT=${OUT:-/tmp/out}
 PY=${PY:-python3}
 RUN=${RUN:-reports/smollm2}
@@ -114,6 +114,30 @@ PY
     done
     exit 0
     ;;
+  remeasure)  # the ledgers' level x as the screen's functional (issue #35), the three configs at once, attached
+    pids=""
+    for c in examples/smollm2_calibrate.yaml examples/smollm2_calibrate_seed1000.yaml examples/smollm2_calibrate_seed2000.yaml; do
+      n=$(name_of "$c")
+      $PY bench/remeasure_levels.py "$c" --write --out "$RUN/remeasure_$n.json" > "$RUN/remeasure_$n.log" 2>&1 &
+      pids="$pids $!"
+    done
+    rc=0; for p in $pids; do wait "$p" || rc=1; done
+    tail -n 1 "$RUN"/remeasure_*.log; echo "remeasure rc=$rc"
+    ;;
+  queue)  # one device session's GPU work, in order, detached (a call only polls it): the #35 re-measure, then the
+    # #37 figures (throughput of kept workers over 30 runs, kept vs fresh vs the re-measured ledger, decode/OPD step),
+    # then the #36 SmolLM2 noise decomposition. Each step's JSON lands in $RUN; a step that fails does not stop the rest.
+    detach queue "bash '$0' remeasure; \
+      $PY bench/gpu_smollm2.py --pair smollm2 --device cuda --parts campaign --campaign-config examples/smollm2_calibrate.yaml \
+        --campaign-runs 30 --campaign-paths kept --jobs 10 --out '$RUN/bench_throughput.json' > '$RUN/bench_throughput.log' 2>&1; \
+      $PY bench/gpu_smollm2.py --pair smollm2 --device cuda --parts campaign --campaign-config examples/smollm2_calibrate.yaml \
+        --campaign-ledger calibrations/smollm2.ledger.jsonl --campaign-runs 6 --campaign-paths kept,fresh --jobs 6 \
+        --out '$RUN/bench_same.json' > '$RUN/bench_same.log' 2>&1; \
+      $PY bench/gpu_smollm2.py --pair smollm2 --device cuda --parts decode,opd --out '$RUN/bench_decode.json' \
+        > '$RUN/bench_decode.log' 2>&1; \
+      $PY bench/noise.py --pair smollm2 --seeds 4 --jobs 8 --out '$RUN/noise_smollm2.json' > '$RUN/noise.log' 2>&1"
+    exit 0
+    ;;
   bench)  # bench/gpu_smollm2.py with the given arguments, detached; its JSON goes to $RUN/$BENCH.json
     shift
     n=${BENCH:-bench}
@@ -128,7 +152,7 @@ PY
     limit=${2:-540}; t0=$(date +%s)
     while :; do
       status
-      for f in "$RUN"/bench*.log; do  # the detached benches (BENCH names them)
+      for f in "$RUN"/queue.log "$RUN"/remeasure_*.log "$RUN"/bench*.log "$RUN"/noise.log; do  # detached benches
         [ -e "$f" ] || continue; b=$(basename "$f" .log)
         echo "== $b: $(alive "$b" && echo running || echo stopped)"; tail -n 2 "$f" | cut -c1-300
       done
