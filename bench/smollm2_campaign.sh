@@ -122,6 +122,8 @@ PY
       pids="$pids $!"
     done
     rc=0; for p in $pids; do wait "$p" || rc=1; done
+    # a copy outside the tracked files: the next call's working-tree sync puts the tracked ledgers back as they were
+    mkdir -p "$RUN/remeasured" && cp calibrations/smollm2*.ledger.jsonl "$RUN/remeasured/"
     tail -n 1 "$RUN"/remeasure_*.log; echo "remeasure rc=$rc"
     ;;
   queue)  # one device session's GPU work, in order, detached (a call only polls it): the #35 re-measure, then the
@@ -131,7 +133,7 @@ PY
       $PY bench/gpu_smollm2.py --pair smollm2 --device cuda --parts campaign --campaign-config examples/smollm2_calibrate.yaml \
         --campaign-runs 30 --campaign-paths kept --jobs 10 --out '$RUN/bench_throughput.json' > '$RUN/bench_throughput.log' 2>&1; \
       $PY bench/gpu_smollm2.py --pair smollm2 --device cuda --parts campaign --campaign-config examples/smollm2_calibrate.yaml \
-        --campaign-ledger calibrations/smollm2.ledger.jsonl --campaign-runs 6 --campaign-paths kept,fresh --jobs 6 \
+        --campaign-ledger '$RUN/remeasured/smollm2.ledger.jsonl' --campaign-runs 6 --campaign-paths kept,fresh --jobs 6 \
         --out '$RUN/bench_same.json' > '$RUN/bench_same.log' 2>&1; \
       $PY bench/gpu_smollm2.py --pair smollm2 --device cuda --parts decode,opd --out '$RUN/bench_decode.json' \
         > '$RUN/bench_decode.log' 2>&1; \
