@@ -430,3 +430,31 @@ def test_ema_weights_are_the_exponential_average_and_the_final_quality_scores_th
     assert all(torch.equal(a, b) for a, b in zip(final_weights, mine.model.parameters()))
     assert not all(torch.equal(a, b) for a, b in zip(final_weights, student.parameters()))  # not the last iterate
     assert all(torch.equal(a, b) for a, b in zip(seen[0][1], tiny["student"].parameters()))  # step 0: θ0
+
+
+def test_the_start_weights_evaluation_is_computed_once_and_is_the_computed_one(tiny) -> None:
+    """Issue 37: the step-0 evaluation (θ0, the eval seed: one number across a ledger) is computed once per
+    evaluator; another run's θ0 — equal tensors in another module — gets the same result without sampling again;
+    changed weights, another seed or another evaluator's fresh computation agree with what is returned."""
+    import copy
+
+    ecfg = EvalConfig(prompts="-", max_new_tokens=6, batch_size=16, samples=2)
+    args = (tiny["teacher"], tiny["eval_ids"], None, ecfg, tiny["tokens"], SamplingConfig())
+    ev = opd.QualityEvaluator(*args)
+    calls = []
+    compute = ev._evaluate
+    ev._evaluate = lambda *a: calls.append(a[2]) or compute(*a)  # count the real evaluations (a[2]: the step)
+    first = ev(copy.deepcopy(tiny["student"]), 0)
+    again = ev(copy.deepcopy(tiny["student"]), 0)  # the next run's start weights
+    assert calls == [0] and again == first
+    fresh = opd.QualityEvaluator(*args)(tiny["student"], 0)
+    assert fresh == first  # the same bits as a computation
+    moved = copy.deepcopy(tiny["student"])
+    with torch.no_grad():
+        next(moved.parameters()).add_(1e-3)
+    q = ev(moved, 0)
+    assert calls == [0, 0] and q.reverse_kl != first.reverse_kl
+    ev(tiny["student"], 0, seed=99)
+    assert len(calls) == 3  # another seed is another evaluation
+    later = ev(copy.deepcopy(tiny["student"]), 5)  # θ0's weights labelled with a later step: θ0's quality
+    assert later.step == 5 and later.reverse_kl == first.reverse_kl and later.kl_by_response == first.kl_by_response

@@ -14,7 +14,7 @@ errors are `quality_error`'s (issue 36). `opd.train` calls an evaluator at step 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -74,9 +74,27 @@ class QualityEvaluator:
         options = {"cuda_graphs": execution.cuda_graphs, "compile": execution.compile} if execution else {}
         self.rollout = RolloutConfig(engine="hf", dtype=dtype, device=reference.device, **options)
         self._engine = None
+        self._start: tuple[dict[str, torch.Tensor], int, EvaluatedQuality] | None = None  # see __call__
 
     def __call__(self, student: torch.nn.Module, step: int, seed: int | None = None) -> EvaluatedQuality:
-        """The quality of `student` at `step`; `seed` replaces `cfg.seed` (other eval draws of the same weights)."""
+        """The quality of `student` at `step`; `seed` replaces `cfg.seed` (other eval draws of the same weights).
+
+        The quality is a pure function of the weights and the seed (the evaluator's config fixed), so the start
+        weights' evaluation — the same θ0 and eval seed in every run of a calibration (`quality_start` is one
+        number across a whole ledger) — is computed once per evaluator and returned again while the weights are
+        equal tensor for tensor (a kept worker's evaluator serves all its runs: issue 37, half of the evaluations)."""
+        base_seed = self.cfg.seed if seed is None else seed
+        state = student.state_dict()
+        if self._start is not None and self._start[1] == base_seed and _same_tensors(self._start[0], state):
+            return replace(self._start[2], step=step)
+        result = self._evaluate(student, state, step, base_seed)
+        if step == 0:
+            self._start = ({k: v.detach().clone() for k, v in state.items()}, base_seed, result)
+        return result
+
+    def _evaluate(
+        self, student: torch.nn.Module, state: dict[str, torch.Tensor], step: int, base_seed: int
+    ) -> EvaluatedQuality:
         from admitcheck.rollout.engines.hf import HFEngine
 
         if self._engine is None:
@@ -84,8 +102,7 @@ class QualityEvaluator:
                 student, self.rollout, eos_token_id=self.tokens.eos_token_id, pad_token_id=self.tokens.pad_token_id
             )
         else:
-            self._engine.load_weights(student.state_dict())
-        base_seed = self.cfg.seed if seed is None else seed
+            self._engine.load_weights(state)
         kl_sum, kl_rows, n_rows, responses = 0.0, [], [], []
         for i in range(0, len(self.prompt_ids), self.cfg.batch_size):
             chunk = self.prompt_ids[i : i + self.cfg.batch_size]
@@ -105,6 +122,13 @@ class QualityEvaluator:
         draws, prompts = (_finite(err.draws), _finite(err.prompts)) if err is not None else (None, None)
         value = kl_sum / max(n_tok, 1)
         return EvaluatedQuality(step, value, acc, n_tok, draws, prompts, self.samples, tuple(kl_rows), tuple(n_rows))
+
+
+def _same_tensors(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    """The same keys, and every tensor equal in shape, dtype and value (on the tensors' own device)."""
+    return a.keys() == b.keys() and all(
+        a[k].dtype == b[k].dtype and a[k].shape == b[k].shape and torch.equal(a[k], b[k].to(a[k].device)) for k in a
+    )
 
 
 def _finite(x: float) -> float | None:
