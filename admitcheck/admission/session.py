@@ -21,6 +21,7 @@ from admitcheck.admission.checks import (
     load_checked_calibration,
     probe_prompts,
 )
+from admitcheck.admission.screen_report import FloorSummary
 from admitcheck.admission.sequential import (
     Evidence,
     Verdict,
@@ -67,7 +68,7 @@ class ScreenSession:
         self.reference: Any = None
         self.plan: tuple[int, int, int] = (1, 1, 1)  # batches before the first look, batches at most, looks K
         self.confidence = config.policy.confidence  # per look, once prepared
-        self.floors: dict[str, dict[str, Any]] = {}
+        self.floors: dict[str, FloorSummary] = {}
         self.failed_floors: dict[str, EngineError] = {}  # engine kind -> why its floor failed
 
     def prepare(self) -> None:
@@ -159,7 +160,7 @@ class ScreenSession:
             functional=self.functional.describe(),
         )
 
-    def floor(self, rollout: RolloutConfig, progress: Progress | None = None) -> dict[str, Any]:
+    def floor(self, rollout: RolloutConfig, progress: Progress | None = None) -> FloorSummary:
         """The engine in the reference's configuration on the first-look probes, measured once per engine kind."""
         from admitcheck.rollout.floor import floor_rollout
 
@@ -181,15 +182,15 @@ class ScreenSession:
             pooled = run.pooled(self.confidence)
             keys = [k for k in ("k3", "kl_exact") if k in pooled.values]
             fv = run.functional(self.functional, self.confidence) if self.functional.estimator in keys else None
-            self.floors[fr.engine] = {
-                "dtype": fr.dtype,
-                "mismatch": fv.value if fv else None,  # the functional, the verdict's scale
+            self.floors[fr.engine] = FloorSummary(
+                dtype=fr.dtype,
+                mismatch=fv.value if fv else None,  # the functional, the verdict's scale
                 **{k: pooled.values[k] for k in keys},
                 **{f"{k}_interval": pooled.intervals[k] for k in keys},
-                "probes": run.num_sequences,
-                "tokens": run.num_tokens,
-                "seconds": time.perf_counter() - t0,
-            }
+                probes=run.num_sequences,
+                tokens=run.num_tokens,
+                seconds=time.perf_counter() - t0,
+            )
         return self.floors[fr.engine]
 
     def screen_candidate(self, cand: CandidateConfig, progress: Progress | None = None) -> Verdict:
@@ -219,7 +220,7 @@ class ScreenSession:
             engine.close()
         e = self._evidence(run, state, looks, self.plan[2])
         capacity = self.capacity(cand) | ({"engine_allocated": allocated} if allocated else {})
-        return self._verdict(cand.name, e, floor.get("mismatch"), capacity, time.perf_counter() - t0, "engine")
+        return self._verdict(cand.name, e, floor.mismatch, capacity, time.perf_counter() - t0, "engine")
 
     def screen_logs(self, chosen: list[CandidateConfig]) -> Verdict:
         """One verdict from a pipeline's logged log-probs: every sequence at once (one look), at the policy's
