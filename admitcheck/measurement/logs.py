@@ -55,7 +55,7 @@ POSITIVE_TOLERANCE = 1e-4  # nats; log-probs up to this above 0 are float roundi
 PARQUET_SUFFIXES = (".parquet", ".pq")
 COLUMNS = ("rollout_logprobs", "trainer_logprobs")  # the admitcheck format's two log-prob columns
 
-LogFormat = Literal["admitcheck", "prime-rl", "verl", "trl", "nemo-rl"]
+LogFormat = Literal["admitcheck", "prime-rl", "verl", "trl", "nemo-rl"]  # FORMATS' keys (config.LogsSource.format too)
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class FormatSpec:
     group: str | None = None  # the process / rank a sequence was logged on (per-process means: TRL)
 
 
-FORMATS: dict[str, FormatSpec] = {
+FORMATS: dict[LogFormat, FormatSpec] = {  # one record per format: read_logs and detect_format read it
     "admitcheck": FormatSpec("rollout_logprobs", "trainer_logprobs", ("mask",), mask_optional=True),
     "prime-rl": FormatSpec("inference_logprobs", "trainer_logprobs", ("loss_mask",), nulls_are_nonfinite=True),
     "verl": FormatSpec("rollout_log_probs", "old_log_probs", ("response_mask",)),
