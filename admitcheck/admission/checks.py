@@ -198,7 +198,7 @@ def validate(
             check_engines(chosen, config_file)
         if inputs.ok:  # check_inputs has read the probe prompts
             probes = len(probe_prompts(config, config_file))
-            looks = looks_plan(config, probes)[2]
+            looks = looks_plan(config, probes).looks
     if calibration is None or probes is None:
         return {}  # the errors say why
     return {

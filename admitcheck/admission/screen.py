@@ -108,7 +108,7 @@ def screen(
         calibration=calibration_summary(session.calibration),
         floor=session.floors,
         policy=PolicySummary(
-            **config.policy.model_dump(), confidence_per_look=session.confidence, max_looks=session.plan[2]
+            **config.policy.model_dump(), confidence_per_look=session.confidence, max_looks=session.plan.looks
         ),
         source=config.source,
         seconds_setup=setup,
