@@ -468,29 +468,24 @@ def screen(
 
     def body() -> int:
         from admitcheck import io
+        from admitcheck.admission.checks import with_logs
         from admitcheck.admission.screen import screen as run_screen
+        from admitcheck.admission.screen_report import PartialScreenError
         from admitcheck.config import ScreenConfig
-        from admitcheck.errors import EngineError
         from admitcheck.report import to_json, write_reports
         from admitcheck.validation import logs_against_protocol
 
         cfg = io.load_config(config, ScreenConfig)
         _check_dashboard(dashboard)
-        if from_logs is not None:  # the config's logs section (step, checkpoint) stays; path and format are these
-            logs_section = (cfg.logs.model_dump() if cfg.logs else {}) | {
-                "path": str(from_logs.resolve()),
-                "format": log_format,
-            }
-            cfg = ScreenConfig.model_validate(cfg.model_dump() | {"source": "logs", "logs": logs_section})
+        if from_logs is not None:  # the config's logs section (step, checkpoint, gates) stays
+            cfg = with_logs(cfg, from_logs, log_format)
         logs = _pipeline_logs(from_logs, log_format) if from_logs is not None else None
         logged = logs_against_protocol(cfg, strict=strict, file=str(config)) if cfg.source == "logs" else None
         failure = None
         try:
             result = run_screen(cfg, config_file=str(config), candidates=candidate or None, progress=progress())
-        except EngineError as exc:  # a candidate's engine failed: report the verdicts obtained, then exit 3
-            result, failure = getattr(exc, "partial", None), exc
-            if result is None:
-                raise
+        except PartialScreenError as exc:  # a candidate's engine failed: report the verdicts obtained, then exit 3
+            result, failure = exc.partial, exc
         write_reports(result, junit_path=junit, markdown_path=markdown)
         dashes = _screen_dashboards(dashboard, result, logs) if dashboard else {}
         if as_json:
@@ -541,7 +536,7 @@ def validate(
         str | None,
         typer.Option(
             "--kind",
-            help="The config kind (measure, calibrate, screen, sensitivity, recipe, backtest); default: the "
+            help="The config kind (measure, calibrate, screen, sensitivity, recipe, backtest, plan); default: the "
             "config's own `kind:` key, else detected from its keys.",
         ),
     ] = None,

@@ -11,6 +11,7 @@ Constraints live in types; cross-field rules raise ValueError naming the fields 
 from __future__ import annotations
 
 import difflib
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer, model_validator
@@ -129,12 +130,45 @@ class WeightsRecipe(Strict):
         return self
 
 
-# How attention reads an FP8 KV cache (admitcheck.rollout.kv_fp8): vLLM's backends write K/V to the cache first and
-# attend over the FP8 cache in prefill and decode; flash_attn and triton_attn (CUDA) also round the query to FP8 with
-# the layer's q scale, flashinfer (before SM100) and cpu (vLLM-CPU, which also truncates K/V) keep it in the model
-# dtype. fresh_prefill is the HF engine's recipe before #24 (the prompt's K/V and every query unquantized): the
-# shipped toy FP8-KV measurements were made with it.
-AttentionBackend = Literal["flash_attn", "triton_attn", "flashinfer", "cpu", "fresh_prefill"]
+@dataclass(frozen=True)
+class KVBackend:
+    """How one attention backend reads an FP8 KV cache (admitcheck.rollout.kv_fp8 models it; vLLM runs it)."""
+
+    name: str  # `kv_cache.attention_backend`
+    prefill_reads_cache: bool  # the prompt's first pass attends over the quantized K/V (vLLM writes the cache first)
+    quantize_query: bool  # the query rounded to FP8 e4m3 with the layer's q scale (so it reads e4m3 caches only)
+    rounding: Literal["nearest", "toward_zero"]  # K/V to FP8: CUDA's casts round to nearest-even; vLLM-CPU truncates
+    runs_on: Literal["gpu", "cpu", "hf"]  # vLLM on a GPU, vLLM-CPU, or the HF engine only (no vLLM backend)
+    vllm_name: str | None  # vLLM's `AttentionConfig.backend`; None: vLLM's own choice (vLLM-CPU's one backend)
+
+    @property
+    def where(self) -> str:
+        """How a message names where it runs: " (GPU)", " (vLLM-CPU)", or "" for the HF engine's own recipe."""
+        return {"gpu": " (GPU)", "cpu": " (vLLM-CPU)", "hf": ""}[self.runs_on]
+
+
+# vLLM's backends write K/V to the cache first and attend over the FP8 cache in prefill and decode; flash_attn and
+# triton_attn (CUDA) also round the query to FP8 with the layer's q scale, flashinfer (before SM100) and cpu (vLLM-CPU,
+# which also truncates K/V) keep it in the model dtype. fresh_prefill is the HF engine's recipe before #24 (the
+# prompt's K/V and every query unquantized): the shipped toy FP8-KV measurements were made with it.
+KV_BACKENDS: dict[str, KVBackend] = {
+    b.name: b
+    for b in (
+        KVBackend("flash_attn", True, True, "nearest", "gpu", "FLASH_ATTN"),
+        KVBackend("triton_attn", True, True, "nearest", "gpu", "TRITON_ATTN"),
+        KVBackend("flashinfer", True, False, "nearest", "gpu", "FLASHINFER"),  # SM90 decode, pre-Hopper (not SM100)
+        KVBackend("cpu", True, False, "toward_zero", "cpu", None),  # measured: vLLM-CPU ISAs vec and amx
+        KVBackend("fresh_prefill", False, False, "nearest", "hf", None),
+    )
+}
+AttentionBackend = Literal["flash_attn", "triton_attn", "flashinfer", "cpu", "fresh_prefill"]  # KV_BACKENDS' keys
+
+
+def _either(names: list[str]) -> str:
+    """The names as a message lists them: `a, b or c`."""
+    return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else "".join(names)
+
+
 _KV_FP8_FIELDS = ("attention_backend", "scales", "percentile", "margin")
 
 
@@ -159,12 +193,17 @@ class KVCacheConfig(Strict):
                 raise ValueError(f"{', '.join(given)} need an fp8 dtype (dtype is auto: the cache is not quantized)")
         if self.scales == "one" and {"percentile", "margin"} & self.model_fields_set:
             raise ValueError("percentile and margin apply to scales: calibrated only")
-        if self.dtype == "fp8_e5m2" and self.attention_backend in ("flash_attn", "triton_attn"):
+        if self.dtype == "fp8_e5m2" and self.backend.quantize_query:
+            others = _either([b.name + b.where for b in KV_BACKENDS.values() if not b.quantize_query])
             raise ValueError(
                 f"attention_backend {self.attention_backend} reads fp8_e4m3 caches only (vLLM rounds the query to "
-                "e4m3 there); for fp8_e5m2 set attention_backend: flashinfer (GPU), cpu (vLLM-CPU) or fresh_prefill"
+                f"e4m3 there); for fp8_e5m2 set attention_backend: {others}"
             )
         return self
+
+    @property
+    def backend(self) -> KVBackend:
+        return KV_BACKENDS[self.attention_backend]
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: Any) -> dict[str, Any]:
@@ -703,8 +742,18 @@ class RecipeSearchConfig(Strict):
     layers: list[int] | None = None
 
 
-ConfigKind = Literal["measure", "calibrate", "screen", "sensitivity", "recipe", "backtest", "plan"]
-CONFIG_KINDS: tuple[str, ...] = ("measure", "calibrate", "screen", "sensitivity", "recipe", "backtest", "plan")
+ConfigKind = Literal["measure", "calibrate", "screen", "sensitivity", "recipe", "backtest", "plan"]  # KINDS' keys
+# The config kinds, each with its schema (its `kind:` key names it): `validate`, the detection and --kind read this.
+KINDS: dict[ConfigKind, type[BaseModel]] = {
+    "measure": MeasureConfig,
+    "calibrate": CalibrateConfig,
+    "screen": ScreenConfig,
+    "sensitivity": SensitivityConfig,
+    "recipe": RecipeSearchConfig,
+    "backtest": BacktestConfig,
+    "plan": PlanConfig,
+}
+CONFIG_KINDS: tuple[str, ...] = tuple(KINDS)
 
 
 def config_kind(data: Any) -> tuple[str, str]:
@@ -746,15 +795,6 @@ def config_kind(data: Any) -> tuple[str, str]:
 
 def schema_for(kind: str) -> type[BaseModel]:
     """The pydantic schema of a config kind (ValueError for an unknown one)."""
-    schemas = {
-        "measure": MeasureConfig,
-        "calibrate": CalibrateConfig,
-        "screen": ScreenConfig,
-        "sensitivity": SensitivityConfig,
-        "recipe": RecipeSearchConfig,
-        "backtest": BacktestConfig,
-        "plan": PlanConfig,
-    }
-    if kind not in schemas:
-        raise ValueError(f"unknown config kind {kind!r} (known: {', '.join(CONFIG_KINDS)})")
-    return schemas[kind]
+    if kind not in KINDS:
+        raise ValueError(f"unknown config kind {kind!r} (known: {', '.join(KINDS)})")
+    return KINDS[kind]

@@ -40,7 +40,7 @@ EXIT_RULE = (
 class DemoResult:
     toy: Any  # toy.ToyPairSummary
     calibration: CalibrationArtifact
-    screen: Any  # screen.ScreenResult
+    screen: Any  # screen_report.ScreenReport
     reused_calibration: bool
     report_paths: list[Path]
     reused_pair: bool = False  # the toy pair was a cache hit (its build_seconds are another run's)

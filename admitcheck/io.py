@@ -266,6 +266,17 @@ def read_json(path: str | Path) -> Any:
         raise ConfigError(f"cannot read JSON: {exc}", file=str(path)) from None
 
 
+def read_text(path: str | Path) -> str:
+    """A text file (UTF-8); a ConfigError naming it when it is missing or unreadable."""
+    path = Path(path)
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError("file not found", file=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read: {exc}", file=str(path)) from None
+
+
 def read_json_as_is(path: str | Path) -> Any:
     """A JSON file, its errors raised as they come (OSError, ValueError) for a caller that names the field."""
     return json.loads(Path(path).read_text(encoding="utf-8"))

@@ -24,7 +24,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from admitcheck.admission.screen import ScreenResult
+from admitcheck.admission.screen_report import ScreenReport
 from admitcheck.admission.sequential import Verdict
 from admitcheck.formatting import fmt, fmt_interval
 
@@ -46,7 +46,7 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
-def to_json(result: ScreenResult) -> str:
+def to_json(result: ScreenReport) -> str:
     """One JSON document: verdicts, calibration, floor, policy, timings; non-finite numbers are null."""
     return json.dumps(_finite(result.to_dict()), indent=2, allow_nan=False)
 
@@ -87,9 +87,9 @@ def _tail(v: Verdict) -> str:
     return f"{v.capped_share:.0%} (top {v.top_share:.0%}{k}){flag}"
 
 
-def to_junit_xml(result: ScreenResult) -> str:
+def to_junit_xml(result: ScreenReport) -> str:
     """JUnit XML: one <testcase> per candidate in one <testsuite>; rejections are <failure>s."""
-    pair = result.calibration.get("pair") or "pair"
+    pair = result.calibration.pair or "pair"
     failures = sum(not v.admitted for v in result.verdicts)
     counts = {
         "tests": str(len(result.verdicts) + len(result.failures)),
@@ -187,18 +187,17 @@ def _error_row(name: str) -> list[str]:
     return [name, "❌ **ERROR**", *["-"] * (len(_COLUMNS) - 2)]
 
 
-def _headline(result: ScreenResult) -> str:
+def _headline(result: ScreenReport) -> str:
     c = result.calibration
     n_ok = sum(v.admitted for v in result.verdicts)
     failed = f"; {len(result.failures)} failed (engine error)" if result.failures else ""
     return (
-        f"{n_ok}/{len(result.verdicts) + len(result.failures)} admitted{failed} against budget {fmt(c['budget'])} "
-        f"nats/token {fmt_interval(c['budget_interval'])} ({c['budget_kind']}, τ = {fmt(c.get('tolerance'))}) "
-        f"from {c['path']}"
+        f"{n_ok}/{len(result.verdicts) + len(result.failures)} admitted{failed} against budget {fmt(c.budget)} "
+        f"nats/token {fmt_interval(c.budget_interval)} ({c.budget_kind}, τ = {fmt(c.tolerance)}) from {c.path}"
     )
 
 
-def to_markdown(result: ScreenResult) -> str:
+def to_markdown(result: ScreenReport) -> str:
     """A Markdown report: headline, verdict table, reasons (fits a GitHub step summary)."""
     lines = [
         "## admitcheck screen",
@@ -226,12 +225,12 @@ def to_markdown(result: ScreenResult) -> str:
     lines += [f"- **{v.name}**: {v.reason}" for v in result.verdicts]
     lines += [f"- **{name}**: ERROR, no verdict: {message}" for name, message in result.failures.items()]
     for kind, f in result.floor.items():
-        kl = f", kl_exact {fmt(f['kl_exact'])}" if "kl_exact" in f else ""
-        lines.append(f"- noise floor ({kind}, {f['dtype']}): k3 {fmt(f['k3'])}{kl} on {f['probes']} probes")
+        kl = f", kl_exact {fmt(f.kl_exact)}" if f.kl_exact is not None else ""
+        lines.append(f"- noise floor ({kind}, {f.dtype}): k3 {fmt(f.k3)}{kl} on {f.probes} probes")
     return "\n".join(lines) + "\n"
 
 
-def verdict_table(result: ScreenResult):
+def verdict_table(result: ScreenReport):
     """A rich Table of the verdicts (the CLI prints it); names and verdicts never wrap, numbers fold."""
     from rich.table import Table
 
@@ -250,7 +249,7 @@ def verdict_table(result: ScreenResult):
 
 
 def write_reports(
-    result: ScreenResult,
+    result: ScreenReport,
     *,
     json_path: str | Path | None = None,
     junit_path: str | Path | None = None,

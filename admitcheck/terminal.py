@@ -27,6 +27,7 @@ from admitcheck.formatting import fmt, fmt_interval
 
 if TYPE_CHECKING:
     from admitcheck.admission.backtest_report import BacktestReport
+    from admitcheck.admission.screen_report import ScreenReport
     from admitcheck.calibration.schema import CalibrationArtifact
 
 # Not a terminal (a CI log, a pipe): rich would cut tables to 80 columns and every number to "0.…"; render at the
@@ -348,15 +349,15 @@ def render_compare(cmp, cal_a: CalibrationArtifact, cal_b: CalibrationArtifact, 
 # --------------------------------------------------------------------------------------------------- screen
 
 
-def render_screen(result, dashes: dict) -> None:
+def render_screen(result: ScreenReport, dashes: dict) -> None:
     """The verdict table, each candidate's prefix-shift diagnostic and dashboard (`dashes`: candidate -> Dashboard)."""
     from admitcheck.report import verdict_table
 
     out.print(verdict_table(result))
     for name, diag in result.diagnostics.items():
-        render_prefix_shift(name, diag["prefix_shift"])
+        render_prefix_shift(name, diag.prefix_shift)
     for name, d in dashes.items():
-        render_dashboard(d, budget=result.calibration.get("budget"), title=f" for {name}")
+        render_dashboard(d, budget=result.calibration.budget, title=f" for {name}")
 
 
 # --------------------------------------------------------------------------------------------------- validate

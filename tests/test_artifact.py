@@ -71,6 +71,33 @@ def test_a_record_is_frozen_and_keyed_by_copy() -> None:
     assert RunRecord.model_validate(old).reused("a").line() == old | {"reused_from": "a"}  # copied as it was
 
 
+def test_a_run_key_is_typed_and_encodes_to_the_ledger_key() -> None:
+    from admitcheck.calibration.campaign import run_key
+    from admitcheck.calibration.levels import Level
+    from admitcheck.calibration.record import RunKey
+
+    level = Level("noise-1", "noise", relative_std=0.01)
+    key = RunKey.decode(run_key(level, 7))
+    assert key == RunKey(level.spec(), 7) and key.encode() == run_key(level, 7)
+    lines = map(json.loads, (CALIBRATIONS / "toy.ledger.jsonl").read_text().splitlines())
+    stored = next(x for x in lines if x.get("kind") == "run")
+    record = RunRecord.model_validate(stored)
+    assert record.run_key.encode() == record.key and record.run_key.seed == record.seed
+
+
+def test_a_run_entry_shares_its_record_base_and_keeps_the_artifact_order() -> None:
+    from admitcheck.calibration.record import RunMeasurements
+    from admitcheck.calibration.schema import RUN_ENTRY_ORDER, RunEntry
+
+    assert issubclass(RunRecord, RunMeasurements) and issubclass(RunEntry, RunMeasurements)
+    assert sorted(RUN_ENTRY_ORDER) == sorted(RunEntry.model_fields)
+    record = RunRecord(seed=3, quality=1.5, mismatch=0.01, k3=0.02)
+    entry = RunEntry(level="a", fit_x=0.01, quality_cost=0.1, **record.measurements())
+    assert entry.mismatch == 0.01 and entry.quality == 1.5
+    cal = load_calibration(CALIBRATIONS / "toy.yaml")
+    assert list(cal.dump()["runs"][0]) == [k for k in RUN_ENTRY_ORDER if k in cal.runs[0].model_fields_set]
+
+
 def _calibration_data() -> dict:
     return yaml.safe_load((CALIBRATIONS / "toy.yaml").read_text())
 
@@ -123,3 +150,10 @@ def test_attributes_read_what_the_yaml_says() -> None:
     assert cal.x_measure == data["budget"]["x"] and len(cal.budget_draws()) == data["budget"]["n_boot"]
     assert cal.predict_cost(0.0) == 0.0 and math.isclose(cal.predict_cost(cal.budget.value), cal.tau, rel_tol=1e-6)
     assert cal.recipe.train_config("train.jsonl").steps == data["recipe"]["steps"]
+
+
+def test_an_artifact_keeps_a_run_s_non_finite_numbers() -> None:
+    cal = load_calibration(CALIBRATIONS / "toy.yaml")
+    run = cal.runs[2].model_copy(update={"mismatch_interval": (0.05, math.inf)})
+    dumped = cal.model_copy(update={"runs": [*cal.runs[:2], run, *cal.runs[3:]]}).dump()
+    assert dumped["runs"][2]["mismatch_interval"] == [0.05, math.inf]

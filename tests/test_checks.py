@@ -115,3 +115,18 @@ def test_check_engines_with_vllm():
     with pytest.raises(ConfigError) as exc:
         check_engines(_candidates(ok, W8A8_VLLM), None)
     assert exc.value.field == "candidates.w8a8.rollout.weights.activations"
+
+
+def test_from_logs_keeps_the_config_s_logs_section(tmp_path, toy_pair_dir):
+    """`--from-logs FILE` (the CLI) and `screen(from_logs=FILE)` (the library) are one call: the config's step,
+    checkpoint and gates stay, the path and format are the given ones."""
+    from admitcheck.admission.checks import with_logs
+
+    logs = {"path": "old.jsonl", "format": "verl", "step": 7, "gates": 4}
+    path = write_config(tmp_path / "c.yaml", toy_pair_dir, tmp_path / "cal.yaml", [BF16], source="logs", logs=logs)
+    cfg = with_logs(io.load_config(path, ScreenConfig), tmp_path / "new.jsonl", "prime-rl")
+    assert cfg.source == "logs" and (cfg.logs.step, cfg.logs.gates, cfg.logs.format) == (7, 4, "prime-rl")
+    assert cfg.logs.path == str((tmp_path / "new.jsonl").resolve())
+    plain = with_logs(io.load_config(write_config(tmp_path / "d.yaml", toy_pair_dir, tmp_path / "cal.yaml", [BF16]),
+                                     ScreenConfig), tmp_path / "new.jsonl")  # fmt: skip
+    assert (plain.logs.step, plain.logs.gates, plain.logs.format) == (None, 1, "auto")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import pytest
 import yaml
@@ -290,3 +291,22 @@ def test_gumbel_training_rollouts_need_the_hf_engine():
     bad = gumbel | {"rollout": (data.get("rollout") or {}) | {"engine": "vllm"}}
     with pytest.raises(ConfigError, match=r"train\.sampling_coupling gumbel needs rollout\.engine hf"):
         io.config_from_data(bad, CalibrateConfig, base=base, file="c.yaml")
+
+
+def test_each_family_is_one_table_whose_keys_are_the_literal():
+    """A KV backend and a config kind each have one record in one table (STYLE 11): the `Literal` of names is the
+    table's keys, each kind's schema names its own kind, and `validate --kind`'s help lists every kind."""
+    from typing import get_args
+
+    from typer.testing import CliRunner
+
+    from admitcheck.cli import app
+    from admitcheck.config import KINDS, KV_BACKENDS, AttentionBackend, ConfigKind
+
+    assert get_args(AttentionBackend) == tuple(KV_BACKENDS)
+    assert all(name == b.name for name, b in KV_BACKENDS.items())
+    assert get_args(ConfigKind) == tuple(KINDS)
+    for name, schema in KINDS.items():
+        assert get_args(schema.model_fields["kind"].annotation) == (Literal[name], type(None)), name
+    help_text = " ".join(CliRunner().invoke(app, ["validate", "--help"], env={"COLUMNS": "300"}).output.split())
+    assert all(k in help_text for k in KINDS), help_text

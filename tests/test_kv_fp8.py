@@ -212,3 +212,17 @@ def test_sensitivity_units_keep_the_fp8_kv_recipe():
     fewer = without_units(recipe, [Unit("kv", 0)], 2).kv_cache
     for got, skip in ((one, [0]), (fewer, [0])):
         assert got.model_dump() == kv.model_copy(update={"skip_layers": skip}).model_dump()
+
+
+def test_a_kv_backend_is_read_from_its_record():
+    from admitcheck.config import KV_BACKENDS
+
+    for name, b in KV_BACKENDS.items():
+        r = KVRecipe.of(KVCacheConfig(dtype="fp8_e4m3", attention_backend=name))
+        assert (r.prefill_reads_cache, r.quantize_query, r.rounding) == (b.prefill_reads_cache, b.quantize_query,
+                                                                          b.rounding)  # fmt: skip
+        if not b.quantize_query:
+            KVCacheConfig(dtype="fp8_e5m2", attention_backend=name)  # a query kept in the model dtype reads e5m2
+        else:
+            with pytest.raises(ValueError, match="reads fp8_e4m3 caches only"):
+                KVCacheConfig(dtype="fp8_e5m2", attention_backend=name)

@@ -479,3 +479,14 @@ def test_cli_measure_engine_with_dashboard(tmp_path, toy_pair_dir):
     doc = json.loads(r.stdout)
     d, k3 = doc["dashboard"], doc["candidate"]["metrics"]["values"]["k3"]
     assert d["source"] == "per-sequence sums" and d["rows"][0]["value"] == pytest.approx(k3, rel=1e-7)
+
+
+def test_a_log_format_is_one_record_in_one_table():
+    """The `Literal` of format names is FORMATS' keys, and a screen config's `logs.format` names the same (+ auto)."""
+    from typing import get_args
+
+    from admitcheck.config import LogsSource
+    from admitcheck.measurement.logs import FORMATS, LogFormat
+
+    assert get_args(LogFormat) == tuple(FORMATS)
+    assert get_args(LogsSource.model_fields["format"].annotation) == ("auto", *FORMATS)

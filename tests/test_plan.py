@@ -150,13 +150,17 @@ def test_step_time_from_a_bench_json(tmp_path):
 
 
 def test_screen_result_admitted_candidates_are_planned(tmp_path):
-    screen = tmp_path / "screen.json"
-    screen.write_text(json.dumps({"verdicts": [{"name": "ok", "decision": "ADMIT", "mismatch": 2e-3},
-                                               {"name": "no", "decision": "REJECT", "mismatch": 0.5}]}))  # fmt: skip
+    from admitcheck.report import to_json
+    from tests.test_report import make_result, make_verdict
+
+    screen = tmp_path / "screen.json"  # what `admitcheck screen --json` writes: non-finite numbers are null there
+    screen.write_text(to_json(make_result(make_verdict("ok", k3=2e-3), make_verdict("no", "REJECT", k3=math.inf))))
     path = tmp_path / "plan.yaml"
     path.write_text(yaml.safe_dump({"calibration": str(synthetic(tmp_path)), "screen_result": str(screen)}))
-    names = [r.name for r in run_plan(path).rows]
-    assert "ok" in names and "no" not in names
+    rows = {r.name: r for r in run_plan(path).rows}
+    assert "no" not in rows and rows["ok"].x == 2e-3
+    screen.write_text(json.dumps({"verdicts": [{"name": "ok", "decision": "ADMIT"}]}))  # not a screen's output
+    assert_user_error(CliRunner().invoke(app, ["plan", str(path)]), "screen_result", "not `admitcheck screen --json`")
 
 
 @pytest.mark.parametrize(

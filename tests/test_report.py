@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 
 from rich.console import Console
 
-from admitcheck.admission.screen import ScreenResult, Verdict
+from admitcheck.admission.screen import ScreenReport, Verdict
 from admitcheck.formatting import fmt
 from admitcheck.report import to_json, to_junit_xml, to_markdown, verdict_table, write_reports
 
@@ -50,8 +50,8 @@ def make_verdict(name: str, decision: str = "ADMIT", k3: float = 1e-3, marginal:
     return Verdict(**fields)
 
 
-def make_result(*verdicts: Verdict) -> ScreenResult:
-    return ScreenResult(
+def make_result(*verdicts: Verdict, **kw) -> ScreenReport:
+    return ScreenReport(
         verdicts=list(verdicts),
         calibration={
             "path": "cal.yaml",
@@ -64,8 +64,8 @@ def make_result(*verdicts: Verdict) -> ScreenResult:
         },
         floor={
             "hf": {
-                "engine": "hf",
                 "dtype": "float32",
+                "mismatch": 0.0,
                 "k3": 0.0,
                 "k3_interval": (0.0, 0.0),
                 "probes": 32,
@@ -73,10 +73,11 @@ def make_result(*verdicts: Verdict) -> ScreenResult:
                 "seconds": 0.1,
             }
         },
-        policy={"confidence": 0.95, "undecided": "reject"},
+        policy={"confidence": 0.95, "undecided": "reject", "confidence_per_look": 0.95, "max_looks": 3},
         source="engine",
         seconds_setup=0.5,
         seconds_total=4.0,
+        **kw,
     )
 
 
@@ -177,3 +178,16 @@ def test_no_error_control_is_marked_everywhere():
 def test_all_admitted_exit_code_and_fmt():
     assert make_result(make_verdict("a"), make_verdict("b")).exit_code == 0
     assert [fmt(x) for x in (None, 0.0, 1.23456, 1e-5, math.inf, 7)] == ["-", "0", "1.23", "1.00e-05", "inf", "7"]
+
+
+def test_screen_report_json_reads_back_by_attribute(tmp_path):
+    """The --json document is the ScreenReport's schema: read back (nulls as NaN), it renders the same reports."""
+    from admitcheck.admission.screen_report import load_screen_report
+
+    path = tmp_path / "screen.json"
+    path.write_text(to_json(RESULT))
+    again = load_screen_report(path)
+    assert again.calibration.budget == 0.01 and again.floor["hf"].probes == 32 and again.policy.max_looks == 3
+    assert again.exit_code == RESULT.exit_code == 1 and math.isnan(again.verdicts[1].mismatch)
+    assert to_json(again) == to_json(RESULT)
+    assert "kl_exact" not in json.loads(to_json(RESULT))["floor"]["hf"]  # a floor key not measured stays absent

@@ -21,7 +21,7 @@ import yaml
 from typer.testing import CliRunner
 
 from admitcheck import io
-from admitcheck.admission.screen import ScreenResult, Verdict
+from admitcheck.admission.screen import ScreenReport, Verdict
 from admitcheck.config import PairConfig, ScreenConfig
 from admitcheck.errors import CalibrationError, ConfigError, EngineError
 from tests.test_cli import assert_user_error
@@ -179,7 +179,7 @@ def test_verdicts(result):
     assert v["bf16"].estimator == "kl_exact"  # full rows: the same KL as k3, with less variance
     assert v["bf16"].mismatch_interval[1] < 0.025 and v["bf16"].margin > 0  # below the budget's lower bound
     assert v["bf16"].decided_by == "budget" and not v["bf16"].heavy_tail  # its own interval is ~100x narrower
-    assert result.policy["max_looks"] == 3 and v["noise"].looks <= 3
+    assert result.policy.max_looks == 3 and v["noise"].looks <= 3
     assert v["noise"].decision == "REJECT" and v["noise"].mismatch_interval[0] > 0.1 and v["noise"].margin > 0
     assert v["nan"].decision == "REJECT" and v["nan"].reason.startswith("engine produced")
     assert "non-finite log-probs" in v["nan"].reason and v["nan"].quality_cost is None
@@ -191,7 +191,7 @@ def test_verdicts(result):
         assert x.floor is not None and abs(x.floor) < 1e-6 and x.tokens > x.probes > 0 and x.seconds > 0
         assert x.quality_cost is not None and x.quality_cost_interval[0] <= x.quality_cost <= x.quality_cost_interval[1]
         assert {"k1", "k3", "kl_exact", "abs_diff_p99", "ess"} <= set(x.metrics)
-    assert result.exit_code == 1 and result.floor["hf"]["probes"] == 32
+    assert result.exit_code == 1 and result.floor["hf"].probes == 32
     assert v["bf16"].looks == 2 and v["bf16"].confidence_per_look == 0.95  # a confidence sequence: no α split
     assert v["bf16"].kappa == 8.0 and 0.0 <= v["bf16"].capped_share < 1.0
 
@@ -225,7 +225,7 @@ def test_a_screen_loads_the_pair_once(setup, tmp_path, toy_pair_dir, monkeypatch
     p = write_config(tmp_path / "s.yaml", toy_pair_dir, cal, cands, diagnostics=["prefix_shift"],
                      probe={"min_prompts": 16, "num_prompts": 16})  # fmt: skip
     result = screen(io.load_config(p, ScreenConfig), config_file=str(p))
-    assert len(result.verdicts) == 3 and "prefix_shift" in result.diagnostics["bf16"]
+    assert len(result.verdicts) == 3 and result.diagnostics["bf16"].prefix_shift
     assert sorted(loads) == sorted(set(loads)) and len(loads) == 2  # student and teacher, float32 on CPU
     assert sorted(tokenizers) == sorted({str(toy_pair_dir / "student"), str(toy_pair_dir / "teacher")})
 
@@ -499,9 +499,12 @@ def test_partial_result_reports_the_failure():
 
     from admitcheck.report import to_json, to_junit_xml, to_markdown, verdict_table
 
-    calibration = {"path": "c.yaml", "pair": "toy", "budget": 0.05, "budget_interval": (0.025, 0.1)}
+    calibration = {"path": "c.yaml", "pair": "toy", "metric": "k3", "budget": 0.05, "budget_interval": (0.025, 0.1)}
     calibration |= {"budget_kind": "point", "tolerance": 0.05}
-    result = ScreenResult([_verdict("bf16")], calibration, {}, {}, "engine", 0.1, 1.0, {"fp8": "out of memory"})
+    policy = {"confidence": 0.95, "confidence_per_look": 0.95, "max_looks": 1}
+    times = {"seconds_setup": 0.1, "seconds_total": 1.0}
+    result = ScreenReport(verdicts=[_verdict("bf16")], calibration=calibration, floor={}, policy=policy,
+                          source="engine", failures={"fp8": "out of memory"}, **times)  # fmt: skip
     assert result.exit_code == 3 and not result.all_admitted
     doc = json.loads(to_json(result))
     assert doc["exit_code"] == 3 and doc["failures"] == {"fp8": "out of memory"}

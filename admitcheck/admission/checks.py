@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from admitcheck import fingerprint, io
+from admitcheck.admission.screen_report import CalibrationSummary, RecipeSummary
 from admitcheck.admission.sequential import (
     confidence_per_look,
     looks_plan,
@@ -38,9 +39,10 @@ def select_candidates(config: ScreenConfig, names: list[str] | None) -> list[Can
 
 
 def with_logs(config: ScreenConfig, path: str | Path, log_format: str = "auto") -> ScreenConfig:
-    """The config with `source: logs` reading `path` in `log_format` (what `--from-logs FILE --format F` means)."""
-    data = config.model_dump() | {"source": "logs", "logs": {"path": str(Path(path).resolve()), "format": log_format}}
-    return ScreenConfig.model_validate(data)
+    """The config with `source: logs` reading `path` in `log_format` (what `--from-logs FILE --format F` means): the
+    config's own logs section (`step`, `checkpoint`, `gates`) stays, its path and format are these."""
+    logs = (config.logs.model_dump() if config.logs else {}) | {"path": str(Path(path).resolve()), "format": log_format}
+    return ScreenConfig.model_validate(config.model_dump() | {"source": "logs", "logs": logs})
 
 
 def check_inputs(config: ScreenConfig, chosen: list[CandidateConfig], file: str | None) -> None:
@@ -196,11 +198,11 @@ def validate(
             check_engines(chosen, config_file)
         if inputs.ok:  # check_inputs has read the probe prompts
             probes = len(probe_prompts(config, config_file))
-            looks = looks_plan(config, probes)[2]
+            looks = looks_plan(config, probes).looks
     if calibration is None or probes is None:
         return {}  # the errors say why
     return {
-        "calibration": calibration_summary(calibration),
+        "calibration": calibration_summary(calibration).model_dump(),
         "candidates": [c.name for c in chosen],
         "source": config.source,
         "probes_available": probes,
@@ -248,15 +250,18 @@ def candidate_capacity(config: ScreenConfig, cand: CandidateConfig) -> dict[str,
         ) from None
 
 
-def calibration_summary(calibration: CalibrationArtifact) -> dict[str, Any]:
+def calibration_summary(calibration: CalibrationArtifact) -> CalibrationSummary:
+    """What a screen's report says of the calibration it judged against."""
     b, r = calibration.budget, calibration.recipe
-    return {
-        "path": str(calibration.path),
-        "pair": calibration.name,
-        "metric": calibration.metric,
-        "budget": b.value,
-        "budget_interval": tuple(b.interval),
-        "budget_kind": b.kind,
-        "tolerance": calibration.tau,
-        "recipe": {k: getattr(r, k) for k in ("loss", "student_logprobs", "lr", "tis_cap", "temperature")},
-    }
+    return CalibrationSummary(
+        path=str(calibration.path),
+        pair=calibration.name,
+        metric=calibration.metric,
+        budget=b.value,
+        budget_interval=tuple(b.interval),
+        budget_kind=b.kind,
+        tolerance=calibration.tau,
+        recipe=RecipeSummary(
+            loss=r.loss, student_logprobs=r.student_logprobs, lr=r.lr, tis_cap=r.tis_cap, temperature=r.temperature
+        ),
+    )

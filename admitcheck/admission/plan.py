@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from admitcheck import io
+from admitcheck.admission.screen_report import load_screen_report
 from admitcheck.admission.step_time import measured_rollout_share, step_time_ratio
 from admitcheck.calibration.artifact import load_calibration
 from admitcheck.calibration.learning import LevelRuns, is_noise, level_names, level_runs, load_runs, spec_key
@@ -112,24 +113,17 @@ def _screen_candidates(config: PlanConfig, config_file: str | None) -> list[Plan
     cands = list(config.candidates)
     if config.screen_result is None:
         return cands
-    doc = io.read_json(config.screen_result)
-    verdicts = doc.get("verdicts") if isinstance(doc, dict) else None
-    if not isinstance(verdicts, list):
-        raise ConfigError(
-            f"{config.screen_result} is not `admitcheck screen --json` output (no verdicts)",
-            file=config_file,
-            field="screen_result",
-        )
+    report = load_screen_report(config.screen_result, config_file=config_file, field="screen_result")
     by_name = {c.name: i for i, c in enumerate(cands)}
-    for v in verdicts:
-        if v.get("decision") != "ADMIT":
+    for v in report.verdicts:
+        if not v.admitted:
             continue
-        if v["name"] in by_name:
-            i = by_name[v["name"]]
+        if v.name in by_name:
+            i = by_name[v.name]
             if cands[i].mismatch is None:
-                cands[i] = cands[i].model_copy(update={"mismatch": float(v["mismatch"])})
+                cands[i] = cands[i].model_copy(update={"mismatch": v.mismatch})
         else:
-            cands.append(PlanCandidate(name=v["name"], mismatch=float(v["mismatch"])))
+            cands.append(PlanCandidate(name=v.name, mismatch=v.mismatch))
     return cands
 
 

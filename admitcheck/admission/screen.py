@@ -7,7 +7,7 @@
     from admitcheck.admission.checks import validate
     cfg = io.load_config("examples/toy_screen.yaml", ScreenConfig)
     validate(cfg)                                      # inputs + calibration compatibility, loads no model
-    result = screen(cfg, candidates=["fp8_kv"])        # ScreenResult; result.exit_code is 0 or 1
+    result = screen(cfg, candidates=["fp8_kv"])        # ScreenReport; result.exit_code is 0 or 1
     v = result.verdicts[0]; v.decision, v.estimator, v.mismatch, v.mismatch_interval, v.decided_by, v.margin
     screen(cfg, from_logs="rollouts.jsonl")            # one verdict from a pipeline's logged log-probs
     session = ScreenSession(cfg); session.screen_candidate(cfg.candidates[0])   # one reference, many candidates
@@ -23,18 +23,17 @@ tokens the start weights sample, θk = the student after k real OPD steps with t
 reference model and one noise floor per engine kind (on the first-look probes) serve every candidate.
 
 A candidate whose engine fails (EngineError: vLLM would not start, out of memory) does not lose the others: the rest
-are screened, then `screen` raises an EngineError (exit 3) naming the first failed candidate, with the partial
-ScreenResult (verdicts obtained, `failures` by name) in its `partial` attribute, for the reports.
+are screened, then `screen` raises a `PartialScreenError` (an EngineError, exit 3) naming the first failed candidate,
+with the partial ScreenReport (verdicts obtained, `failures` by name) in its `partial` attribute, for the reports.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
 
 from admitcheck.admission.checks import calibration_summary, check_engines, check_inputs, select_candidates, with_logs
+from admitcheck.admission.screen_report import CandidateDiagnostics, PartialScreenError, PolicySummary, ScreenReport
 from admitcheck.admission.sequential import (
     Decision,
     Verdict,
@@ -45,43 +44,12 @@ from admitcheck.config import CandidateConfig, ScreenConfig
 from admitcheck.errors import EngineError
 
 # Re-exported: the verdict and the look plan were defined here before `admission` (cli, report, bench use them).
-__all__ = ["Decision", "ScreenResult", "ScreenSession", "Verdict", "looks_plan", "screen"]
+__all__ = ["Decision", "ScreenReport", "ScreenSession", "Verdict", "looks_plan", "screen"]
 
 
-@dataclass(frozen=True)
-class ScreenResult:
-    """`screen`'s result: one verdict per candidate, the calibration used, the noise floor, timings (s)."""
-
-    verdicts: list[Verdict]
-    calibration: dict[str, Any]  # path, pair, metric, budget, budget_interval, budget_kind, tolerance, recipe
-    floor: dict[str, dict[str, Any]]  # per engine kind: dtype, k3, k3_interval, probes, tokens, seconds
-    policy: dict[str, Any]
-    source: Literal["engine", "logs"]
-    seconds_setup: float  # tokenizer, reference model
-    seconds_total: float
-    failures: dict[str, str] = field(default_factory=dict)  # candidate name -> its engine failure (no verdict)
-    diagnostics: dict[str, dict[str, Any]] = field(default_factory=dict)  # candidate -> {"prefix_shift": {...}}
-
-    @property
-    def all_admitted(self) -> bool:
-        return not self.failures and all(v.admitted for v in self.verdicts)
-
-    @property
-    def exit_code(self) -> int:
-        """0 when every candidate is admitted, 1 when any is rejected, 3 when any candidate's engine failed."""
-        return 3 if self.failures else 0 if self.all_admitted else 1
-
-    def to_dict(self) -> dict[str, Any]:
-        from admitcheck import __version__
-
-        return asdict(self) | {
-            "admitcheck": __version__,
-            "all_admitted": self.all_admitted,
-            "exit_code": self.exit_code,
-        }
-
-
-def _diagnostics(config: ScreenConfig, chosen: list[CandidateConfig], config_file: str | None, pair) -> dict:
+def _diagnostics(
+    config: ScreenConfig, chosen: list[CandidateConfig], config_file: str | None, pair
+) -> dict[str, CandidateDiagnostics]:
     """`diagnostics: [prefix_shift]`: coupled sampling of each hf rollout candidate against the reference (the
     screen's `LoadedPair`: no model loaded again)."""
     if "prefix_shift" not in config.diagnostics:
@@ -93,7 +61,9 @@ def _diagnostics(config: ScreenConfig, chosen: list[CandidateConfig], config_fil
         return {}
     inputs = load_prefix_shift_inputs(config, config_file=config_file, pair=pair)  # once, for every candidate
     return {
-        c.name: {"prefix_shift": prefix_shift_for(config, c.rollout, config_file=config_file, inputs=inputs).to_dict()}
+        c.name: CandidateDiagnostics(
+            prefix_shift=prefix_shift_for(config, c.rollout, config_file=config_file, inputs=inputs).to_dict()
+        )
         for c in coupled
     }
 
@@ -112,7 +82,7 @@ def screen(
     from_logs: str | Path | None = None,
     log_format: str = "auto",
     progress: Progress | None = None,
-) -> ScreenResult:
+) -> ScreenReport:
     """Verdicts for the chosen candidates (all by default) against `config.calibration`; see the module docstring.
     `from_logs` (+ `log_format`, see `logs.read_logs`) screens a pipeline's logged log-probs instead of sampling."""
     t0 = time.perf_counter()
@@ -133,16 +103,18 @@ def screen(
                 verdicts.append(session.screen_candidate(c, progress))
             except EngineError as exc:  # this candidate has no verdict; the others keep theirs
                 failures[c.name] = _failure_message(exc, c.name)
-    result = ScreenResult(
-        verdicts,
-        calibration_summary(session.calibration),
-        session.floors,
-        config.policy.model_dump() | {"confidence_per_look": session.confidence, "max_looks": session.plan[2]},
-        config.source,
-        setup,
-        time.perf_counter() - t0,
-        failures,
-        _diagnostics(config, chosen, config_file, session.pair) if config.source == "engine" else {},
+    result = ScreenReport(
+        verdicts=verdicts,
+        calibration=calibration_summary(session.calibration),
+        floor=session.floors,
+        policy=PolicySummary(
+            **config.policy.model_dump(), confidence_per_look=session.confidence, max_looks=session.plan.looks
+        ),
+        source=config.source,
+        seconds_setup=setup,
+        seconds_total=time.perf_counter() - t0,
+        failures=failures,
+        diagnostics=_diagnostics(config, chosen, config_file, session.pair) if config.source == "engine" else {},
     )
     if failures:
         raise _partial_failure(result, config_file)
@@ -155,12 +127,12 @@ def _failure_message(exc: EngineError, name: str) -> str:
     return f"{where}: {exc.message}" if where else exc.message
 
 
-def _partial_failure(result: ScreenResult, file: str | None) -> EngineError:
-    """EngineError (exit 3) naming the first failed candidate; `partial` carries the result for the reports."""
+def _partial_failure(result: ScreenReport, file: str | None) -> PartialScreenError:
+    """The EngineError (exit 3) naming the first failed candidate; `partial` carries the result for the reports."""
     name, message = next(iter(result.failures.items()))
     others = [n for n in result.failures if n != name]
     kept = ", ".join(v.name for v in result.verdicts) or "none"
     also = f"; also failed: {', '.join(others)}" if others else ""
-    exc = EngineError(f"{message}{also} (verdicts obtained: {kept})", file=file, field=f"candidates.{name}")
-    exc.partial = result  # what was measured survives the failure
-    return exc
+    return PartialScreenError(
+        f"{message}{also} (verdicts obtained: {kept})", result, file=file, field=f"candidates.{name}"
+    )

@@ -1,7 +1,7 @@
 """Admission: the pure decision rule of a screen — look plan, the look, the verdict.
 
     from admitcheck.admission.sequential import Evidence, look, looks_plan, verdict
-    first, most, max_looks = looks_plan(screen_config, num_prompts=512)  # batches: before the 1st look, at most; K
+    plan = looks_plan(screen_config, num_prompts=512)   # LookPlan: plan.first, plan.most (batches), plan.looks (K)
     state = look(x, budget_interval=(0.01, 0.023), kappa=8.0, alpha=0.025)   # admit | reject | undecided
     v = verdict("fp8_kv", Evidence(state, values, intervals, 0.95, looks, probes, tokens, estimator="kl_exact",
                 mismatch=x_hat, mismatch_interval=(lo, hi), capped_share=0.04), budget, "reject", predict_cost)
@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -140,12 +140,20 @@ class Evidence:
 # ------------------------------------------------------------------------------------------------ the look plan
 
 
-def looks_plan(config: ScreenConfig, num_prompts: int) -> tuple[int, int, int]:
-    """(batches before the first look, batches at most, looks K) for `num_prompts` available probe prompts."""
+class LookPlan(NamedTuple):
+    """A screen's look plan, in probe batches."""
+
+    first: int  # batches measured before the first look (the batch that reaches probe.min_prompts)
+    most: int  # batches at most (probe.num_prompts, or the prompts there are)
+    looks: int  # looks K at most: one after the first-look batch and after every later one
+
+
+def looks_plan(config: ScreenConfig, num_prompts: int) -> LookPlan:
+    """The look plan for `num_prompts` available probe prompts."""
     bs = config.probe.batch_size
     max_batches = math.ceil(min(config.probe.num_prompts, num_prompts) / bs)
     first = min(math.ceil(config.probe.min_prompts / bs), max_batches)
-    return first, max_batches, max_batches - first + 1
+    return LookPlan(first, max_batches, max_batches - first + 1)
 
 
 def decision_estimator(metric: str, available: Any) -> str:

@@ -21,8 +21,10 @@ from admitcheck.admission.checks import (
     load_checked_calibration,
     probe_prompts,
 )
+from admitcheck.admission.screen_report import FloorSummary
 from admitcheck.admission.sequential import (
     Evidence,
+    LookPlan,
     Verdict,
     budget_band,
     confidence_per_look,
@@ -65,9 +67,9 @@ class ScreenSession:
         self.tokens: Any = None
         self.prompt_ids: list[list[int]] = []
         self.reference: Any = None
-        self.plan: tuple[int, int, int] = (1, 1, 1)  # batches before the first look, batches at most, looks K
+        self.plan = LookPlan(1, 1, 1)  # batches before the first look, batches at most, looks K
         self.confidence = config.policy.confidence  # per look, once prepared
-        self.floors: dict[str, dict[str, Any]] = {}
+        self.floors: dict[str, FloorSummary] = {}
         self.failed_floors: dict[str, EngineError] = {}  # engine kind -> why its floor failed
 
     def prepare(self) -> None:
@@ -114,7 +116,7 @@ class ScreenSession:
             if run.nonfinite:
                 state = "nonfinite"
                 break
-            if not decide or batch.index + 1 < self.plan[0]:
+            if not decide or batch.index + 1 < self.plan.first:
                 continue
             looks += 1
             x = self._sequence_means(run.sums(), name)
@@ -159,7 +161,7 @@ class ScreenSession:
             functional=self.functional.describe(),
         )
 
-    def floor(self, rollout: RolloutConfig, progress: Progress | None = None) -> dict[str, Any]:
+    def floor(self, rollout: RolloutConfig, progress: Progress | None = None) -> FloorSummary:
         """The engine in the reference's configuration on the first-look probes, measured once per engine kind."""
         from admitcheck.rollout.floor import floor_rollout
 
@@ -172,7 +174,7 @@ class ScreenSession:
             try:
                 engine = self._start_engine(fr, label)
                 try:
-                    run, _, _ = self._measure(label, engine, self.reference, self.plan[0], False, progress)
+                    run, _, _ = self._measure(label, engine, self.reference, self.plan.first, False, progress)
                 finally:
                     engine.close()
             except EngineError as exc:
@@ -181,15 +183,15 @@ class ScreenSession:
             pooled = run.pooled(self.confidence)
             keys = [k for k in ("k3", "kl_exact") if k in pooled.values]
             fv = run.functional(self.functional, self.confidence) if self.functional.estimator in keys else None
-            self.floors[fr.engine] = {
-                "dtype": fr.dtype,
-                "mismatch": fv.value if fv else None,  # the functional, the verdict's scale
+            self.floors[fr.engine] = FloorSummary(
+                dtype=fr.dtype,
+                mismatch=fv.value if fv else None,  # the functional, the verdict's scale
                 **{k: pooled.values[k] for k in keys},
                 **{f"{k}_interval": pooled.intervals[k] for k in keys},
-                "probes": run.num_sequences,
-                "tokens": run.num_tokens,
-                "seconds": time.perf_counter() - t0,
-            }
+                probes=run.num_sequences,
+                tokens=run.num_tokens,
+                seconds=time.perf_counter() - t0,
+            )
         return self.floors[fr.engine]
 
     def screen_candidate(self, cand: CandidateConfig, progress: Progress | None = None) -> Verdict:
@@ -212,14 +214,14 @@ class ScreenSession:
                     self.pair.release("student", "float32", device)
         engine = self._start_engine(rollout, cand.name)
         try:
-            run, state, looks = self._measure(cand.name, engine, reference, self.plan[1], True, progress)
+            run, state, looks = self._measure(cand.name, engine, reference, self.plan.most, True, progress)
             allocated = getattr(engine, "kv_cache_report", None)  # vLLM: what the engine really allocated
             allocated = allocated() if callable(allocated) and cand.staleness is None else None
         finally:
             engine.close()
-        e = self._evidence(run, state, looks, self.plan[2])
+        e = self._evidence(run, state, looks, self.plan.looks)
         capacity = self.capacity(cand) | ({"engine_allocated": allocated} if allocated else {})
-        return self._verdict(cand.name, e, floor.get("mismatch"), capacity, time.perf_counter() - t0, "engine")
+        return self._verdict(cand.name, e, floor.mismatch, capacity, time.perf_counter() - t0, "engine")
 
     def screen_logs(self, chosen: list[CandidateConfig]) -> Verdict:
         """One verdict from a pipeline's logged log-probs: every sequence at once (one look), at the policy's
@@ -243,23 +245,23 @@ class ScreenSession:
         engine_bad = int((~np.isfinite(logs.rollout_logprobs) & logs.mask).sum())
         e = Evidence(
             state,
-            dict(m.values),
-            dict(m.intervals),
-            self.confidence,
-            1,
-            m.num_sequences,
-            m.num_tokens,
-            gates,
-            m.nonfinite,
-            engine_bad,
-            fv.estimator,
-            top_share(sums),
-            pareto_k(sums),
-            fv.value,
-            fv.interval,
-            fv.capped_share,
-            fv.kappa,
-            self.functional.describe(),
+            values=dict(m.values),
+            intervals=dict(m.intervals),
+            confidence=self.confidence,
+            looks=1,
+            probes=m.num_sequences,
+            tokens=m.num_tokens,
+            max_looks=gates,
+            nonfinite=m.nonfinite,
+            engine_nonfinite=engine_bad,
+            estimator=fv.estimator,
+            top_share=top_share(sums),
+            tail_index=pareto_k(sums),
+            mismatch=fv.value,
+            mismatch_interval=fv.interval,
+            capped_share=fv.capped_share,
+            kappa=fv.kappa,
+            functional=self.functional.describe(),
         )
         one = chosen[0] if len(chosen) == 1 else None  # the logs belong to the one candidate selected, if any
         name, capacity = (one.name, self.capacity(one)) if one else (Path(logs.path).stem, None)

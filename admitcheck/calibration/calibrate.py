@@ -59,7 +59,7 @@ from admitcheck.calibration.levels import (
     resolve_levels,
 )
 from admitcheck.calibration.opd import quality_definition
-from admitcheck.calibration.schema import CalibrationArtifact, RunEntry
+from admitcheck.calibration.schema import CalibrationArtifact, LevelReport, RunEntry
 from admitcheck.config import CalibrateConfig
 
 __all__ = [
@@ -282,20 +282,20 @@ def build_artifact(
         c = np.array([r.quality_cost for r in rs])
         k = est.names.index(lv.name) if lv.name in est.names else None
         report.append(
-            {
-                "level": lv.name,
-                "kind": lv.kind,
-                "in_fit": lv.fit,
-                "replicates": len(rs),
-                "x": float(np.mean([r.fit_x for r in rs])) if lv.kind != "baseline" else None,
-                "x_start": float(np.mean([r.x_start for r in rs])) if lv.kind != "baseline" else None,
-                "x_run": float(np.mean([r.x_run for r in rs])) if rs[0].x_run is not None else None,
-                "paired_cost": float(c.mean()),
-                "paired_cost_interval": list(est.level_intervals[k]) if k is not None else None,
-                "paired_cost_sd": float(c.std(ddof=1)) if c.size > 1 else None,
-                "fitted_cost": float(np.mean([r.predicted_cost for r in rs])),
-                "decided_budget": lv.name in est.decided_by,
-            }
+            LevelReport(
+                level=lv.name,
+                kind=lv.kind,
+                in_fit=lv.fit,
+                replicates=len(rs),
+                x=float(np.mean([r.fit_x for r in rs])) if lv.kind != "baseline" else None,
+                x_start=float(np.mean([r.x_start for r in rs])) if lv.kind != "baseline" else None,
+                x_run=float(np.mean([r.x_run for r in rs])) if rs[0].x_run is not None else None,
+                paired_cost=float(c.mean()),
+                paired_cost_interval=tuple(est.level_intervals[k]) if k is not None else None,
+                paired_cost_sd=float(c.std(ddof=1)) if c.size > 1 else None,
+                fitted_cost=float(np.mean([r.predicted_cost for r in rs])),
+                decided_budget=lv.name in est.decided_by,
+            )
         )
     budget = {
         "value": b.value,
@@ -352,7 +352,7 @@ def build_artifact(
         },
         "tolerance": {"value": est.tau, "rule": Tolerance(tol.relative, tol.absolute).rule(), **tol.model_dump()},
         "levels": [lv.to_dict() for lv in levels],
-        "level_report": report,
+        "level_report": [lv.model_dump(mode="json") for lv in report],
         "auto_noise": {k: grid[k] for k in ("relative_std", "mismatch")} if grid else None,
         "runs": [r.model_dump(mode="json") for r in runs],
         "curve": _curve(est, f.x),

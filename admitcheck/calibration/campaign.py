@@ -14,13 +14,12 @@ Every run is `levels.run_task` with the campaign's calibrate config.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 from admitcheck.calibration.executors import Executor, Task, make_executor
 from admitcheck.calibration.ledger import Ledger
 from admitcheck.calibration.levels import Level, run_task
-from admitcheck.calibration.record import RunRecord
+from admitcheck.calibration.record import RunKey, RunRecord
 from admitcheck.config import CalibrateConfig, ResourcesConfig
 from admitcheck.errors import ConfigError
 
@@ -29,7 +28,7 @@ Progress = Callable[[str, int, int], None]  # (label, done, total)
 
 def run_key(level: Level, seed: int) -> str:
     """The ledger key of a level's run with `seed`: what determines the run (the level's spec, not its name)."""
-    return json.dumps({"level": level.spec(), "seed": seed}, sort_keys=True)
+    return RunKey(level.spec(), seed).encode()
 
 
 def check_jobs(jobs: int, config_file: str | None) -> None:

@@ -90,12 +90,17 @@ def _level_name(spec: dict[str, Any], names: dict[str, str]) -> str:
     return "rollout " + hashlib.sha256(key.encode()).hexdigest()[:6]
 
 
-def spec_key(spec: dict[str, Any]) -> str:
-    """A level spec as a canonical JSON key (its rollout config through the schema: defaults filled in)."""
+def canonical_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """A level spec with its rollout config through the schema (defaults filled in)."""
     rollout = spec.get("rollout")
     if rollout is not None:
         rollout = RolloutConfig.from_key_dump(rollout).model_dump(mode="json")  # an old FP8-KV key: the old recipe
-    return json.dumps({**spec, "rollout": rollout}, sort_keys=True)
+    return {**spec, "rollout": rollout}
+
+
+def spec_key(spec: dict[str, Any]) -> str:
+    """A level spec as a canonical JSON key (`canonical_spec`)."""
+    return json.dumps(canonical_spec(spec), sort_keys=True)
 
 
 def level_names(cal: CalibrationArtifact, ledgers: list[str]) -> dict[str, str]:
@@ -138,22 +143,26 @@ def level_runs(
         return LearningCurve.from_evals(r.evals, task_error=rl)
 
     groups: dict[str, list[RunRecord]] = {}
+    specs: dict[str, dict[str, Any]] = {}
     for r in runs:
-        groups.setdefault(spec_key(json.loads(r.key)["level"]), []).append(r)
+        spec = canonical_spec(r.run_key.level)
+        key = json.dumps(spec, sort_keys=True)
+        groups.setdefault(key, []).append(r)
+        specs.setdefault(key, spec)
     base = {
-        json.loads(r.key)["seed"]: curve(r)
+        r.run_key.seed: curve(r)
         for r in groups.get(spec_key({"kind": BASELINE, "relative_std": 0.0, "rollout": None, "staleness": 0}), [])
     }
     if not base:
         raise CalibrationError("the calibration's ledger has no baseline runs", file=str(cal.path), field="runs")
     out = []
     for key, rs in groups.items():
-        spec = json.loads(key)
-        paired = [r for r in rs if json.loads(r.key)["seed"] in base]
+        spec = specs[key]
+        paired = [r for r in rs if r.run_key.seed in base]
         if not paired:
             continue
         curves = [curve(r) for r in paired]
-        effs = [steps_efficiency(c, base[json.loads(r.key)["seed"]], tau) for c, r in zip(curves, paired)]
+        effs = [steps_efficiency(c, base[r.run_key.seed], tau) for c, r in zip(curves, paired)]
         x = None if spec["kind"] == BASELINE else float(np.mean([run_x(r, which, window) for r in paired]))
         out.append(LevelRuns(_level_name(spec, names), spec, x, curves, summarize(effs, confidence)))
     return sorted(out, key=lambda lv: (lv.x is not None, lv.x or 0.0))

@@ -3,6 +3,7 @@
     record = levels.run_task(config, config_file, level, seed)     # a RunRecord (kind "run", key "")
     line = record.keyed(run_key(level, seed)).line()               # the ledger line (dict, JSON-able)
     RunRecord.model_validate(json.loads(text))                     # a ledger line read back
+    record.run_key.seed, record.run_key.level["kind"]              # its key, typed (`RunKey`)
 
 Units: mismatch, k3, kl_exact and quality in nats/token (quality: 1 − task reward for a GRPO recipe); seconds are
 wall-clock, cpu_seconds process time. A record holds what was measured; where it sits in a calibration (level,
@@ -12,6 +13,8 @@ are written with sorted keys (`io.append_jsonl`), so a record's field order is n
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, with_config
@@ -32,33 +35,61 @@ class StepSeconds(TypedDict, total=False):
     sync: float
 
 
-class RunRecord(BaseModel):
-    """One run: its start mismatch (None for the baseline, paired with itself), its OPD run's quality, per-step
-    engine-vs-trainer k3 and learning curve, and its timings. Frozen; fields as in the shipped ledgers."""
+@dataclass(frozen=True)
+class RunKey:
+    """A run's identity in a ledger: its level's spec (what determines the level's runs, `levels.Level.spec`: kind,
+    relative_std, rollout, staleness) and its seed. `encode` is the ledger's key string."""
+
+    level: dict[str, Any]
+    seed: int
+
+    def encode(self) -> str:
+        return json.dumps({"level": self.level, "seed": self.seed}, sort_keys=True)
+
+    @classmethod
+    def decode(cls, key: str) -> RunKey:
+        data = json.loads(key)
+        return cls(data["level"], data["seed"])
+
+
+class RunMeasurements(BaseModel):
+    """What a run measured that both its ledger record (`RunRecord`) and its artifact entry (`schema.RunEntry`)
+    hold: one base, so the two cannot drift apart (`measurements()` copies them from a record to an entry)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kind: Literal["run"] = "run"  # the ledger line's kind (a header and the grid are the others)
-    key: str = ""  # `calibrate.run_key(level, seed)`: the ledger's key; "" until the driver files it
     seed: int
     relative_std: float | None = None  # weight noise of a noise level, relative to each tensor's RMS
     staleness: int | None = None  # optimizer steps the engine lags behind (staleness levels)
     mismatch: float | None = None  # start mismatch on the config's metric, nats/token
     mismatch_interval: tuple[float, float] | None = None
-    k3: float | None = None
     kl_exact: float | None = None
-    probe_tokens: int = 0
+    in_run_k3_mean: float | None = None
     quality: float  # final held-out quality
-    quality_start: float | None = None
-    # --- issue 36: the final quality's evaluation standard error, clustered by prompt (nats/token; the same weights
-    # scored with other eval draws would spread by this). None for GRPO's task error and in ledgers written before.
-    quality_se: float | None = None
     reverse_kl: float | None = None
+    quality_start: float | None = None
     accuracy: float | None = None
     accuracy_start: float | None = None
     steps: int | None = None
+
+    def measurements(self) -> dict[str, Any]:
+        """The shared fields by name (`RunEntry(level=…, **record.measurements())`)."""
+        return {k: getattr(self, k) for k in RunMeasurements.model_fields}
+
+
+class RunRecord(RunMeasurements):
+    """One run: its start mismatch (None for the baseline, paired with itself), its OPD run's quality, per-step
+    engine-vs-trainer k3 and learning curve, and its timings. Frozen; fields as in the shipped ledgers (the measured
+    ones shared with the artifact's entry are `RunMeasurements`')."""
+
+    kind: Literal["run"] = "run"  # the ledger line's kind (a header and the grid are the others)
+    key: str = ""  # `RunKey.encode()` (`campaign.run_key(level, seed)`): the ledger's key; "" until it is filed
+    k3: float | None = None
+    probe_tokens: int = 0
+    # --- issue 36: the final quality's evaluation standard error, clustered by prompt (nats/token; the same weights
+    # scored with other eval draws would spread by this). None for GRPO's task error and in ledgers written before.
+    quality_se: float | None = None
     evals: list[list[int | float | None]] = []  # [step, reverse KL, accuracy] per evaluation
-    in_run_k3_mean: float | None = None
     in_run_k3: list[float] = []  # engine-vs-trainer k3 of every step: the run-averaged x is a mean over a window
     loss_first: float | None = None
     loss_last: float | None = None
@@ -73,6 +104,11 @@ class RunRecord(BaseModel):
     worker_run: int | None = None  # this run's ordinal in its worker process: 1 paid for loading the pair
     finished_at: float | None = None  # Unix time the run finished, on its worker's clock (a campaign's runs/minute)
     reused_from: str | None = None  # a backtest's copy of a calibration ledger's run: that ledger's file name
+
+    @property
+    def run_key(self) -> RunKey:
+        """The key, typed (a filed record's only: "" is no key)."""
+        return RunKey.decode(self.key)
 
     def keyed(self, key: str) -> RunRecord:
         """The record filed under `key` in a ledger."""

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_serializer
 
 from admitcheck import fingerprint
 from admitcheck.calibration.curve import Budget, CurveFit, MonotoneFit
-from admitcheck.calibration.record import LevelKind
+from admitcheck.calibration.record import LevelKind, RunMeasurements
 from admitcheck.config import (
     EvalConfig,
     MetricName,
@@ -225,32 +225,49 @@ class AutoNoiseGrid(Section):
     mismatch: list[float]  # k3 at each relative_std, nats/token
 
 
-class RunEntry(Section):
-    """One run in the artifact: its `record.RunRecord`'s measurements, where it sits (level, replicate) and what the
-    fit made of it (x_start, x_run, fit_x, the paired quality_cost, predicted_cost)."""
+# The artifact's key order of a run (as written since schema 1): the measured fields among where the run sits and
+# what the fit made of it. `CalibrationArtifact.dump` writes it (RunEntry's own fields come base first; a wrap
+# serializer would put it there, but would also turn a nested ±inf or NaN into null under mode="json").
+RUN_ENTRY_ORDER = (
+    "level",
+    "kind",
+    "replicate",
+    "seed",
+    "in_fit",
+    "relative_std",
+    "staleness",
+    "mismatch",
+    "mismatch_interval",
+    "kl_exact",
+    "x_start",
+    "x_run",
+    "in_run_k3_mean",
+    "fit_x",
+    "quality",
+    "reverse_kl",
+    "quality_cost",
+    "predicted_cost",
+    "quality_start",
+    "accuracy",
+    "accuracy_start",
+    "steps",
+)
+
+
+class RunEntry(RunMeasurements):
+    """One run in the artifact: its `record.RunRecord`'s measurements (`RunMeasurements`), where it sits (level,
+    replicate) and what the fit made of it (x_start, x_run, fit_x, the paired quality_cost, predicted_cost)."""
 
     level: str
     kind: LevelKind | None = None
     replicate: int | None = None
-    seed: int
     in_fit: bool | None = None
-    relative_std: float | None = None
-    staleness: int | None = None
-    mismatch: float | None
-    mismatch_interval: tuple[float, float] | None = None
-    kl_exact: float | None = None
+    mismatch: float | None  # required here: a baseline's is null
     x_start: float | None = None
     x_run: float | None = None
-    in_run_k3_mean: float | None = None
     fit_x: float | None
-    quality: float
-    reverse_kl: float | None = None
     quality_cost: float
     predicted_cost: float | None = None
-    quality_start: float | None = None
-    accuracy: float | None = None
-    accuracy_start: float | None = None
-    steps: int | None = None
 
 
 # --------------------------------------------------------------------------------------------------- curve, budget
@@ -603,7 +620,10 @@ class CalibrationArtifact(Section):
 
     def dump(self) -> dict[str, Any]:
         """The YAML's mapping: the keys it was read or built with, in the schema's order (JSON types)."""
-        return self.model_dump(mode="json", exclude_unset=True)
+        data = self.model_dump(mode="json", exclude_unset=True)
+        if "runs" in data:
+            data["runs"] = [{k: r[k] for k in RUN_ENTRY_ORDER if k in r} for r in data["runs"]]
+        return data
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": str(self.path) if self.path else None, **self.dump()}

@@ -8,7 +8,7 @@
     logs.format, logs.warnings               # "prime-rl", ("...fake mismatch...",)
     m = mismatch_metrics(logs.rollout_logprobs, logs.trainer_logprobs, logs.mask)
     write_logs("out.jsonl", rollout_lp, trainer_lp, mask)    # admitcheck's format, from any (B, T) arrays
-    write_measurement_logs("out.jsonl", accumulator)         # from `measure.measure_engine`'s Accumulator
+    write_measurement_logs("out.jsonl", accumulator)         # from `measure.measure_engine`'s ProbeRun
 
 Formats (one JSON object per sequence, or a Parquet file with the same list columns; docs/pipelines.md says how
 each pipeline writes them). Columns: rollout log μ, trainer log π, mask.
@@ -55,7 +55,7 @@ POSITIVE_TOLERANCE = 1e-4  # nats; log-probs up to this above 0 are float roundi
 PARQUET_SUFFIXES = (".parquet", ".pq")
 COLUMNS = ("rollout_logprobs", "trainer_logprobs")  # the admitcheck format's two log-prob columns
 
-LogFormat = Literal["admitcheck", "prime-rl", "verl", "trl", "nemo-rl"]
+LogFormat = Literal["admitcheck", "prime-rl", "verl", "trl", "nemo-rl"]  # FORMATS' keys (config.LogsSource.format too)
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class FormatSpec:
     group: str | None = None  # the process / rank a sequence was logged on (per-process means: TRL)
 
 
-FORMATS: dict[str, FormatSpec] = {
+FORMATS: dict[LogFormat, FormatSpec] = {  # one record per format: read_logs and detect_format read it
     "admitcheck": FormatSpec("rollout_logprobs", "trainer_logprobs", ("mask",), mask_optional=True),
     "prime-rl": FormatSpec("inference_logprobs", "trainer_logprobs", ("loss_mask",), nulls_are_nonfinite=True),
     "verl": FormatSpec("rollout_log_probs", "old_log_probs", ("response_mask",)),
@@ -202,24 +202,6 @@ def protocol_differences(quantity: dict[str, Any], protocol: dict[str, Any], *, 
     return out
 
 
-def detected_format(path: str | Path, *, field: str = "logs.path") -> str:
-    """The format `read_logs(path)` would detect, from the first row (JSONL) or the column names (Parquet)."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError("logs file not found", file=str(path), field=field)
-    if path.suffix.lower() in PARQUET_SUFFIXES:
-        try:
-            import pyarrow.parquet as pq
-
-            first: Any = dict.fromkeys(pq.read_schema(path).names)
-        except Exception:  # unreadable: read_logs names the problem
-            return "auto"
-    else:
-        objs = _jsonl_objects(path, field, limit=1)
-        first = objs[0][1] if objs else None
-    return detect_format(first, file=str(path), field=field) if first is not None else "auto"
-
-
 def detect_format(obj: Any, *, file: str | None = None, field: str = "logs.path") -> str:
     """The format whose rollout and trainer columns a row (a dict, or a Parquet column list) holds; else ConfigError."""
     if not isinstance(obj, dict):
@@ -267,7 +249,7 @@ def write_logs(path: str | Path, rollout_logprobs: Any, trainer_logprobs: Any, m
 
 
 def write_measurement_logs(path: str | Path, acc: Any) -> int:
-    """Write a measurement's log-probs (`measure.Accumulator`: engine side as rollout, reference as trainer) as logs.
+    """Write a measurement's log-probs (a `probe.ProbeRun`: engine side as rollout, reference as trainer) as logs.
 
     What a pipeline would log for the same tokens: screening the file `--from-logs` gives the measurement's metrics.
     """

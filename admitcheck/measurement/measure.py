@@ -35,9 +35,6 @@ def batches(items: list, size: int) -> Iterator[tuple[int, list]]:
         yield i, items[start : start + size]
 
 
-Accumulator = ProbeRun  # the name levels.py and logs.py know
-
-
 def measure_engine(
     engine,
     reference_model,

@@ -432,7 +432,6 @@ def top_share(sums: Any) -> float:
     return float(a.max()) / total if a.size and total > 0 and math.isfinite(total) else 0.0
 
 
-PARETO_K_LIMIT = 0.7  # Vehtari et al. (2024, JMLR) "Pareto smoothed importance sampling": above it a mean is unreliable
 PARETO_MIN_UNITS = 100  # below, the tail has < 20 points and k̂ is mostly its prior and noise (sd ~0.3 at 32 units)
 
 

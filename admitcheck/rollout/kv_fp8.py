@@ -35,14 +35,6 @@ from transformers import DynamicCache
 from admitcheck.config import KVCacheConfig
 from admitcheck.rollout.precision import activation_hooks_off, fp8_max, quantize_kv
 
-# attention_backend -> (prefill attends over the quantized cache, query rounded to FP8, how K/V are rounded)
-BACKENDS: dict[str, tuple[bool, bool, str]] = {
-    "flash_attn": (True, True, "nearest"),
-    "triton_attn": (True, True, "nearest"),
-    "flashinfer": (True, False, "nearest"),  # query in the model dtype: SM90 decode, pre-Hopper (not SM100)
-    "cpu": (True, False, "toward_zero"),  # vLLM-CPU truncates K/V to FP8 (measured, ISAs vec and amx)
-    "fresh_prefill": (False, False, "nearest"),
-}
 QUERY_FORMAT = "fp8_e4m3"  # vLLM's QuantFP8 rounds the query to the platform FP8 dtype, e4m3
 _QUERY_ATTR = "admitcheck_query"  # on each attention module: None, or a callable applied to the (B, H, S, D) query
 
@@ -62,9 +54,9 @@ class KVRecipe:
     def of(cls, kv: KVCacheConfig, scales: torch.Tensor | None = None) -> KVRecipe:
         if kv.dtype == "auto":
             return cls()
-        prefill, query, rounding = BACKENDS[kv.attention_backend]
+        b = kv.backend  # config.KV_BACKENDS: what this attention backend does with the cache and the query
         scales = scales if kv.scales == "calibrated" else None
-        return cls(kv.dtype, tuple(kv.skip_layers), prefill, query, scales, rounding)
+        return cls(kv.dtype, tuple(kv.skip_layers), b.prefill_reads_cache, b.quantize_query, scales, b.rounding)
 
     def quantized(self, layer: int) -> bool:
         return self.dtype is not None and layer not in self.skip_layers

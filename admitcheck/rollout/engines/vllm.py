@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from admitcheck.config import RolloutConfig, SamplingConfig
+from admitcheck.config import KV_BACKENDS, RolloutConfig, SamplingConfig
 from admitcheck.errors import ConfigError, EngineError
 from admitcheck.rollout.engines.base import Rollouts
 
@@ -46,11 +46,6 @@ FULL_VOCAB_LIMIT = 4096  # return_full asks vLLM for every log-prob (logprobs=-1
 CPU_KV_CACHE_BYTES = 1 << 30  # KV cache on CPU when the config sets none (vLLM would take half of the RAM)
 _NATIVE_FP8 = {"tensor": "fp8_per_tensor", "channel": "fp8_per_channel", "block": "fp8_per_block"}
 _WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.index.json")
-_BACKENDS = {
-    "flash_attn": "FLASH_ATTN",
-    "triton_attn": "TRITON_ATTN",
-    "flashinfer": "FLASHINFER",
-}  # kv_cache.attention_backend -> vLLM's name
 
 
 def import_vllm() -> Any:
@@ -106,21 +101,23 @@ def attention_backend(rollout: RolloutConfig, on_cpu: bool) -> str | None:
     kv = rollout.kv_cache
     if kv.dtype == "auto":
         return None
-    field = "rollout.kv_cache.attention_backend"
-    if kv.attention_backend == "fresh_prefill":
+    field, b = "rollout.kv_cache.attention_backend", kv.backend  # config.KV_BACKENDS
+    if b.runs_on == "hf":
         raise ConfigError(
-            "attention_backend fresh_prefill is the HF engine's old recipe; vLLM has no such backend "
+            f"attention_backend {b.name} is the HF engine's old recipe; vLLM has no such backend "
             "(use engine: hf, or name the backend vLLM runs)",
             field=field,
         )
-    if on_cpu != (kv.attention_backend == "cpu"):
+    if on_cpu != (b.runs_on == "cpu"):
+        cpu = [n for n, x in KV_BACKENDS.items() if x.runs_on == "cpu"]
+        gpu = [n for n, x in KV_BACKENDS.items() if x.runs_on == "gpu"]
         what = (
-            "vLLM-CPU runs one attention backend: set attention_backend: cpu"
+            f"vLLM-CPU runs one attention backend: set attention_backend: {cpu[0]}"
             if on_cpu
-            else ("attention_backend cpu is vLLM-CPU's; on a GPU name flash_attn, triton_attn or flashinfer")
+            else f"attention_backend {b.name} is vLLM-CPU's; on a GPU name {', '.join(gpu[:-1])} or {gpu[-1]}"
         )
         raise ConfigError(what, field=field)
-    return None if on_cpu else _BACKENDS[kv.attention_backend]
+    return None if on_cpu else b.vllm_name
 
 
 def check_rollout(rollout: RolloutConfig) -> None:
