@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer, model_validator
 from pydantic_core import PydanticCustomError
@@ -436,6 +436,9 @@ class LevelsConfig(Strict):
     # one wave of parallel runs, so more pairs per round fill more workers (the budget depends on it, not on --jobs)
     x: Literal["auto", "start", "run"] = "auto"  # the mismatch fitted: at the start weights, run-averaged, or chosen
     run_window: int = Field(20, gt=0)  # steps averaged for the run x (the first N of each run; a screen replays them)
+    # candidates whose verdicts the rounds should decide: each one's screened mismatch upper bound (nats/token, the
+    # calibration's functional: a screen report's `upper`); the model's pairs go where B's interval leaves one undecided
+    decide: list[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = []
 
     @model_validator(mode="after")
     def _not_empty(self) -> LevelsConfig:

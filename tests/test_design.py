@@ -78,6 +78,51 @@ def test_the_design_places_levels_at_half_and_twice_the_budget_when_none_is_near
         assert t == pytest.approx(0.5 * est.budget.value) or t == pytest.approx(2.0 * est.budget.value)
 
 
+def test_candidates_inside_the_interval_take_the_pairs_and_a_far_one_its_own_level_at_once() -> None:
+    """`levels.decide`: a candidate whose mismatch lies inside B's interval is undecided, so the model's pairs go to
+    the level nearest it (not to B/2 and 2B); one with no level within NEAR gets a level at its mismatch in the next
+    round; candidates the interval already decides change nothing."""
+    from admitcheck.calibration.design import NEAR, design_points, undecided
+
+    lv = levels_from(
+        [[0.002, 0.004, 0.003], [0.006, 0.009, 0.007], [0.016, 0.02, 0.017], [0.045, 0.05, 0.047], [0.13, 0.135, 0.125]]
+    )  # fmt: skip
+    est = estimate(lv, [0.43, 0.44, 0.435], Tolerance())
+    lo, hi = est.budget.interval
+    x = dict(zip(est.names, est.level_x))
+    counts = {n: 3 for n in est.names}
+    decided = (0.5 * lo, 2.0 * hi)  # admitted / rejected already: the shipped design
+    assert undecided(est, decided) == ()
+    assert plan_round(est, counts, 2.0, 2, x, decided) == plan_round(est, counts, 2.0, 2, x)
+    inside = math.sqrt(lo * hi)  # the level nearest it, 0.01, is within NEAR: its pairs
+    nearest = min(x, key=lambda n: abs(math.log(x[n] / inside)))
+    assert abs(math.log(x[nearest] / inside)) < math.log(NEAR)
+    assert design_points(est, (inside, *decided)) == (inside,)
+    plan = plan_round(est, counts, 2.0, 2, x, (inside, *decided))
+    assert plan.replicates == (nearest,) and plan.new_levels == () and "candidates" in plan.why
+    # a sparse grid (a decade between levels) and a wide interval: a candidate between two levels is far from both
+    sparse = (0.001, 0.01, 0.1)
+    est = estimate(levels_from([[0.002, 0.012, 0.004], [0.01, 0.03, 0.02], [0.1, 0.12, 0.09]], sparse),
+                   [0.43, 0.44, 0.435], Tolerance())  # fmt: skip
+    lo, hi = est.budget.interval
+    x = dict(zip(est.names, est.level_x))
+    far = next(u for u in (0.003, 0.004, 0.005, 0.03, 0.04) if lo < u < hi)
+    assert min(abs(math.log(far / v)) for v in sparse) > math.log(NEAR)
+    plan = plan_round(est, {n: 3 for n in x}, 2.0, 2, x, (far,))
+    assert plan.new_levels == (far,) and "candidates" in plan.why
+
+
+def test_levels_decide_is_validated() -> None:
+    from pydantic import ValidationError
+
+    from admitcheck.config import LevelsConfig
+
+    assert LevelsConfig(decide=[0.05, 0.08]).decide == [0.05, 0.08]
+    for bad in ([0.0], [-0.1], [float("nan")], [float("inf")]):
+        with pytest.raises(ValidationError):
+            LevelsConfig(decide=bad)
+
+
 @pytest.mark.slow
 def test_interval_covers_under_the_shipped_protocol_fast() -> None:
     """The must-hold's fast version (bench/budget_coverage.py runs 200 per truth): the shipped toy protocol (adaptive

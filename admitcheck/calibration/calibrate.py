@@ -155,8 +155,9 @@ def calibrate(
 
 def _rounds(campaign: Campaign, levels: list[Level]):
     """Round 0 runs every level's first replicates; each later round follows `design.plan_round` (pairs at the levels
-    nearest B/2 and 2B under the model, at the bracket's levels otherwise; new levels there, below the grid while the
-    interval reaches 0, or between bracketing levels) until the next round would pass `levels.max_runs` (decided
+    nearest B/2 and 2B under the model, or nearest the `levels.decide` candidates B's interval leaves undecided, at
+    the bracket's levels otherwise; new levels there, below the grid while the interval reaches 0, or between
+    bracketing levels) until the next round would pass `levels.max_runs` (decided
     from the ledger alone: resumable, the added levels included). Each round's fit spends the bracket's α over the
     rounds so far (`looks`). `levels` grows in place with the added levels."""
     config, ledger = campaign.config, campaign.ledger
@@ -171,10 +172,13 @@ def _rounds(campaign: Campaign, levels: list[Level]):
             for lv in levels
             if lv.kind != "baseline" and lv.fit
         }
-        plan = plan_round(fitted.estimate, _fit_counts(levels, counts), config.levels.interval_factor, 2, fit_x)
+        decide = tuple(config.levels.decide)
+        plan = plan_round(fitted.estimate, _fit_counts(levels, counts), config.levels.interval_factor, 2, fit_x, decide)
         added = _added_levels(levels, _measured_grid(levels, fitted.runs) or ledger.grid, plan.new_levels)
         if plan.new_levels and not added:  # no σ for a new level: more pairs where B is decided instead
-            want = wanted_replicates(fitted.estimate, _fit_counts(levels, counts), config.levels.interval_factor, 2)
+            want = wanted_replicates(
+                fitted.estimate, _fit_counts(levels, counts), config.levels.interval_factor, 2, decide
+            )
             plan = RoundPlan(replicates=tuple(want))
         grown = dict(counts) | {lv.name: config.levels.replicates for lv in added}
         for name in plan.replicates:

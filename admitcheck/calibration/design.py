@@ -7,7 +7,8 @@
 Pure: estimates in, plans out (`calibrate` runs them; `simulate_protocol` replays the rounds on simulated runs with
 the ledgers' seed structure for the coverage bench, bench/budget_coverage.py, and tests). The design chooses where
 runs go, not when to stop (`FIXED_RUNS`): under the model, pairs at the levels nearest B/2 and 2B and new levels
-there; under the bracket, at its levels. The estimator itself is `curve`.
+there (or, with candidates to decide, `levels.decide`, at the mismatches B's interval leaves undecided); under the
+bracket, at its levels. The estimator itself is `curve`.
 """
 
 from __future__ import annotations
@@ -21,17 +22,20 @@ import numpy as np
 from admitcheck.calibration.curve import Estimate, LevelData, Tolerance, estimate
 
 
-def wanted_replicates(est: Estimate, replicates: dict[str, int], factor: float, min_decisive: int) -> list[str]:
+def wanted_replicates(
+    est: Estimate, replicates: dict[str, int], factor: float, min_decisive: int, decide: tuple[float, ...] = ()
+) -> list[str]:
     """The levels that need another replicate pair: none once B is a point whose interval is narrower than `factor`
-    (hi/lo) and every deciding level has ≥ `min_decisive` replicates; under the model, the levels nearest B/2 and 2B
-    (where a pair moves the fitted B most: `around_budget`); under the bracket, the levels that set or straddle its
-    ends (for a bound: the two levels at that end of the grid)."""
+    (hi/lo) and every deciding level has ≥ `min_decisive` replicates; under the model, the levels nearest the design
+    points (`design_points`: B/2 and 2B, where a pair moves the fitted B most, or the candidates' mismatches still
+    inside B's interval); under the bracket, the levels that set or straddle its ends (for a bound: the two levels at
+    that end of the grid)."""
     b = est.budget
     precise = b.kind == "point" and est.width_factor <= factor
     if not FIXED_RUNS and precise and all(replicates[n] >= min_decisive for n in est.decided_by):
         return []
     if est.method == "model" and b.kind == "point" and est.level_x:
-        return list(dict.fromkeys(around_budget(est)))
+        return list(dict.fromkeys(nearest_levels(est, design_points(est, decide))))
     if b.kind == "point":
         return list(est.decided_by)
     return list(est.names[:2] if b.kind == "upper_bound" else est.names[-2:])
@@ -45,10 +49,24 @@ AROUND = (0.5, 2.0)  # the model's design points, × B: pairs there pin both the
 NEAR = 1.5  # a level within this factor of a design point takes its pairs; farther, a new level is placed there
 
 
-def around_budget(est: Estimate) -> list[str]:
-    """The level nearest (in log x) each of the design points B/2 and 2B."""
+def undecided(est: Estimate, decide: tuple[float, ...]) -> tuple[float, ...]:
+    """The candidates' mismatches (nats/token: each one's screened upper bound, `levels.decide`) that B's interval
+    does not yet decide: inside [B_lo, B_hi], where a screen could neither admit (upper bound < B_lo) nor reject."""
+    lo, hi = est.budget.interval
+    return tuple(u for u in decide if lo <= u <= hi)
+
+
+def design_points(est: Estimate, decide: tuple[float, ...] = ()) -> tuple[float, ...]:
+    """Where the model's next pairs go (nats/token): the candidates' mismatches B's interval leaves undecided, when
+    there are any — a pair there measures the cost at the mismatch whose side of τ the verdict needs (docs/
+    calibration.md, "Candidates") — else B/2 and 2B, which pin both the level and the slope of the power law."""
+    return undecided(est, decide) or tuple(f * est.budget.value for f in AROUND)
+
+
+def nearest_levels(est: Estimate, points: tuple[float, ...]) -> list[str]:
+    """The level nearest (in log x) each design point."""
     lx = np.log(np.asarray(est.level_x))
-    return [est.names[int(np.argmin(np.abs(lx - math.log(f * est.budget.value))))] for f in AROUND]
+    return [est.names[int(np.argmin(np.abs(lx - math.log(p))))] for p in points]
 
 
 @dataclass(frozen=True)
@@ -70,13 +88,20 @@ SPLIT_AFTER = 4  # replicates at both bracketing levels before a level between t
 
 
 def plan_round(
-    est: Estimate, replicates: dict[str, int], factor: float, min_decisive: int, level_x: dict[str, float]
+    est: Estimate,
+    replicates: dict[str, int],
+    factor: float,
+    min_decisive: int,
+    level_x: dict[str, float],
+    decide: tuple[float, ...] = (),
 ) -> RoundPlan:
     """The design that looks for B (docs/calibration.md): a budget whose interval reaches 0 gets a level below the
-    smallest (2/3 decade down, or the grid's own step), since no replicate at the grid can tell B from 0; a point
-    budget whose bracketing levels already have SPLIT_AFTER replicates each and are more than `factor` apart gets a
-    level at their geometric mean; otherwise `wanted_replicates`. `level_x`: each level's mean x (nats/token)."""
-    want = wanted_replicates(est, replicates, factor, min_decisive)
+    smallest (2/3 decade down, or the grid's own step), since no replicate at the grid can tell B from 0; under the
+    model, pairs at the levels nearest the design points (`design_points`: the undecided candidates' mismatches
+    `decide`, else B/2 and 2B) and new levels there when none is near; a bracketed point budget whose bracketing
+    levels already have SPLIT_AFTER replicates each and are more than `factor` apart gets a level at their geometric
+    mean; otherwise `wanted_replicates`. `level_x`: each level's mean x (nats/token)."""
+    want = wanted_replicates(est, replicates, factor, min_decisive, decide)
     if not want:
         return RoundPlan()
     b = est.budget
@@ -85,11 +110,15 @@ def plan_round(
         step = xs[1] / xs[0] if len(xs) > 1 and xs[1] > xs[0] else 10 ** (2 / 3)
         target = max(xs[0] / min(max(step, 2.0), 10.0), MIN_LEVEL_X)
         return RoundPlan(new_levels=(target,), why=f"the budget's interval reaches 0: a level below {xs[0]:.3g}")
-    if est.method == "model" and b.kind == "point":  # concentrate around B: new levels at B/2, 2B when none is near
-        far = [f * b.value for f in AROUND if min(abs(math.log(f * b.value / x)) for x in xs) > math.log(NEAR)]
-        if far and all(replicates[n] >= SPLIT_AFTER for n in want):
-            return RoundPlan(new_levels=tuple(far), why="levels at B/2 and 2B (the model's design points)")
-        return RoundPlan(replicates=tuple(want), why="replicates at the levels nearest B/2 and 2B")
+    if est.method == "model" and b.kind == "point":  # concentrate at the design points; new levels when none is near
+        points, candidates = design_points(est, decide), bool(undecided(est, decide))
+        at = "the undecided candidates' mismatches" if candidates else "B/2 and 2B"
+        far = [p for p in points if min(abs(math.log(p / x)) for x in xs) > math.log(NEAR)]
+        # a candidate's level is placed at once (a pair far from it says little about its cost); B/2 and 2B move with
+        # B, so their levels wait until the nearest ones have SPLIT_AFTER pairs
+        if far and (candidates or all(replicates[n] >= SPLIT_AFTER for n in want)):
+            return RoundPlan(new_levels=tuple(far), why=f"levels at {at} (the model's design points)")
+        return RoundPlan(replicates=tuple(want), why=f"replicates at the levels nearest {at}")
     if b.kind == "point" and len(est.decided_by) == 2:
         lo_name, hi_name = sorted(est.decided_by, key=lambda n: level_x[n])
         x_lo, x_hi = level_x[lo_name], level_x[hi_name]
@@ -118,6 +147,7 @@ def simulate_protocol(
     pairs_per_round: int = 1,
     seed_sd: float | None = None,
     x_real: bool = False,
+    decide: tuple[float, ...] = (),
 ) -> tuple[Estimate, int]:
     """One synthetic calibration under the adaptive protocol (`calibrate`'s rounds and `plan_round`'s design,
     without the OPD runs): (the estimate, runs used). Runs, not paired costs, are simulated, with the structure the
@@ -127,8 +157,8 @@ def simulate_protocol(
     the baseline's e with noise_sd(xs[0])/√2; seed_sd None: what makes a baseline run's sd `baseline_sd`. A
     replicate's measured x ~ x·exp(x_cv·N): a measurement error of the level's x, or (`x_real`) the run's actual
     mismatch, at which its cost is then evaluated (the toy's runs: within a level, cost follows the run's own x,
-    correlation 0.45). Stops as `calibrate` does: precision reached, or the next round would
-    pass `max_runs`; the estimate's bracket spends α over the rounds looked at."""
+    correlation 0.45). `decide`: the candidates' mismatches the rounds decide (`levels.decide`). Stops as
+    `calibrate` does: precision reached, or the next round would pass `max_runs`; the estimate's bracket spends α over the rounds looked at."""
     xs = [float(x) for x in xs]
     e0 = noise_sd(xs[0]) / math.sqrt(2.0)
     s_sd = math.sqrt(max(baseline_sd**2 - e0**2, 0.0)) if seed_sd is None else float(seed_sd)
@@ -161,7 +191,7 @@ def simulate_protocol(
         levels = [LevelData(n, tuple(data[n][0]), tuple(data[n][1])) for n in targets]
         est = estimate(levels, base, tolerance, n_boot=n_boot, seed=seed, confidence=confidence, looks=rounds + 1)
         counts = {n: len(data[n][1]) for n in targets}
-        plan = plan_round(est, counts, factor, min_decisive, {n: float(np.mean(data[n][0])) for n in targets})
+        plan = plan_round(est, counts, factor, min_decisive, {n: float(np.mean(data[n][0])) for n in targets}, decide)
         new = [f"level-{len(targets) + j}" for j in range(len(plan.new_levels))]
         grown = {n: counts[n] + pairs_per_round * (n in plan.replicates) for n in targets}
         grown |= {n: replicates for n in new}
