@@ -54,6 +54,7 @@ def _summary(cal) -> dict:
             "lack_of_fit_p": m.lack_of_fit.p_value,
             "lack_of_fit_f": m.lack_of_fit.f,
             "lack_of_fit_dof": list(m.lack_of_fit.dof),
+            "lack_of_fit_x_known_p": m.lack_of_fit_x_known.p_value if m.lack_of_fit_x_known else None,
             "dof": m.dof,
             "x_log_se": m.x_log_se,
         }
