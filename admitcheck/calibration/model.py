@@ -25,17 +25,12 @@ The interval is the F-profile (likelihood-ratio) set {B : min_p RSS(B, p) − RS
 (RSS: the objective above; conf': `profile_level`), σ̂² the residual sum of squares at the optimum over
 dof = runs − seeds − 2, hulled; an end that leaves the levels' range (below the smallest level's x or above the
 largest's) is open (0 or ∞): there the power law would extrapolate. The gate: an F test of the model against the
-two-way model with one free mean per level (seed effects kept), `lack_of_fit`, on the fit's residual sum of squares;
-when the fit integrated x errors out, the same test of the power law fitted with each level's x taken as known
-(`lack_of_fit_x_known`: its own least-squares optimum). The model is `accepted` when both p-values are
-≥ LACK_OF_FIT_ALPHA (and the fit has degrees of freedom). Why both: the errors-in-variables residual is shrunk where a
-level's cost is many τ (Woodbury, `_x_error_objective`), so that test barely sees the high-cost levels and passed a
-steep power law through a step in 47% of toy-protocol calibrations, whose B then lay above the step's too often
-(P(B_lo > B) 0.050 at 800); the x-as-known test sees them. A refusal costs width (the shape-free bracket), an
-acceptance of a wrong shape costs validity, so the gate refuses when either test does, each at the full
-LACK_OF_FIT_ALPHA (no Bonferroni split: the gate is a screen for misfit, not a test whose size must be kept).
-`baseline_spread_check`: an F test of the baseline runs' spread against the level runs' (pooled within levels),
-flagged at p < 1% in the smaller tail.
+two-way model with one free mean per level (seed effects kept), `lack_of_fit`; with x errors, also the power law
+fitted with each level's x as known (its own optimum), `lack_of_fit_x_known`. `accepted`: both p ≥ LACK_OF_FIT_ALPHA
+(the errors-in-variables residual is shrunk at high-cost levels, so that test alone passed steep fits through a step;
+a refusal costs only width, so no Bonferroni split: docs/calibration.md, "The gate"). `baseline_spread_check`: an F
+test of the baseline runs' spread against the level runs' (pooled within levels), flagged at p < 1% in the smaller
+tail.
 Pure numpy (scipy.stats for the F quantiles).
 """
 
@@ -93,9 +88,7 @@ class ModelFit:
     lack_of_fit: LackOfFit
     confidence: float
     x_log_se: float = 0.0  # the levels' log-x standard errors the fit integrated over (root mean square; 0: none)
-    # the lack-of-fit test of the power law fitted with each level's x as known (its own optimum); None when the fit
-    # integrated no x error (then it is `lack_of_fit` itself)
-    lack_of_fit_x_known: LackOfFit | None = None
+    lack_of_fit_x_known: LackOfFit | None = None  # the same test of the x-as-known fit; None: no x error fitted
 
     @property
     def accepted(self) -> bool:
