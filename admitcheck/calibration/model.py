@@ -19,7 +19,7 @@ Errors in variables: δ_l ~ N(0, se_l²) is integrated out (linearized), a level
 p·cost_l·se_l on top of the run variance (the pure-error one, from one free mean per level), and the objective is
 that Gaussian likelihood's −2 log L × σ² (`_x_error_objective`; the plain RSS when no se is given). Taking x as known
 and widening the interval's ends in quadrature by z·se covered 0.918, P(B_lo > B) 0.0375, at 800 SmolLM2-protocol
-calibrations of a cost ∝ x² truth; this fit 0.966 / 0.014 (bench/results/budget_coverage.json).
+calibrations of a cost ∝ x² truth; this fit 0.966 / 0.014, 0.986 / 0.009 gated on both tests (bench/results/).
 
 The interval is the F-profile (likelihood-ratio) set {B : min_p RSS(B, p) − RSS_min ≤ F(1, dof; conf') · σ̂²}
 (RSS: the objective above; conf': `profile_level`), σ̂² the residual sum of squares at the optimum over
