@@ -2,6 +2,8 @@
 
     python bench/refit_shipped.py   # rewrites calibrations/*.yaml, .png, the pooled SmolLM2 budget, the toy backtests;
                                     # writes bench/results/budget_refit.json
+    python bench/refit_shipped.py --only toy toy_rl   # just those artifacts (toy: and its backtests); their entries
+                                                      # replace theirs in budget_refit.json, the rest is kept
 
 What it does (issue 34), in order:
 1. `refit.refit` of calibrations/toy.yaml, toy_rl.yaml, smollm2.yaml, smollm2-seed1000.yaml, smollm2-seed2000.yaml:
@@ -54,6 +56,7 @@ def _summary(cal) -> dict:
             "lack_of_fit_p": m.lack_of_fit.p_value,
             "lack_of_fit_f": m.lack_of_fit.f,
             "lack_of_fit_dof": list(m.lack_of_fit.dof),
+            "lack_of_fit_x_known_p": m.lack_of_fit_x_known.p_value if m.lack_of_fit_x_known else None,
             "dof": m.dof,
             "x_log_se": m.x_log_se,
         }
@@ -94,7 +97,9 @@ def x_diagnostics(cal) -> dict:
             "per_run_x_lack_of_fit_p": m.lack_of_fit.p_value}  # fmt: skip
 
 
-def main() -> dict:
+def main(only: tuple[str, ...] | None = None) -> dict:
+    """Everything in the module docstring; `only`: the artifacts to re-fit (names of SHIPPED or "smollm2-pooled"),
+    the toy backtests re-judged only with "toy", every other entry of budget_refit.json kept as it was."""
     from admitcheck import io
     from admitcheck.admission.backtest import rejudge, write_backtest
     from admitcheck.admission.backtest_report import load_backtest
@@ -104,20 +109,28 @@ def main() -> dict:
     from admitcheck.report import write_backtest_companions, write_calibration_chart
 
     cal_dir = ROOT / "calibrations"
+    out = ROOT / "bench" / "results" / "budget_refit.json"
     result: dict = {"command": "python bench/refit_shipped.py", "calibrations": {}, "backtests": {}}
-    for name in SHIPPED:
+    if only is not None:
+        unknown = set(only) - {*SHIPPED, "smollm2-pooled"}
+        if unknown:
+            raise SystemExit(f"--only: unknown artifacts {sorted(unknown)}; known: {[*SHIPPED, 'smollm2-pooled']}")
+        result = json.loads(out.read_text())
+        result.setdefault("partial_refits", []).append(f"python bench/refit_shipped.py --only {' '.join(only)}")
+    for name in (n for n in SHIPPED if only is None or n in only):
         cal = write_calibration(refit(cal_dir / f"{name}.yaml"), cal_dir / f"{name}.yaml")
         write_calibration_chart(cal)
         result["calibrations"][name] = _summary(cal) | {"x_diagnostics": x_diagnostics(cal)}
         print(name, json.dumps(result["calibrations"][name]["interval"]), cal.budget.method, flush=True)
-    pooled_path = cal_dir / "smollm2-pooled.yaml"
-    pooled = refit_pooled([cal_dir / f"{n}.yaml" for n in POOLED], pooled_path, name="smollm2")
-    pooled = write_calibration(pooled, pooled_path)
-    write_calibration_chart(pooled)
-    result["calibrations"]["smollm2-pooled"] = _summary(pooled) | {"from": list(POOLED)}
-    print("smollm2-pooled", pooled.budget.value, pooled.budget.interval, pooled.budget.method, flush=True)
+    if only is None or "smollm2-pooled" in only:
+        pooled_path = cal_dir / "smollm2-pooled.yaml"
+        pooled = refit_pooled([cal_dir / f"{n}.yaml" for n in POOLED], pooled_path, name="smollm2")
+        pooled = write_calibration(pooled, pooled_path)
+        write_calibration_chart(pooled)
+        result["calibrations"]["smollm2-pooled"] = _summary(pooled) | {"from": list(POOLED)}
+        print("smollm2-pooled", pooled.budget.value, pooled.budget.interval, pooled.budget.method, flush=True)
     toy = load_calibration(cal_dir / "toy.yaml")
-    for name in BACKTESTS:
+    for name in BACKTESTS if only is None or "toy" in only else ():
         path = cal_dir / f"{name}.yaml"
         report = load_backtest(path)
         cfg_file = (path.parent / report.provenance.config["screen_config"]).resolve()
@@ -136,10 +149,14 @@ def main() -> dict:
             "verdicts": {r.name: [r.verdict.decision, r.verdict.marginal, r.truth.label] for r in new.candidates},
         }
         print(name, f"agreement {a.agree}/{a.decided_truths}", flush=True)
-    out = ROOT / "bench" / "results" / "budget_refit.json"
     out.write_text(json.dumps(result, indent=2, default=float))
     return result
 
 
 if __name__ == "__main__":
-    main()
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", nargs="+", default=None, help="re-fit just these artifacts (module docstring)")
+    args = ap.parse_args()
+    main(tuple(args.only) if args.only else None)

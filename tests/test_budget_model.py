@@ -5,6 +5,7 @@ ledgers, and the coverage bench's fast version."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from admitcheck.calibration.curve import LevelData, Tolerance, estimate, level_bracket
-from admitcheck.calibration.model import baseline_spread_check, fit_seed_power_law
+from admitcheck.calibration.model import LACK_OF_FIT_ALPHA, baseline_spread_check, fit_seed_power_law
 
 ROOT = Path(__file__).resolve().parents[1]
 GRID = (0.021, 0.035, 0.061, 0.10, 0.16, 0.25)  # the SmolLM2 protocol's levels, nats/token
@@ -58,6 +59,24 @@ def test_lack_of_fit_refuses_a_step_and_passes_a_power_law() -> None:
     power = fit_seed_power_law(*runs(lambda x: tau * (x / 0.07) ** 0.75, rng, run_sd=0.004), tau)
     assert step.lack_of_fit.p_value < 0.01 and not step.accepted
     assert power.lack_of_fit.p_value > 0.05 and power.accepted
+
+
+def test_the_gate_refuses_a_steep_power_law_through_a_step() -> None:
+    """A planted step (0 below B = 0.0092, 3τ above; one toy-protocol calibration of bench/budget_coverage.py, its
+    final rounds' 71 pairs and 23 baselines in tests/data): the errors-in-variables lack-of-fit test passes
+    (p 0.11: it shrinks the high-cost levels' misfit as x error) and that model's interval [0.0144, 0.0190] lies
+    above B — the gate before this one used it. With each level's x as known the same test refuses (p 7e-6), so the
+    budget is the shape-free bracket, which covers B, and the reason names the x-as-known test."""
+    d = json.loads((ROOT / "tests" / "data" / "planted_step_ledger.json").read_text())
+    lv = [LevelData(e["name"], tuple(e["x"]), tuple(e["cost"])) for e in d["levels"]]
+    est = estimate(lv, d["baseline"], Tolerance(relative=d["relative_tolerance"]), looks=d["looks"])
+    m, b = est.model, d["true_budget"]
+    assert m is not None and m.lack_of_fit.p_value >= LACK_OF_FIT_ALPHA and m.interval[0] > b  # the old gate's pass
+    assert est.spread_check is not None and not est.spread_check.flagged
+    assert est.level_x[0] <= m.value <= est.level_x[-1]
+    assert m.lack_of_fit_x_known is not None and m.lack_of_fit_x_known.p_value < 0.001 and not m.accepted
+    assert est.method == "bracket" and "(x as known)" in est.method_reason
+    assert est.budget.interval[0] <= b <= est.budget.interval[1]
 
 
 def test_a_baseline_spread_far_below_the_runs_is_flagged() -> None:
@@ -120,7 +139,8 @@ def test_the_levels_x_error_is_fitted_not_ignored() -> None:
     the levels' x measured as the ledgers show (log-x sd 0.079 per run) covered 0.918 with P(B_lo > B) 0.0375 at 800
     calibrations when the fit took each level's x as known and widened its ends in quadrature by the x error
     (bench/results/budget_profile_cutoff.json); the errors-in-
-    variables fit must cover (this seed, 200 calibrations: 0.965 / 0.005; the x-as-known fit with its quadrature
+    variables fit must cover (this seed, 200 calibrations: 0.98 / 0.005 gated on both lack-of-fit tests, model used
+    68%; 0.965 / 0.005 gated on its own test alone; the x-as-known fit with its quadrature
     widening gave 0.925 / 0.05 here)."""
     bench = _bench("budget_coverage")
     row = bench.one_cell(("smollm2", "power2", 200, 7, bench.protocols()["smollm2"]))
@@ -138,6 +158,9 @@ def test_the_x_error_objective_is_the_plain_fit_without_x_error() -> None:
     assert tiny.value == pytest.approx(plain.value, rel=1e-6) and tiny.interval == pytest.approx(plain.interval)
     assert wide.interval[1] / wide.interval[0] > plain.interval[1] / plain.interval[0]
     assert wide.x_log_se == pytest.approx(0.1) and plain.x_log_se == 0.0
+    # the gate's second test is the plain fit's own lack-of-fit test (x as known), absent when there is no x error
+    assert plain.lack_of_fit_x_known is None and wide.lack_of_fit_x_known is not None
+    assert wide.lack_of_fit_x_known.p_value == pytest.approx(plain.lack_of_fit.p_value, rel=1e-9)
 
 
 @pytest.mark.slow

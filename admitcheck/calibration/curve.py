@@ -453,18 +453,20 @@ def estimate(
 
 
 def _gate(model: ModelFit | None, spread: SpreadCheck | None, level_x: tuple[float, ...]) -> tuple[Method, str]:
-    """Is the model used? Only where it has degrees of freedom, passes its lack-of-fit test, its one run variance
-    is plausible (the baseline runs' spread against the level runs', `model.baseline_spread_check`), and it puts B
-    inside the levels' range (beyond it the power law would extrapolate); else the bracket, with the reason."""
+    """Is the model used? Only where it has degrees of freedom, passes both lack-of-fit tests (x with its error and x
+    as known: `model.ModelFit.accepted`, whose docstring says why both), its one run variance is plausible (the
+    baseline runs' spread against the level runs', `model.baseline_spread_check`), and it puts B inside the levels'
+    range (beyond it the power law would extrapolate); else the bracket, with the reason."""
     if model is None:
         return "bracket", "the model needs every level pair's baseline run"
-    lof = model.lack_of_fit
+    lof, known = model.lack_of_fit, model.lack_of_fit_x_known
     if model.dof <= 0:
         return "bracket", f"the model has no residual degrees of freedom ({model.runs} runs, {model.seeds} seeds)"
     if not model.accepted:
-        return "bracket", (
-            f"lack of fit: the power law with seed effects against one mean per level, F({lof.dof[0]}, "
-            f"{lof.dof[1]}) = {lof.f:.2f}, p = {lof.p_value:.3g} < {LACK_OF_FIT_ALPHA:g}"
+        failed = [(t, what) for t, what in ((lof, ""), (known, " (x as known)")) if t and t.p_value < LACK_OF_FIT_ALPHA]
+        return "bracket", "lack of fit: the power law with seed effects against one mean per level, " + "; ".join(
+            f"F({t.dof[0]}, {t.dof[1]}) = {t.f:.2f}, p = {t.p_value:.3g} < {LACK_OF_FIT_ALPHA:g}{what}"
+            for t, what in failed
         )
     if spread is not None and spread.flagged:
         return "bracket", (
@@ -477,9 +479,10 @@ def _gate(model: ModelFit | None, spread: SpreadCheck | None, level_x: tuple[flo
             f"the model's B {model.value:.3g} lies outside the levels' range [{level_x[0]:.3g}, {level_x[-1]:.3g}]"
             f" (residual sd {model.residual_sd:.3g}): it would extrapolate"
         )
+    known_p = f"; x as known p = {known.p_value:.3g}" if known is not None else ""
     return "model", (
         f"the power law with seed effects fits (lack of fit F({lof.dof[0]}, {lof.dof[1]}) = {lof.f:.2f}, "
-        f"p = {lof.p_value:.3g} ≥ {LACK_OF_FIT_ALPHA:g}) and puts B inside the levels' range"
+        f"p = {lof.p_value:.3g}{known_p}; each ≥ {LACK_OF_FIT_ALPHA:g}) and puts B inside the levels' range"
     )
 
 

@@ -384,6 +384,7 @@ class BudgetModel(Section):
     lack_of_fit: LackOfFitEntry
     accepted: bool
     x_log_se: float = 0.0  # rms of the levels' log-x standard errors, integrated out by the fit (errors in variables)
+    lack_of_fit_x_known: LackOfFitEntry | None = None  # the same test with each level's x as known (both gate)
 
 
 class BudgetBracket(Section):
@@ -602,7 +603,8 @@ class CalibrationArtifact(Section):
                     "model",
                     f"B {m.value:.3g} [{m.interval[0]:.3g}, {m.interval[1]:.3g}], p {m.exponent:.2f}, residual sd "
                     + (f"{m.residual_sd / m.tau:.2f} τ" if m.residual_sd is not None else "-")
-                    + f", lack of fit p {lof.p_value:.3g}",
+                    + f", lack of fit p {lof.p_value:.3g}"
+                    + (f" (x as known {m.lack_of_fit_x_known.p_value:.3g})" if m.lack_of_fit_x_known else ""),
                 )
             )
         if b.bracket is not None:
