@@ -26,7 +26,7 @@ def test_readme_and_docs_quote_the_shipped_smollm2_budget():
 def test_readme_and_docs_quote_the_two_reproducibility_seeds():
     """Issue 23: the seeds' budgets as README and docs/smollm2.md quote them, and their ratio to the shipped one as
     quoted: issue 23's ±20% holds for seed 1000 (1.15×) and is missed by seed 2000 (1.23×) under the seed-effect model
-    of issue 34 (the levels' x re-measured as the functional, issue 35) (under the isotonic estimator: 0.99× and 1.01×)."""
+    of issue 34, the levels' x re-measured as the functional (issue 35); under the isotonic estimator 0.99×, 1.01×."""
     shipped = yaml.safe_load((ROOT / "calibrations" / "smollm2.yaml").read_text())["budget"]["value"]
     readme = (ROOT / "README.md").read_text()
     docs = (ROOT / "docs" / "smollm2.md").read_text()

@@ -149,7 +149,9 @@ def test_the_progress_note_quotes_the_h200_throughput() -> None:
     assert k["runs"] >= 30 and k["jobs"] == 10
     p = k["paths"]["kept"]
     doc = (ROOT / "docs" / "gpu_campaigns.md").read_text()
-    assert f"**{p['runs_per_minute']:.3g} runs/minute** ({p['wall_s']:.0f} s), median run {p['median_run_s']:.0f} s" in doc
+    assert (
+        f"**{p['runs_per_minute']:.3g} runs/minute** ({p['wall_s']:.0f} s), median run {p['median_run_s']:.0f} s" in doc
+    )
     assert f"evaluation **{p['median_phase_s']['evaluation']:.1f} s**" in doc
 
 

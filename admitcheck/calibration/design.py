@@ -158,7 +158,8 @@ def simulate_protocol(
     replicate's measured x ~ x·exp(x_cv·N): a measurement error of the level's x, or (`x_real`) the run's actual
     mismatch, at which its cost is then evaluated (the toy's runs: within a level, cost follows the run's own x,
     correlation 0.45). `decide`: the candidates' mismatches the rounds decide (`levels.decide`). Stops as
-    `calibrate` does: precision reached, or the next round would pass `max_runs`; the estimate's bracket spends α over the rounds looked at."""
+    `calibrate` does: precision reached, or the next round would pass `max_runs`; the estimate's bracket spends α
+    over the rounds looked at."""
     xs = [float(x) for x in xs]
     e0 = noise_sd(xs[0]) / math.sqrt(2.0)
     s_sd = math.sqrt(max(baseline_sd**2 - e0**2, 0.0)) if seed_sd is None else float(seed_sd)
