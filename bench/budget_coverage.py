@@ -160,6 +160,26 @@ def smollm2_mean_truth(proto: dict, tau: float, rng: np.random.Generator):
     return (lambda x: float(np.interp(math.log(x) + math.log(s), lg, c))), b
 
 
+def noise_and_range(name: str, proto: dict):
+    """(paired-cost sd as a function of x, the range B is drawn from) of a protocol: the toy's measured sd per level
+    (flat beyond the levels) and B inside the grid; SmolLM2's pooled run sd and B between its 2nd and 5th level."""
+    g = proto["grid"]
+    if name == "toy":
+        lx, lsd = np.log(proto["noise_x"]), proto["noise_sd"]
+        return (lambda x: float(np.interp(math.log(x), lx, lsd))), (g[0] * 1.5, g[-1] / 1.5)
+    return (lambda x: math.sqrt(2.0) * proto["run_sd"]), (g[1], g[4])
+
+
+def draw_truth(shape: str, proto: dict, tau: float, b_range: tuple[float, float], rng: np.random.Generator):
+    """One truth of `shape` (cost, B): B log-uniform in `b_range`, or the SmolLM2 mean curve shifted; None when the
+    shifted curve never reaches τ (draw again)."""
+    if shape == "smollm2_mean":
+        f, b = smollm2_mean_truth(proto, tau, rng)
+        return None if f is None else (f, b)
+    b = math.exp(rng.uniform(math.log(b_range[0]), math.log(b_range[1])))
+    return true_cost(shape, tau, b, proto), b
+
+
 def one_cell(args: tuple) -> dict:
     from admitcheck.calibration.curve import Tolerance
     from admitcheck.calibration.design import simulate_protocol
@@ -169,24 +189,15 @@ def one_cell(args: tuple) -> dict:
     tol = Tolerance(relative=proto["relative"])
     tau = tol.of(proto["baseline_mean"])
     g = proto["grid"]
-    if name == "toy":
-        lx, lsd = np.log(proto["noise_x"]), proto["noise_sd"]
-        sd = lambda x: float(np.interp(math.log(x), lx, lsd))  # noqa: E731  paired sd, flat beyond the levels
-        b_lo, b_hi = g[0] * 1.5, g[-1] / 1.5
-    else:
-        sd = lambda x: math.sqrt(2.0) * proto["run_sd"]  # noqa: E731
-        b_lo, b_hi = g[1], g[4]
+    sd, b_range = noise_and_range(name, proto)
     cover = low = high = used = 0
     widths, runs, n = [], [], 0
     t0 = time.perf_counter()
     while n < sims:
-        if shape == "smollm2_mean":
-            f, b = smollm2_mean_truth(proto, tau, rng)
-            if f is None:
-                continue
-        else:
-            b = math.exp(rng.uniform(math.log(b_lo), math.log(b_hi)))
-            f = true_cost(shape, tau, b, proto)
+        truth = draw_truth(shape, proto, tau, b_range, rng)
+        if truth is None:
+            continue
+        f, b = truth
         est, used_runs = simulate_protocol(
             f, sd, g, proto["baseline_mean"], proto["baseline_sd"], tol, rng,
             replicates=proto["replicates"], factor=proto["factor"], max_runs=proto["max_runs"], x_cv=proto["x_cv"],

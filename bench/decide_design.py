@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -40,7 +39,7 @@ TRUTHS = ("power", "power2", "linear", "step", "smollm2_mean")
 
 
 def one_cell(args: tuple) -> dict:
-    from budget_coverage import SMOLLM2_TRUTHS, smollm2_mean_truth, true_cost
+    from budget_coverage import SMOLLM2_TRUTHS, draw_truth, noise_and_range
 
     from admitcheck.calibration.curve import Tolerance
     from admitcheck.calibration.design import simulate_protocol
@@ -50,24 +49,15 @@ def one_cell(args: tuple) -> dict:
     tol = Tolerance(relative=proto["relative"])
     tau = tol.of(proto["baseline_mean"])
     g, mult = proto["grid"], CANDIDATES[name]
-    if name == "toy":
-        lx, lsd = np.log(proto["noise_x"]), proto["noise_sd"]
-        sd = lambda x: float(np.interp(math.log(x), lx, lsd))  # noqa: E731
-        b_lo, b_hi = g[0] * 1.5, g[-1] / 1.5
-    else:
-        sd = lambda x: math.sqrt(2.0) * proto["run_sd"]  # noqa: E731
-        b_lo, b_hi = g[1], g[4]
+    sd, b_range = noise_and_range(name.split("_")[0], proto)
     out = {d: {"cover": 0, "low": 0, "widths": [], "runs": [], "model": 0, "right": np.zeros(len(mult)),
                "wrong": np.zeros(len(mult))} for d in ("shipped", "decide")}  # fmt: skip
     n, t0 = 0, time.perf_counter()
     while n < sims:
-        if shape == "smollm2_mean":
-            f, b = smollm2_mean_truth(proto, tau, rng)
-            if f is None:
-                continue
-        else:
-            b = math.exp(rng.uniform(math.log(b_lo), math.log(b_hi)))
-            f = true_cost(shape, tau, b, proto)
+        truth = draw_truth(shape, proto, tau, b_range, rng)
+        if truth is None:
+            continue
+        f, b = truth
         cands = tuple(m * b for m in mult)
         state = rng.bit_generator.state  # both designs on the same random stream (common random numbers)
         for design, decide in (("shipped", ()), ("decide", cands)):
