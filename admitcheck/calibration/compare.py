@@ -1,33 +1,59 @@
 """Compare two calibrations' budgets (e.g. OPD against RL on one pair): both budgets and their ratio, with intervals.
 
-    cmp = compare_calibrations(load_calibration("calibrations/toy.yaml"), load_calibration("calibrations/toy_rl.yaml"))
+    cal_a, cal_b = load_calibration("calibrations/toy.yaml"), load_calibration("calibrations/toy_rl.yaml")
+    cmp = compare_calibrations(cal_a, cal_b, load_seed_runs(cal_a), load_seed_runs(cal_b))
     cmp.ratio, cmp.ratio_interval, cmp.method      # B_second / B_first and how its interval was formed
+    cmp.correlation.r, cmp.tau_convention          # the shared seeds' correlation of the two log budgets; τ's rule
 
-The ratio R = B_b / B_a of two independent calibrations (their runs share no randomness with each other's bootstrap).
-Its interval, in order of preference:
-- "bootstrap": both artifacts carry their bootstrap draws of the budget (`budget.bootstrap.draws`); every pair
-  (draw_b, draw_a) is a draw of R (independent calibrations), and the interval is the
-  percentile interval of those ratios at the artifacts' confidence.
-- "mover (approximate)": otherwise, MOVER on the log scale (Zou & Donner 2008, "method of variance estimates
-  recovery"): with d = log B_b − log B_a and each budget's interval [l, u] read on the log scale,
-  lower = d − √((log B_b − log l_b)² + (log u_a − log B_a)²),
-  upper = d + √((log u_b − log B_b)² + (log B_a − log l_a)²).
-  Exact when each interval is a normal interval on the log scale; otherwise approximate (tested by simulation in
-  tests/test_compare.py), and the output says so.
+The ratio R = B_b / B_a, each budget at **its own calibration's τ** (its tolerance rule applied to its own baseline:
+with the relative rule both are "the mismatch at which quality falls by the same share of its baseline", in each
+objective's own quality units; `tau_convention` says which rules were compared). Its interval, in order of preference:
+
+- "shared seeds (paired)": both ledgers lie beside their artifacts (`load_seed_runs`) and the calibrations share ≥
+  MIN_SHARED_SEEDS training seeds. Runs of one seed share data order, sampling uniforms, eval prompts, the noise
+  draw and the measured x in both calibrations (identical engine and probe at the start weights), so the two
+  budget estimates are correlated, and Var(log B̂_b − log B̂_a) = Var_b + Var_a − 2 Cov. MOVER on the log scale
+  (Zou & Donner 2008; Zou 2008 for correlated estimates): with d = log B_b − log B_a, each budget's own interval
+  [l, u] read on the log scale (the model's F-profile or the shape-free bracket: the intervals whose coverage the
+  budget bench checks) and r the correlation of the two log estimates,
+  lower = d − √(Δl_b² + Δu_a² − 2r·Δl_b·Δu_a),  upper = d + √(Δu_b² + Δl_a² − 2r·Δu_b·Δl_a)
+  (Δl_b = log B_b − log l_b, Δu_a = log u_a − log B_a, …). r is estimated by the **delete-one-seed jackknife over
+  the union of both calibrations' seeds** (`seed_correlation`): drop every run of seed s (its baseline and its level
+  runs) from both calibrations, refit each budget's point estimator (the model's B̂, or the isotonic crossing where
+  the bracket made the budget) with the artifact's x, tolerance and looks, and correlate the log pseudo-values; a seed
+  in one calibration only moves that one. Why this and not a paired bootstrap of the refitted budgets: the budgets'
+  own intervals are the validated part (the F-profile needed its cutoff at F's 0.97 point to keep its level at 16
+  dof; a percentile bootstrap over 11–19 seeds of a gated nonlinear fit reproduces neither that nor the bracket, which
+  is not a function of a point estimate), only the cross term needs the joint data, and a correlation is a second
+  moment the jackknife estimates consistently for a smooth estimator, at n_seeds refits instead of thousands.
+  r is shrunk to its one-sided 80% Fisher-z bound towards 0 (`R_CONFIDENCE`) so that an r̂ inflated by chance does
+  not buy width the data do not support (bench/compare_coverage.py checks the coverage by simulation).
+- "independent (MOVER)": otherwise (a ledger absent, no shared seed, the jackknife undefined): r = 0, the two
+  calibrations taken as independent, and a note says why.
+- "bootstrap": artifacts written before the seed-effect model (`budget.method` unset), whose interval was the
+  isotonic bootstrap: every pair (draw_b, draw_a) is a draw of R (independent calibrations).
 - "bound": when either budget is only a bound (no level reached τ, or even the smallest exceeded it), R is bounded
   by the conservative ends, [l_b / u_a, u_b / l_a], and no point ratio is claimed beyond that.
+
+An end of a budget interval at 0 or ∞ (open: the model would extrapolate, or the bracket found no level surely
+below/above τ) makes the ratio's end on that side open too.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from admitcheck.calibration.curve import LevelData, Tolerance, estimate
 from admitcheck.calibration.schema import CalibrationArtifact
-from admitcheck.errors import CalibrationError
+from admitcheck.errors import AdmitcheckError, CalibrationError
+
+MIN_SHARED_SEEDS = 3  # fewer shared training seeds: no correlation worth estimating, the independent interval
+R_CONFIDENCE = 0.8  # r used = the one-sided lower Fisher-z bound of r̂ at this level (shrunk at most to 0)
 
 
 @dataclass(frozen=True)
@@ -45,20 +71,75 @@ class BudgetSide:
 
 
 @dataclass(frozen=True)
+class SeedCorrelation:
+    """The delete-one-seed jackknife of two calibrations' log budget estimates (`seed_correlation`)."""
+
+    r: float  # jackknife correlation of log B̂_first and log B̂_second
+    r_used: float  # r shrunk to its one-sided R_CONFIDENCE Fisher-z bound (at most to 0): what the interval uses
+    shared_seeds: int  # training seeds in both calibrations
+    seeds: int  # in either
+    log_se: tuple[float, float]  # jackknife standard errors of log B̂_first, log B̂_second (a diagnostic)
+    points: tuple[float, float]  # the refitted point estimates on all runs (nats/token): the budgets, re-derived
+
+
+@dataclass(frozen=True)
 class Comparison:
     first: BudgetSide
     second: BudgetSide
     ratio: float  # B_second / B_first (for "bound": the ratio of the two reported values, not an estimate)
     ratio_interval: tuple[float, float]
     confidence: float
-    method: str  # "bootstrap" | "mover (approximate)" | "bound"
+    method: str  # "shared seeds (paired)" | "independent (MOVER)" | "bootstrap" | "bound"
     notes: tuple[str, ...]
+    tau_convention: str = ""  # which τ each budget is read at (module docstring)
+    correlation: SeedCorrelation | None = None  # the shared seeds' jackknife, when the ledgers gave it
+    independent_interval: tuple[float, float] | None = None  # the interval as if independent (r = 0), beside it
+
+
+@dataclass(frozen=True)
+class SeedRuns:
+    """One calibration's fitted runs keyed by training seed: what the shared-seed interval refits. `levels`: the
+    fitted levels with x as the budget was fitted and `replicates` = each pair's training seed; `baseline`: training
+    seed -> the baseline run's quality; `method`: which point estimator made the budget ("model": the seed-effect
+    model's B̂; "bracket": the isotonic crossing)."""
+
+    levels: tuple[LevelData, ...]
+    baseline: Mapping[int, float]
+    tolerance: Tolerance
+    confidence: float
+    looks: int
+    method: str
+
+    @property
+    def seeds(self) -> frozenset[int]:
+        return frozenset(self.baseline)
+
+    def without(self, seed: int) -> SeedRuns:
+        """Every run of `seed` removed (its baseline and its level runs); a level left empty is dropped."""
+        levels = []
+        for lv in self.levels:
+            keep = [i for i, r in enumerate(lv.replicates or ()) if r != seed]
+            if keep:
+                pick = lambda v: tuple(v[i] for i in keep)  # noqa: E731
+                levels.append(LevelData(lv.name, pick(lv.x), pick(lv.cost), pick(lv.replicates)))
+        base = {k: v for k, v in self.baseline.items() if k != seed}
+        return SeedRuns(tuple(levels), base, self.tolerance, self.confidence, self.looks, self.method)
+
+    def point(self) -> float:
+        """The budget's point estimator on these runs (nats/token): the model's B̂ or the isotonic crossing."""
+        est = estimate(list(self.levels), dict(self.baseline), self.tolerance, n_boot=0,
+                       confidence=self.confidence, looks=self.looks)  # fmt: skip
+        if self.method == "model":
+            return est.model.value if est.model is not None else math.nan
+        return float(est.isotonic[0])
 
 
 def budget_side(cal: CalibrationArtifact, label: str | None = None) -> BudgetSide:
     """The budget of a calibration artifact (with its bootstrap draws when it carries them)."""
     b = cal.budget
-    draws = tuple(cal.budget_draws()) or None
+    # the isotonic bootstrap's draws were the interval only before the seed-effect model (budget.method unset); with
+    # the model or the bracket they are of another estimator than the budget, and the ratio does not read them
+    draws = (tuple(cal.budget_draws()) or None) if b.method is None else None
     return BudgetSide(
         label=label or str(cal.path or cal.name),
         objective=cal.recipe.loss,
@@ -72,15 +153,22 @@ def budget_side(cal: CalibrationArtifact, label: str | None = None) -> BudgetSid
 
 
 def mover_log_ratio(
-    b: float, interval_b: tuple[float, float], a: float, interval_a: tuple[float, float]
+    b: float, interval_b: tuple[float, float], a: float, interval_a: tuple[float, float], r: float = 0.0
 ) -> tuple[float, float]:
-    """MOVER interval for b / a from each estimate's interval (all > 0), formed on the log scale."""
-    lb, ub = (math.log(v) for v in interval_b)
-    la, ua = (math.log(v) for v in interval_a)
+    """MOVER interval for b / a from each estimate's interval, formed on the log scale; `r`: the correlation of the
+    two log estimates (Zou 2008; 0: independent). An interval end at 0 or ∞ makes the ratio's end on that side open."""
+
+    def half(point: float, end: float) -> float:  # |log end − log point|, inf for an open end
+        return abs(math.log(end) - math.log(point)) if 0 < end < math.inf else math.inf
+
     d = math.log(b) - math.log(a)
-    lower = d - math.hypot(math.log(b) - lb, ua - math.log(a))
-    upper = d + math.hypot(ub - math.log(b), math.log(a) - la)
-    return math.exp(lower), math.exp(upper)
+    lb, ub, la, ua = half(b, interval_b[0]), half(b, interval_b[1]), half(a, interval_a[0]), half(a, interval_a[1])
+
+    def spread(u: float, v: float) -> float:
+        return math.inf if math.isinf(u) or math.isinf(v) else math.sqrt(max(u * u + v * v - 2 * r * u * v, 0.0))
+
+    lower, upper = spread(lb, ua), spread(ub, la)
+    return (math.exp(d - lower) if math.isfinite(lower) else 0.0, math.exp(d + upper) if math.isfinite(upper) else math.inf)
 
 
 def bootstrap_ratio_interval(draws_b: Any, draws_a: Any, confidence: float) -> tuple[float, float]:
@@ -95,8 +183,42 @@ def bootstrap_ratio_interval(draws_b: Any, draws_a: Any, confidence: float) -> t
     return float(lo), float(hi)
 
 
-def compare_budgets(first: BudgetSide, second: BudgetSide) -> Comparison:
-    """Both budgets and R = B_second / B_first with its interval (see the module docstring)."""
+def shrunk_correlation(r: float, n: int, level: float = R_CONFIDENCE) -> float:
+    """r's one-sided lower Fisher-z bound at `level` from n seeds, shrunk at most to 0 (a negative r̂ is kept): a
+    smaller r widens the ratio's interval, so an r̂ inflated by chance buys no width."""
+    from scipy.stats import norm
+
+    if n <= 3 or not math.isfinite(r):
+        return min(r, 0.0) if math.isfinite(r) else 0.0
+    z = math.atanh(max(min(r, 0.999999), -0.999999)) - float(norm.ppf(level)) / math.sqrt(n - 3)
+    return max(math.tanh(z), min(r, 0.0))
+
+
+def seed_correlation(first: SeedRuns, second: SeedRuns) -> SeedCorrelation:
+    """The delete-one-seed jackknife over the union of both calibrations' seeds (module docstring); ValueError when
+    a refitted point is not a positive finite number (no log)."""
+    seeds = sorted(first.seeds | second.seeds)
+    full = (first.point(), second.point())
+    pseudo = np.empty((len(seeds), 2))  # (S, 2) log B̂ with seed s's runs removed
+    for i, s in enumerate(seeds):
+        for k, runs in enumerate((first, second)):
+            pseudo[i, k] = math.log(runs.without(s).point()) if s in runs.seeds else math.log(full[k])
+    if not (np.all(np.isfinite(pseudo)) and all(0 < v < math.inf for v in full)):
+        raise ValueError("a refitted budget is 0 or infinite with a seed left out: no log-scale jackknife")
+    dev = pseudo - pseudo.mean(axis=0)  # (S, 2)
+    n = len(seeds)
+    cov = (n - 1) / n * dev.T @ dev  # (2, 2) the jackknife covariance of the two log estimates
+    se = np.sqrt(np.diag(cov))
+    r = float(cov[0, 1] / (se[0] * se[1])) if se[0] > 0 and se[1] > 0 else 0.0
+    shared = len(first.seeds & second.seeds)
+    return SeedCorrelation(r, shrunk_correlation(r, shared), shared, n, (float(se[0]), float(se[1])), full)
+
+
+def compare_budgets(
+    first: BudgetSide, second: BudgetSide, correlation: SeedCorrelation | None = None, why_independent: str = ""
+) -> Comparison:
+    """Both budgets and R = B_second / B_first with its interval (see the module docstring): paired through
+    `correlation` when given, else as independent calibrations (`why_independent`: the note saying why)."""
     notes = []
     confidence = min(first.confidence, second.confidence)
     if first.confidence != second.confidence:
@@ -109,22 +231,86 @@ def compare_budgets(first: BudgetSide, second: BudgetSide) -> Comparison:
         lo = second.interval[0] / first.interval[1] if first.interval[1] > 0 else 0.0
         hi = second.interval[1] / first.interval[0] if first.interval[0] > 0 else math.inf
         notes.append("a budget is only a bound, so the ratio is only bounded: [low_b / high_a, high_b / low_a]")
-        return Comparison(first, second, ratio, (lo, hi), confidence, "bound", tuple(notes))
+        return Comparison(first, second, ratio, (lo, hi), confidence, "bound", tuple(notes), correlation=correlation)
+    independent = mover_log_ratio(second.value, second.interval, first.value, first.interval)
+    if correlation is not None:
+        c = correlation
+        interval = mover_log_ratio(second.value, second.interval, first.value, first.interval, c.r_used)
+        notes.append(
+            f"{c.shared_seeds} shared training seeds ({c.seeds} in all): the two log budgets' delete-one-seed "
+            f"jackknife correlation is r = {c.r:.2f} (used: {c.r_used:.2f}, its one-sided "
+            f"{100 * R_CONFIDENCE:.0f}% lower bound); as if independent the interval would be "
+            f"[{independent[0]:.3g}, {independent[1]:.3g}]"
+        )
+        return Comparison(first, second, ratio, interval, confidence, "shared seeds (paired)", tuple(notes),
+                          correlation=c, independent_interval=independent)  # fmt: skip
     if first.draws and second.draws:
         interval = bootstrap_ratio_interval(second.draws, first.draws, confidence)
+        notes.append("artifacts from before the seed-effect model: the ratio's interval is their isotonic bootstraps'")
         return Comparison(first, second, ratio, interval, confidence, "bootstrap", tuple(notes))
-    if min(*first.interval, *second.interval) <= 0:
-        raise CalibrationError("a budget interval reaches 0: no ratio interval on the log scale", field="budget")
     notes.append(
-        "no bootstrap draws in the artifacts (budget.bootstrap): the ratio interval is approximate, formed by MOVER "
-        "on the log scale from the two budget intervals, taken as independent"
+        "the ratio interval takes the two calibrations as independent (MOVER on the log scale from the two budget "
+        f"intervals){': ' + why_independent if why_independent else ''}"
     )
-    interval = mover_log_ratio(second.value, second.interval, first.value, first.interval)
-    return Comparison(first, second, ratio, interval, confidence, "mover (approximate)", tuple(notes))
+    return Comparison(first, second, ratio, independent, confidence, "independent (MOVER)", tuple(notes),
+                      independent_interval=independent)  # fmt: skip
 
 
-def compare_calibrations(cal_a: CalibrationArtifact, cal_b: CalibrationArtifact) -> Comparison:
-    """The comparison of two loaded calibrations; refuses two whose mismatch scales differ (metric, protocol)."""
+def tau_convention(cal_a: CalibrationArtifact, cal_b: CalibrationArtifact) -> str:
+    """Which τ each budget is read at: always its own calibration's (its rule on its own baseline); said in words."""
+    ta, tb = cal_a.tolerance, cal_b.tolerance
+    units = (cal_a.quality.definition or "?", cal_b.quality.definition or "?")
+    if ta.relative is not None and ta.absolute is None and ta.relative == tb.relative and tb.absolute is None:
+        return (
+            f"each budget at its own τ = {ta.relative:g} × its own baseline quality ({cal_a.tau:.3g} and "
+            f"{cal_b.tau:.3g}, in each calibration's quality units): the ratio compares the mismatch each tolerates "
+            "for the same relative quality loss"
+        )
+    return (
+        f"each budget at its own τ ({ta.rule or ta.value!s}; {tb.rule or tb.value!s}; quality: {units[0]}; "
+        f"{units[1]}): the τ rules differ, so the ratio compares budgets at different quality goals"
+    )
+
+
+def load_seed_runs(cal: CalibrationArtifact) -> SeedRuns | str:
+    """The calibration's fitted runs from the ledger beside it (`refit.ledger_runs`), keyed by training seed, or why
+    not (a sentence: no ledger, a run missing from it)."""
+    from admitcheck.calibration.refit import ledger_runs
+
+    if cal.path is None:
+        return "the artifact has no path, so no ledger beside it"
+    try:
+        config, _, placed = ledger_runs(cal)
+    except AdmitcheckError as e:
+        return f"{cal.path.name}: {e}"
+    return seed_runs(placed, cal, config.levels.run_window,
+                     Tolerance(config.tolerance.relative, config.tolerance.absolute), config.confidence)  # fmt: skip
+
+
+def seed_runs(placed: list[Any], cal: CalibrationArtifact, window: int, tol: Tolerance, confidence: float) -> SeedRuns:
+    """`SeedRuns` of placed runs (`fit.PlacedRun`): each run at its training seed, x as `cal`'s budget was fitted."""
+    from admitcheck.calibration.fit import run_x
+
+    base = {int(p.record.seed): float(p.record.quality) for p in placed if p.level.kind == "baseline"}
+    by: dict[str, list[tuple[float, float, int]]] = {}
+    for p in placed:
+        if p.level.kind == "baseline" or not p.level.fit:
+            continue
+        s = int(p.record.seed)
+        by.setdefault(p.level.name, []).append((run_x(p.record, cal.budget.x, window), p.record.quality - base[s], s))
+    levels = tuple(LevelData(n, *(tuple(c) for c in zip(*v))) for n, v in by.items())
+    looks = (cal.budget.protocol.rounds if cal.budget.protocol is not None else 0) + 1
+    return SeedRuns(levels, base, tol, confidence, looks, cal.budget.method or "bracket")
+
+
+def compare_calibrations(
+    cal_a: CalibrationArtifact,
+    cal_b: CalibrationArtifact,
+    runs_a: SeedRuns | str | None = None,
+    runs_b: SeedRuns | str | None = None,
+) -> Comparison:
+    """The comparison of two loaded calibrations; refuses two whose mismatch scales differ (metric, protocol).
+    `runs_a`, `runs_b` (`load_seed_runs`: the runs, or why not): with both, the shared-seed interval."""
     if cal_a.metric != cal_b.metric:
         raise CalibrationError(
             f"the calibrations measure different metrics ({cal_a.metric}, {cal_b.metric}): their budgets are on "
@@ -141,11 +327,28 @@ def compare_calibrations(cal_a: CalibrationArtifact, cal_b: CalibrationArtifact)
                 file=str(cal_b.path),
                 field=key,
             )
-    result = compare_budgets(budget_side(cal_a), budget_side(cal_b))
+    correlation, why = None, ""
+    if runs_a is None or runs_b is None:
+        why = "no ledgers were read"
+    elif isinstance(runs_a, str) or isinstance(runs_b, str):
+        why = "; ".join(v for v in (runs_a, runs_b) if isinstance(v, str))
+    elif len(runs_a.seeds & runs_b.seeds) < MIN_SHARED_SEEDS:
+        why = f"{len(runs_a.seeds & runs_b.seeds)} shared training seeds (fewer than {MIN_SHARED_SEEDS})"
+    else:
+        try:
+            correlation = seed_correlation(runs_a, runs_b)
+        except ValueError as e:
+            why = str(e)
+    result = compare_budgets(budget_side(cal_a), budget_side(cal_b), correlation, why)
+    extra = []
+    if correlation is not None:
+        for cal, v in zip((cal_a, cal_b), correlation.points):
+            if abs(math.log(v / cal.budget.value)) > 0.01:
+                extra.append(f"{cal.path or cal.name}: its ledger refits to B = {v:.3g}, the artifact says "
+                             f"{cal.budget.value:.3g} (re-fit it: bench/refit_shipped.py)")  # fmt: skip
     if cal_a.pair_fingerprint != cal_b.pair_fingerprint:
-        extra = "the two calibrations are of different pairs (fingerprints differ)"
-        result = Comparison(**{**result.__dict__, "notes": (*result.notes, extra)})
-    return result
+        extra.append("the two calibrations are of different pairs (fingerprints differ)")
+    return Comparison(**{**result.__dict__, "notes": (*result.notes, *extra), "tau_convention": tau_convention(cal_a, cal_b)})
 
 
 def level_rows(cal_a: CalibrationArtifact, cal_b: CalibrationArtifact) -> list[dict[str, Any]]:
