@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from admitcheck.calibration.curve import LevelData, Tolerance, estimate
+from admitcheck.calibration.curve import OFFSET_SHARE, LevelData, Tolerance, budget_of, estimate, fit_levels
 from admitcheck.calibration.schema import CalibrationArtifact
 from admitcheck.errors import AdmitcheckError, CalibrationError
 
@@ -118,20 +118,22 @@ class SeedRuns:
         """Every run of `seed` removed (its baseline and its level runs); a level left empty is dropped."""
         levels = []
         for lv in self.levels:
-            keep = [i for i, r in enumerate(lv.replicates or ()) if r != seed]
-            if keep:
-                pick = lambda v: tuple(v[i] for i in keep)  # noqa: E731
-                levels.append(LevelData(lv.name, pick(lv.x), pick(lv.cost), pick(lv.replicates)))
+            kept = [(x, c, r) for x, c, r in zip(lv.x, lv.cost, lv.replicates or ()) if r != seed]
+            if kept:
+                levels.append(LevelData(lv.name, *(tuple(v) for v in zip(*kept))))
         base = {k: v for k, v in self.baseline.items() if k != seed}
         return SeedRuns(tuple(levels), base, self.tolerance, self.confidence, self.looks, self.method)
 
     def point(self) -> float:
         """The budget's point estimator on these runs (nats/token): the model's B̂ or the isotonic crossing."""
+        if self.method != "model":  # the isotonic crossing alone, as `curve.estimate` computes it (no model fit)
+            tau = self.tolerance.of(float(np.mean(list(self.baseline.values()))))
+            fit = fit_levels([np.mean(lv.x) for lv in self.levels], [np.mean(lv.cost) for lv in self.levels],
+                             [len(lv.x) for lv in self.levels], OFFSET_SHARE * tau)  # fmt: skip
+            return float(budget_of(fit, tau)[0])
         est = estimate(list(self.levels), dict(self.baseline), self.tolerance, n_boot=0,
                        confidence=self.confidence, looks=self.looks)  # fmt: skip
-        if self.method == "model":
-            return est.model.value if est.model is not None else math.nan
-        return float(est.isotonic[0])
+        return est.model.value if est.model is not None else math.nan
 
 
 def budget_side(cal: CalibrationArtifact, label: str | None = None) -> BudgetSide:
@@ -168,7 +170,10 @@ def mover_log_ratio(
         return math.inf if math.isinf(u) or math.isinf(v) else math.sqrt(max(u * u + v * v - 2 * r * u * v, 0.0))
 
     lower, upper = spread(lb, ua), spread(ub, la)
-    return (math.exp(d - lower) if math.isfinite(lower) else 0.0, math.exp(d + upper) if math.isfinite(upper) else math.inf)
+    return (
+        math.exp(d - lower) if math.isfinite(lower) else 0.0,
+        math.exp(d + upper) if math.isfinite(upper) else math.inf,
+    )
 
 
 def bootstrap_ratio_interval(draws_b: Any, draws_a: Any, confidence: float) -> tuple[float, float]:
@@ -348,7 +353,9 @@ def compare_calibrations(
                              f"{cal.budget.value:.3g} (re-fit it: bench/refit_shipped.py)")  # fmt: skip
     if cal_a.pair_fingerprint != cal_b.pair_fingerprint:
         extra.append("the two calibrations are of different pairs (fingerprints differ)")
-    return Comparison(**{**result.__dict__, "notes": (*result.notes, *extra), "tau_convention": tau_convention(cal_a, cal_b)})
+    return Comparison(
+        **{**result.__dict__, "notes": (*result.notes, *extra), "tau_convention": tau_convention(cal_a, cal_b)}
+    )
 
 
 def level_rows(cal_a: CalibrationArtifact, cal_b: CalibrationArtifact) -> list[dict[str, Any]]:
