@@ -244,8 +244,8 @@ def compare_budgets(
         notes.append(
             f"{c.shared_seeds} shared training seeds ({c.seeds} in all): the two log budgets' delete-one-seed "
             f"jackknife correlation is r = {c.r:.2f} (used: {c.r_used:.2f}, its one-sided "
-            f"{100 * R_CONFIDENCE:.0f}% lower bound); as if independent the interval would be "
-            f"[{independent[0]:.3g}, {independent[1]:.3g}]"
+            f"{100 * R_CONFIDENCE:.0f}% lower Fisher-z bound, shrunk at most to 0); as if independent the interval "
+            f"would be [{independent[0]:.3g}, {independent[1]:.3g}]"
         )
         return Comparison(first, second, ratio, interval, confidence, "shared seeds (paired)", tuple(notes),
                           correlation=c, independent_interval=independent)  # fmt: skip
