@@ -237,3 +237,8 @@ def test_compare_pairs_the_shipped_toy_calibrations_by_their_shared_seeds() -> N
     assert cmp.method == "shared seeds (paired)" and cmp.correlation.shared_seeds == 11
     assert cmp.correlation.points == pytest.approx((cal_a.budget.value, cal_b.budget.value))
     assert cmp.ratio == pytest.approx(cal_b.budget.value / cal_a.budget.value)
+    lo, hi = cmp.ratio_interval
+    quoted = f"{cmp.ratio:.2g}, 95% interval [{lo:.2g}, {hi:.2g}]"
+    assert quoted == "0.43, 95% interval [0, 16]"  # what README and docs/compare.md say; re-made artifact -> update
+    assert quoted in " ".join((ROOT / "README.md").read_text().split())
+    assert "**ratio GRPO / OPD = 0.43, 95% interval [0, 16]**" in (ROOT / "docs" / "compare.md").read_text()
