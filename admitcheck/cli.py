@@ -429,7 +429,8 @@ def compare(first: CalArg, second: CalArg, as_json: JsonOpt = False) -> None:
         from dataclasses import asdict
 
         from admitcheck.calibration.artifact import load_calibration
-        from admitcheck.calibration.compare import compare_calibrations, level_rows, load_seed_runs
+        from admitcheck.calibration.compare import compare_calibrations, level_rows
+        from admitcheck.calibration.shared_seeds import load_seed_runs
 
         cal_a, cal_b = load_calibration(first), load_calibration(second)
         cmp = compare_calibrations(cal_a, cal_b, load_seed_runs(cal_a), load_seed_runs(cal_b))

@@ -17,7 +17,7 @@ use the same training seeds r = 0, 1, …, and what a seed shares between them i
 Truths: calibration A's cost reaches τ at B_A, B's at B_B, each log-uniform inside the grid (as budget_coverage's toy
 cells), so the true ratio B_B / B_A is known; shapes from budget_coverage.true_cost. Each calibration's design adapts
 to its own estimates (as two real `calibrate` runs would). Then `compare.compare_budgets` with the shared-seed
-jackknife (`compare.seed_correlation` on the simulated runs keyed by seed) and without it (independent MOVER).
+jackknife (`shared_seeds.seed_correlation` on the simulated runs keyed by seed) and without it (independent MOVER).
 
 Per cell: sims, coverage of the true ratio by the paired interval (r shrunk as shipped), by the paired interval with
 the raw jackknife r̂, and by the independent interval; P(lower end > R), P(upper end < R); median hi/lo of each (∞
@@ -68,9 +68,9 @@ class Noise:
 def simulate_one(k: int, cost, proto: dict, noise: Noise, tol, rng: np.random.Generator):
     """One calibration under the toy protocol (design.simulate_protocol's loop, its draws from `noise`): (the
     estimate, its SeedRuns, runs used)."""
-    from admitcheck.calibration.compare import SeedRuns
     from admitcheck.calibration.curve import LevelData, estimate
     from admitcheck.calibration.design import plan_round
+    from admitcheck.calibration.shared_seeds import SeedRuns
 
     xs = list(proto["grid"])
     lx, lsd = np.log(proto["noise_x"]), proto["noise_sd"]
@@ -141,8 +141,9 @@ def side(est, label: str):
 def one_cell(shape_pair: str, rho: float, sims: int, seed: int, proto: dict, deadline: float | None) -> dict:
     from budget_coverage import true_cost
 
-    from admitcheck.calibration.compare import compare_budgets, mover_log_ratio, seed_correlation
+    from admitcheck.calibration.compare import compare_budgets, mover_log_ratio
     from admitcheck.calibration.curve import Tolerance
+    from admitcheck.calibration.shared_seeds import seed_correlation
 
     rng = np.random.default_rng([seed, SHAPES.index(shape_pair), round(10 * rho)])
     tol = Tolerance(relative=proto["relative"])
@@ -209,7 +210,7 @@ def measured() -> dict:
     toy_rl.yaml's two-way (seed + level) residuals of the runs they share (same level name, same training seed), and
     the compare command's jackknife r of their budgets."""
     from admitcheck.calibration.artifact import load_calibration
-    from admitcheck.calibration.compare import load_seed_runs, seed_correlation
+    from admitcheck.calibration.shared_seeds import load_seed_runs, seed_correlation
 
     def resid(cal) -> dict[tuple[str, int], float]:
         runs = [r for r in cal.runs if r.in_fit or r.kind == "baseline"]

@@ -68,7 +68,8 @@ def main() -> None:
     right.set_ylabel("exact match of own samples (held out)")
     right.set_title("dashed: before training; hollow: held out of the fit", fontsize=8, color="gray")
     right.legend(fontsize=8, loc="lower left")
-    from admitcheck.calibration.compare import compare_calibrations, load_seed_runs
+    from admitcheck.calibration.compare import compare_calibrations
+    from admitcheck.calibration.shared_seeds import load_seed_runs
 
     cals = [load_calibration(p) for p in (args.first, args.second)]
     cmp = compare_calibrations(*cals, *(load_seed_runs(c) for c in cals))  # the ratio `admitcheck compare` prints

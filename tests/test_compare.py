@@ -19,16 +19,9 @@ import yaml
 from typer.testing import CliRunner
 
 from admitcheck.calibration.artifact import load_calibration
-from admitcheck.calibration.compare import (
-    BudgetSide,
-    SeedRuns,
-    compare_budgets,
-    compare_calibrations,
-    load_seed_runs,
-    mover_log_ratio,
-    seed_correlation,
-)
+from admitcheck.calibration.compare import BudgetSide, compare_budgets, compare_calibrations, mover_log_ratio
 from admitcheck.calibration.curve import LevelData, Tolerance, estimate
+from admitcheck.calibration.shared_seeds import SeedRuns, load_seed_runs, seed_correlation
 from admitcheck.cli import app
 from tests.test_cli import assert_user_error
 

@@ -1,35 +1,26 @@
 """Compare two calibrations' budgets (e.g. OPD against RL on one pair): both budgets and their ratio, with intervals.
 
     cal_a, cal_b = load_calibration("calibrations/toy.yaml"), load_calibration("calibrations/toy_rl.yaml")
-    cmp = compare_calibrations(cal_a, cal_b, load_seed_runs(cal_a), load_seed_runs(cal_b))
+    cmp = compare_calibrations(cal_a, cal_b, load_seed_runs(cal_a), load_seed_runs(cal_b))  # shared_seeds's
     cmp.ratio, cmp.ratio_interval, cmp.method      # B_second / B_first and how its interval was formed
     cmp.correlation.r, cmp.tau_convention          # the shared seeds' correlation of the two log budgets; τ's rule
 
 The ratio R = B_b / B_a, each budget at **its own calibration's τ** (its tolerance rule applied to its own baseline:
 with the relative rule both are "the mismatch at which quality falls by the same share of its baseline", in each
-objective's own quality units; `tau_convention` says which rules were compared). Its interval, in order of preference:
+objective's own quality units; `tau_convention` says which rules were compared). Its interval, in order of preference
+(docs/compare.md says why, bench/compare_coverage.py checks it by simulation):
 
-- "shared seeds (paired)": both ledgers lie beside their artifacts (`load_seed_runs`) and the calibrations share ≥
-  MIN_SHARED_SEEDS training seeds. Runs of one seed share data order, sampling uniforms, eval prompts, the noise
-  draw and the measured x in both calibrations (identical engine and probe at the start weights), so the two
-  budget estimates are correlated, and Var(log B̂_b − log B̂_a) = Var_b + Var_a − 2 Cov. MOVER on the log scale
-  (Zou & Donner 2008; Zou 2008 for correlated estimates): with d = log B_b − log B_a, each budget's own interval
-  [l, u] read on the log scale (the model's F-profile or the shape-free bracket: the intervals whose coverage the
-  budget bench checks) and r the correlation of the two log estimates,
-  lower = d − √(Δl_b² + Δu_a² − 2r·Δl_b·Δu_a),  upper = d + √(Δu_b² + Δl_a² − 2r·Δu_b·Δl_a)
-  (Δl_b = log B_b − log l_b, Δu_a = log u_a − log B_a, …). r is estimated by the **delete-one-seed jackknife over
-  the union of both calibrations' seeds** (`seed_correlation`): drop every run of seed s (its baseline and its level
-  runs) from both calibrations, refit each budget's point estimator (the model's B̂, or the isotonic crossing where
-  the bracket made the budget) with the artifact's x, tolerance and looks, and correlate the log pseudo-values; a seed
-  in one calibration only moves that one. Why this and not a paired bootstrap of the refitted budgets: the budgets'
-  own intervals are the validated part (the F-profile needed its cutoff at F's 0.97 point to keep its level at 16
-  dof; a percentile bootstrap over 11–19 seeds of a gated nonlinear fit reproduces neither that nor the bracket, which
-  is not a function of a point estimate), only the cross term needs the joint data, and a correlation is a second
-  moment the jackknife estimates consistently for a smooth estimator, at n_seeds refits instead of thousands.
-  r is shrunk to its one-sided 80% Fisher-z bound towards 0 (`R_CONFIDENCE`) so that an r̂ inflated by chance does
-  not buy width the data do not support (bench/compare_coverage.py checks the coverage by simulation).
-- "independent (MOVER)": otherwise (a ledger absent, no shared seed, the jackknife undefined): r = 0, the two
-  calibrations taken as independent, and a note says why.
+- "shared seeds (paired)": both ledgers lie beside their artifacts and the calibrations share ≥ MIN_SHARED_SEEDS
+  training seeds, whose runs share data order, sampling uniforms, eval prompts, the noise draw and the measured x in
+  both: the two budget estimates are correlated, Var(log B̂_b − log B̂_a) = Var_b + Var_a − 2 Cov. MOVER on the log
+  scale for correlated estimates (Zou & Donner 2008; Zou 2008), from each budget's own interval [l, u] (the model's
+  F-profile or the shape-free bracket: the intervals whose coverage the budget bench checks): with d = log B_b −
+  log B_a, Δl = log B − log l, Δu = log u − log B,
+  lower = d − √(Δl_b² + Δu_a² − 2r·Δl_b·Δu_a),  upper = d + √(Δu_b² + Δl_a² − 2r·Δu_b·Δl_a),
+  r the delete-one-seed jackknife correlation of the two log estimates (`shared_seeds.seed_correlation`), shrunk to
+  its one-sided R_CONFIDENCE Fisher-z bound (at most to 0) so that an r̂ inflated by chance buys no width.
+- "independent (MOVER)": otherwise (a ledger absent, too few shared seeds, the jackknife undefined): r = 0, and a
+  note says why.
 - "bootstrap": artifacts written before the seed-effect model (`budget.method` unset), whose interval was the
   isotonic bootstrap: every pair (draw_b, draw_a) is a draw of R (independent calibrations).
 - "bound": when either budget is only a bound (no level reached τ, or even the smallest exceeded it), R is bounded
@@ -42,18 +33,20 @@ below/above τ) makes the ratio's end on that side open too.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from admitcheck.calibration.curve import OFFSET_SHARE, LevelData, Tolerance, budget_of, estimate, fit_levels
 from admitcheck.calibration.schema import CalibrationArtifact
-from admitcheck.errors import AdmitcheckError, CalibrationError
-
-MIN_SHARED_SEEDS = 3  # fewer shared training seeds: no correlation worth estimating, the independent interval
-R_CONFIDENCE = 0.8  # r used = the one-sided lower Fisher-z bound of r̂ at this level (shrunk at most to 0)
+from admitcheck.calibration.shared_seeds import (
+    MIN_SHARED_SEEDS,
+    R_CONFIDENCE,
+    SeedCorrelation,
+    SeedRuns,
+    seed_correlation,
+)
+from admitcheck.errors import CalibrationError
 
 
 @dataclass(frozen=True)
@@ -71,18 +64,6 @@ class BudgetSide:
 
 
 @dataclass(frozen=True)
-class SeedCorrelation:
-    """The delete-one-seed jackknife of two calibrations' log budget estimates (`seed_correlation`)."""
-
-    r: float  # jackknife correlation of log B̂_first and log B̂_second
-    r_used: float  # r shrunk to its one-sided R_CONFIDENCE Fisher-z bound (at most to 0): what the interval uses
-    shared_seeds: int  # training seeds in both calibrations
-    seeds: int  # in either
-    log_se: tuple[float, float]  # jackknife standard errors of log B̂_first, log B̂_second (a diagnostic)
-    points: tuple[float, float]  # the refitted point estimates on all runs (nats/token): the budgets, re-derived
-
-
-@dataclass(frozen=True)
 class Comparison:
     first: BudgetSide
     second: BudgetSide
@@ -94,46 +75,6 @@ class Comparison:
     tau_convention: str = ""  # which τ each budget is read at (module docstring)
     correlation: SeedCorrelation | None = None  # the shared seeds' jackknife, when the ledgers gave it
     independent_interval: tuple[float, float] | None = None  # the interval as if independent (r = 0), beside it
-
-
-@dataclass(frozen=True)
-class SeedRuns:
-    """One calibration's fitted runs keyed by training seed: what the shared-seed interval refits. `levels`: the
-    fitted levels with x as the budget was fitted and `replicates` = each pair's training seed; `baseline`: training
-    seed -> the baseline run's quality; `method`: which point estimator made the budget ("model": the seed-effect
-    model's B̂; "bracket": the isotonic crossing)."""
-
-    levels: tuple[LevelData, ...]
-    baseline: Mapping[int, float]
-    tolerance: Tolerance
-    confidence: float
-    looks: int
-    method: str
-
-    @property
-    def seeds(self) -> frozenset[int]:
-        return frozenset(self.baseline)
-
-    def without(self, seed: int) -> SeedRuns:
-        """Every run of `seed` removed (its baseline and its level runs); a level left empty is dropped."""
-        levels = []
-        for lv in self.levels:
-            kept = [(x, c, r) for x, c, r in zip(lv.x, lv.cost, lv.replicates or ()) if r != seed]
-            if kept:
-                levels.append(LevelData(lv.name, *(tuple(v) for v in zip(*kept))))
-        base = {k: v for k, v in self.baseline.items() if k != seed}
-        return SeedRuns(tuple(levels), base, self.tolerance, self.confidence, self.looks, self.method)
-
-    def point(self) -> float:
-        """The budget's point estimator on these runs (nats/token): the model's B̂ or the isotonic crossing."""
-        if self.method != "model":  # the isotonic crossing alone, as `curve.estimate` computes it (no model fit)
-            tau = self.tolerance.of(float(np.mean(list(self.baseline.values()))))
-            fit = fit_levels([np.mean(lv.x) for lv in self.levels], [np.mean(lv.cost) for lv in self.levels],
-                             [len(lv.x) for lv in self.levels], OFFSET_SHARE * tau)  # fmt: skip
-            return float(budget_of(fit, tau)[0])
-        est = estimate(list(self.levels), dict(self.baseline), self.tolerance, n_boot=0,
-                       confidence=self.confidence, looks=self.looks)  # fmt: skip
-        return est.model.value if est.model is not None else math.nan
 
 
 def budget_side(cal: CalibrationArtifact, label: str | None = None) -> BudgetSide:
@@ -186,37 +127,6 @@ def bootstrap_ratio_interval(draws_b: Any, draws_a: Any, confidence: float) -> t
     alpha = 1.0 - confidence
     lo, hi = np.quantile(ratios, [alpha / 2, 1 - alpha / 2], method="inverted_cdf")
     return float(lo), float(hi)
-
-
-def shrunk_correlation(r: float, n: int, level: float = R_CONFIDENCE) -> float:
-    """r's one-sided lower Fisher-z bound at `level` from n seeds, shrunk at most to 0 (a negative r̂ is kept): a
-    smaller r widens the ratio's interval, so an r̂ inflated by chance buys no width."""
-    from scipy.stats import norm
-
-    if n <= 3 or not math.isfinite(r):
-        return min(r, 0.0) if math.isfinite(r) else 0.0
-    z = math.atanh(max(min(r, 0.999999), -0.999999)) - float(norm.ppf(level)) / math.sqrt(n - 3)
-    return max(math.tanh(z), min(r, 0.0))
-
-
-def seed_correlation(first: SeedRuns, second: SeedRuns) -> SeedCorrelation:
-    """The delete-one-seed jackknife over the union of both calibrations' seeds (module docstring); ValueError when
-    a refitted point is not a positive finite number (no log)."""
-    seeds = sorted(first.seeds | second.seeds)
-    full = (first.point(), second.point())
-    pseudo = np.empty((len(seeds), 2))  # (S, 2) log B̂ with seed s's runs removed
-    for i, s in enumerate(seeds):
-        for k, runs in enumerate((first, second)):
-            pseudo[i, k] = math.log(runs.without(s).point()) if s in runs.seeds else math.log(full[k])
-    if not (np.all(np.isfinite(pseudo)) and all(0 < v < math.inf for v in full)):
-        raise ValueError("a refitted budget is 0 or infinite with a seed left out: no log-scale jackknife")
-    dev = pseudo - pseudo.mean(axis=0)  # (S, 2)
-    n = len(seeds)
-    cov = (n - 1) / n * dev.T @ dev  # (2, 2) the jackknife covariance of the two log estimates
-    se = np.sqrt(np.diag(cov))
-    r = float(cov[0, 1] / (se[0] * se[1])) if se[0] > 0 and se[1] > 0 else 0.0
-    shared = len(first.seeds & second.seeds)
-    return SeedCorrelation(r, shrunk_correlation(r, shared), shared, n, (float(se[0]), float(se[1])), full)
 
 
 def compare_budgets(
@@ -277,37 +187,6 @@ def tau_convention(cal_a: CalibrationArtifact, cal_b: CalibrationArtifact) -> st
     )
 
 
-def load_seed_runs(cal: CalibrationArtifact) -> SeedRuns | str:
-    """The calibration's fitted runs from the ledger beside it (`refit.ledger_runs`), keyed by training seed, or why
-    not (a sentence: no ledger, a run missing from it)."""
-    from admitcheck.calibration.refit import ledger_runs
-
-    if cal.path is None:
-        return "the artifact has no path, so no ledger beside it"
-    try:
-        config, _, placed = ledger_runs(cal)
-    except AdmitcheckError as e:
-        return f"{cal.path.name}: {e}"
-    return seed_runs(placed, cal, config.levels.run_window,
-                     Tolerance(config.tolerance.relative, config.tolerance.absolute), config.confidence)  # fmt: skip
-
-
-def seed_runs(placed: list[Any], cal: CalibrationArtifact, window: int, tol: Tolerance, confidence: float) -> SeedRuns:
-    """`SeedRuns` of placed runs (`fit.PlacedRun`): each run at its training seed, x as `cal`'s budget was fitted."""
-    from admitcheck.calibration.fit import run_x
-
-    base = {int(p.record.seed): float(p.record.quality) for p in placed if p.level.kind == "baseline"}
-    by: dict[str, list[tuple[float, float, int]]] = {}
-    for p in placed:
-        if p.level.kind == "baseline" or not p.level.fit:
-            continue
-        s = int(p.record.seed)
-        by.setdefault(p.level.name, []).append((run_x(p.record, cal.budget.x, window), p.record.quality - base[s], s))
-    levels = tuple(LevelData(n, *(tuple(c) for c in zip(*v))) for n, v in by.items())
-    looks = (cal.budget.protocol.rounds if cal.budget.protocol is not None else 0) + 1
-    return SeedRuns(levels, base, tol, confidence, looks, cal.budget.method or "bracket")
-
-
 def compare_calibrations(
     cal_a: CalibrationArtifact,
     cal_b: CalibrationArtifact,
@@ -315,7 +194,7 @@ def compare_calibrations(
     runs_b: SeedRuns | str | None = None,
 ) -> Comparison:
     """The comparison of two loaded calibrations; refuses two whose mismatch scales differ (metric, protocol).
-    `runs_a`, `runs_b` (`load_seed_runs`: the runs, or why not): with both, the shared-seed interval."""
+    `runs_a`, `runs_b` (`shared_seeds.load_seed_runs`: the runs, or why not): with both, the shared-seed interval."""
     if cal_a.metric != cal_b.metric:
         raise CalibrationError(
             f"the calibrations measure different metrics ({cal_a.metric}, {cal_b.metric}): their budgets are on "
