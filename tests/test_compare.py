@@ -203,6 +203,8 @@ def test_compare_command_prints_both_budgets_and_the_ratio(tmp_path) -> None:
     out = json.loads(result.output)
     assert out["ratio"] == pytest.approx(0.004 / yaml.safe_load(a.read_text())["budget"]["value"])
     assert out["ratio_interval"][0] < out["ratio"] < out["ratio_interval"][1]
+    assert out["method"] == "independent (MOVER)" and "own τ" in out["tau_convention"]
+    assert "τ: each budget at its own τ" in flat
 
 
 @pytest.mark.slow
