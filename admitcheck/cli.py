@@ -430,9 +430,10 @@ def compare(first: CalArg, second: CalArg, as_json: JsonOpt = False) -> None:
 
         from admitcheck.calibration.artifact import load_calibration
         from admitcheck.calibration.compare import compare_calibrations, level_rows
+        from admitcheck.calibration.shared_seeds import load_seed_runs
 
         cal_a, cal_b = load_calibration(first), load_calibration(second)
-        cmp = compare_calibrations(cal_a, cal_b)
+        cmp = compare_calibrations(cal_a, cal_b, load_seed_runs(cal_a), load_seed_runs(cal_b))
         if as_json:
             print(json.dumps({**asdict(cmp), "levels": level_rows(cal_a, cal_b)}, indent=2, default=str))
             return 0

@@ -329,6 +329,8 @@ def render_compare(cmp, cal_a: CalibrationArtifact, cal_b: CalibrationArtifact, 
             f"{fmt_interval(cmp.ratio_interval)}  ({cmp.method})",
             markup=False,
         )
+    if cmp.tau_convention:
+        out.print(f"τ: {cmp.tau_convention}", markup=False)
     for note in cmp.notes:
         out.print(f"note: {note}", markup=False)
     table = Table(title="per level: mean mismatch and mean quality cost in units of each τ (>1: over τ)")

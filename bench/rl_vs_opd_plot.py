@@ -5,7 +5,8 @@
 Left: each run's quality cost in units of its calibration's τ against its mismatch (k3), with both fitted curves and
 budgets (the objectives' qualities have different units — nats for OPD, task reward for RL — so cost/τ is the
 common scale: 1 is "over τ"). Right: the held-out task reward (exact match of the student's own samples) at the
-end of every run, which both objectives record, on one axis.
+end of every run, which both objectives record, on one axis. The title: the budget ratio as `admitcheck compare`
+gives it (docs/compare.md).
 """
 
 from __future__ import annotations
@@ -67,7 +68,17 @@ def main() -> None:
     right.set_ylabel("exact match of own samples (held out)")
     right.set_title("dashed: before training; hollow: held out of the fit", fontsize=8, color="gray")
     right.legend(fontsize=8, loc="lower left")
-    fig.suptitle("OPD vs RL at equal rollout mismatch (same pair, levels, seeds, steps)")
+    from admitcheck.calibration.compare import compare_calibrations
+    from admitcheck.calibration.shared_seeds import load_seed_runs
+
+    cals = [load_calibration(p) for p in (args.first, args.second)]
+    cmp = compare_calibrations(*cals, *(load_seed_runs(c) for c in cals))  # the ratio `admitcheck compare` prints
+    lo, hi = cmp.ratio_interval
+    fig.suptitle(
+        "OPD vs RL at equal rollout mismatch (same pair, levels, seeds, steps)\n"
+        f"budget ratio {cmp.second.objective} / {cmp.first.objective} = {cmp.ratio:.2g}, "
+        f"{100 * cmp.confidence:.0f}% interval [{lo:.2g}, {hi:.2g}] ({cmp.method}; each at its own τ)"
+    )
     fig.tight_layout()
     fig.savefig(args.out)
     print(args.out)

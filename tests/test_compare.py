@@ -18,7 +18,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from admitcheck.calibration.compare import BudgetSide, compare_budgets
+from admitcheck.calibration.artifact import load_calibration
+from admitcheck.calibration.compare import BudgetSide, compare_budgets, compare_calibrations, mover_log_ratio
+from admitcheck.calibration.curve import LevelData, Tolerance, estimate
+from admitcheck.calibration.shared_seeds import SeedRuns, load_seed_runs, seed_correlation
 from admitcheck.cli import app
 from tests.test_cli import assert_user_error
 
@@ -95,6 +98,82 @@ def test_a_bound_gives_a_bounded_ratio() -> None:
     assert cmp.ratio_interval == (0.0, 1e-4 / 0.005)
 
 
+# ------------------------------------------------------------------------------------------- shared seeds (#40)
+
+
+def test_mover_with_correlation_narrows_and_open_ends_stay_open() -> None:
+    """r = 0 is the independent MOVER; r > 0 narrows it (Var of a difference of positively correlated estimates);
+    an interval end at 0 or ∞ makes the ratio's end on that side open."""
+    ind = mover_log_ratio(0.004, (0.002, 0.008), 0.01, (0.005, 0.02))
+    assert ind == pytest.approx(mover_log_ratio(0.004, (0.002, 0.008), 0.01, (0.005, 0.02), r=0.0))
+    assert ind[0] == pytest.approx(0.4 * math.exp(-math.log(2) * math.sqrt(2)))
+    lo, hi = mover_log_ratio(0.004, (0.002, 0.008), 0.01, (0.005, 0.02), r=0.9)
+    assert ind[0] < lo < 0.4 < hi < ind[1]
+    assert mover_log_ratio(0.004, (0.002, 0.008), 0.01, (0.005, 0.02), r=1.0) == pytest.approx((0.4, 0.4))
+    assert mover_log_ratio(0.004, (0.0, 0.008), 0.01, (0.005, 0.02), r=0.5)[0] == 0.0
+    assert mover_log_ratio(0.004, (0.002, 0.008), 0.01, (0.0, 0.02), r=0.5)[1] == math.inf
+
+
+def _planted_runs(rng, x_scale: float, quality_noise, seeds: int = 8) -> SeedRuns:
+    """A power-law calibration (q = seed effect + τ(x/B)^0.75 + noise, B = 0.005 × x_scale) whose run noise is
+    `quality_noise` (seeds × 5 levels + baseline), its x the grid × x_scale: calibrations sharing `quality_noise`
+    share every seed's randomness."""
+    grid = (0.001, 0.0025, 0.005, 0.01, 0.025)
+    tau, b = 0.02, 0.005
+    effect = 0.01 * quality_noise[:, 0]
+    base = {s: 0.4 + effect[s] + 0.01 * quality_noise[s, 1] for s in range(seeds)}
+    levels = []
+    for j, x in enumerate(grid):
+        cost = [
+            tau * (x / b) ** 0.75 + effect[s] + 0.01 * quality_noise[s, 2 + j] - (base[s] - 0.4) for s in range(seeds)
+        ]
+        levels.append(LevelData(f"noise-{j}", tuple([x * x_scale] * seeds), tuple(cost), tuple(range(seeds))))
+    return SeedRuns(tuple(levels), base, Tolerance(absolute=tau), 0.95, 1, "model")
+
+
+def _side_of(runs: SeedRuns, label: str) -> BudgetSide:
+    est = estimate(list(runs.levels), dict(runs.baseline), runs.tolerance, confidence=0.95)
+    assert est.method == "model", est.method_reason
+    return BudgetSide(label, label, est.budget.value, "point", est.budget.interval, 0.95, est.tau, None)
+
+
+def test_shared_seed_interval_is_narrower_on_a_planted_correlated_pair_and_contains_the_truth() -> None:
+    """B's runs are A's (same seeds, the same noise up to a small own part) at 3× the mismatch: the true ratio is 3,
+    the two log budgets are almost perfectly correlated, so the paired interval must be much narrower than the
+    independent one and still contain 3 (the independent one takes all of both budgets' width)."""
+    rng = np.random.default_rng(4)
+    shared = rng.standard_normal((8, 7))
+    runs_a = _planted_runs(rng, 1.0, shared)
+    runs_b = _planted_runs(rng, 3.0, shared + 0.1 * rng.standard_normal((8, 7)))
+    corr = seed_correlation(runs_a, runs_b)
+    assert corr.r > 0.9 and corr.r_used > 0.5 and corr.shared_seeds == 8
+    assert corr.points[0] == pytest.approx(_side_of(runs_a, "a").value)
+    cmp = compare_budgets(_side_of(runs_a, "a"), _side_of(runs_b, "b"), corr)
+    assert cmp.method == "shared seeds (paired)"
+    lo, hi = cmp.ratio_interval
+    ilo, ihi = cmp.independent_interval
+    assert lo <= 3.0 <= hi, cmp.ratio_interval
+    assert hi / lo < 0.6 * (ihi / ilo), (cmp.ratio_interval, cmp.independent_interval)
+    # independent seeds: nothing shared, the jackknife finds (about) no correlation and the width stays
+    runs_c = _planted_runs(rng, 3.0, rng.standard_normal((8, 7)))
+    assert seed_correlation(runs_a, runs_c).r_used < 0.5
+
+
+def test_without_ledgers_compare_falls_back_to_the_independent_interval_and_says_why(tmp_path) -> None:
+    """An artifact copied away from its ledger: the ratio's interval is the independent one, the note says so, and
+    the τ convention is stated."""
+    a = tmp_path / "toy.yaml"
+    a.write_text((ROOT / "calibrations" / "toy.yaml").read_text())
+    cal_a, cal_b = load_calibration(a), load_calibration(ROOT / "calibrations" / "toy_rl.yaml")
+    runs_a = load_seed_runs(cal_a)
+    assert isinstance(runs_a, str) and "ledger" in runs_a
+    cmp = compare_calibrations(cal_a, cal_b, runs_a, load_seed_runs(cal_b))
+    assert cmp.method == "independent (MOVER)" and cmp.correlation is None
+    assert any("as independent" in n and "no ledger" in n for n in cmp.notes), cmp.notes
+    assert "own τ" in cmp.tau_convention and "0.05" in cmp.tau_convention
+    assert cmp.ratio_interval == cmp.independent_interval
+
+
 # ------------------------------------------------------------------------------------------------ the command
 
 
@@ -119,11 +198,13 @@ def test_compare_command_prints_both_budgets_and_the_ratio(tmp_path) -> None:
     result = CliRunner().invoke(app, ["compare", str(a), str(b)])
     assert result.exit_code == 0, result.output
     flat = " ".join(result.output.split())  # rich wraps at the runner's width
-    assert "budget ratio grpo / pg" in flat and "(mover (approximate))" in flat
+    assert "budget ratio grpo / pg" in flat and "(independent (MOVER))" in flat and "no ledger" in flat
     result = CliRunner().invoke(app, ["compare", str(a), str(b), "--json"])
     out = json.loads(result.output)
     assert out["ratio"] == pytest.approx(0.004 / yaml.safe_load(a.read_text())["budget"]["value"])
     assert out["ratio_interval"][0] < out["ratio"] < out["ratio_interval"][1]
+    assert out["method"] == "independent (MOVER)" and "own τ" in out["tau_convention"]
+    assert "τ: each budget at its own τ" in flat
 
 
 @pytest.mark.slow
@@ -140,3 +221,19 @@ def test_compare_command_prints_a_bound_as_a_bound(tmp_path) -> None:
     result = CliRunner().invoke(app, ["compare", str(a), str(b)])
     flat = " ".join(result.output.split())
     assert result.exit_code == 0 and "(bound)" in flat and "[low_b / high_a, high_b / low_a]" in flat, flat
+
+
+@pytest.mark.slow
+def test_compare_pairs_the_shipped_toy_calibrations_by_their_shared_seeds() -> None:
+    """calibrations/toy.yaml and toy_rl.yaml share 11 training seeds and both ledgers are shipped: the paired
+    interval, with the jackknife's refits reproducing both artifacts' budgets."""
+    cal_a, cal_b = (load_calibration(ROOT / "calibrations" / f"{n}.yaml") for n in ("toy", "toy_rl"))
+    cmp = compare_calibrations(cal_a, cal_b, load_seed_runs(cal_a), load_seed_runs(cal_b))
+    assert cmp.method == "shared seeds (paired)" and cmp.correlation.shared_seeds == 11
+    assert cmp.correlation.points == pytest.approx((cal_a.budget.value, cal_b.budget.value))
+    assert cmp.ratio == pytest.approx(cal_b.budget.value / cal_a.budget.value)
+    lo, hi = cmp.ratio_interval
+    quoted = f"{cmp.ratio:.2g}, 95% interval [{lo:.2g}, {hi:.2g}]"
+    assert quoted == "0.43, 95% interval [0, 16]"  # what README and docs/compare.md say; re-made artifact -> update
+    assert quoted in " ".join((ROOT / "README.md").read_text().split())
+    assert "**ratio GRPO / OPD = 0.43, 95% interval [0, 16]**" in (ROOT / "docs" / "compare.md").read_text()

@@ -1,21 +1,33 @@
 """Compare two calibrations' budgets (e.g. OPD against RL on one pair): both budgets and their ratio, with intervals.
 
-    cmp = compare_calibrations(load_calibration("calibrations/toy.yaml"), load_calibration("calibrations/toy_rl.yaml"))
+    cal_a, cal_b = load_calibration("calibrations/toy.yaml"), load_calibration("calibrations/toy_rl.yaml")
+    cmp = compare_calibrations(cal_a, cal_b, load_seed_runs(cal_a), load_seed_runs(cal_b))  # shared_seeds's
     cmp.ratio, cmp.ratio_interval, cmp.method      # B_second / B_first and how its interval was formed
+    cmp.correlation.r, cmp.tau_convention          # the shared seeds' correlation of the two log budgets; τ's rule
 
-The ratio R = B_b / B_a of two independent calibrations (their runs share no randomness with each other's bootstrap).
-Its interval, in order of preference:
-- "bootstrap": both artifacts carry their bootstrap draws of the budget (`budget.bootstrap.draws`); every pair
-  (draw_b, draw_a) is a draw of R (independent calibrations), and the interval is the
-  percentile interval of those ratios at the artifacts' confidence.
-- "mover (approximate)": otherwise, MOVER on the log scale (Zou & Donner 2008, "method of variance estimates
-  recovery"): with d = log B_b − log B_a and each budget's interval [l, u] read on the log scale,
-  lower = d − √((log B_b − log l_b)² + (log u_a − log B_a)²),
-  upper = d + √((log u_b − log B_b)² + (log B_a − log l_a)²).
-  Exact when each interval is a normal interval on the log scale; otherwise approximate (tested by simulation in
-  tests/test_compare.py), and the output says so.
+The ratio R = B_b / B_a, each budget at **its own calibration's τ** (its tolerance rule applied to its own baseline:
+with the relative rule both are "the mismatch at which quality falls by the same share of its baseline", in each
+objective's own quality units; `tau_convention` says which rules were compared). Its interval, in order of preference
+(docs/compare.md says why, bench/compare_coverage.py checks it by simulation):
+
+- "shared seeds (paired)": both ledgers lie beside their artifacts and the calibrations share ≥ MIN_SHARED_SEEDS
+  training seeds, whose runs share data order, sampling uniforms, eval prompts, the noise draw and the measured x in
+  both: the two budget estimates are correlated, Var(log B̂_b − log B̂_a) = Var_b + Var_a − 2 Cov. MOVER on the log
+  scale for correlated estimates (Zou & Donner 2008; Zou 2008), from each budget's own interval [l, u] (the model's
+  F-profile or the shape-free bracket: the intervals whose coverage the budget bench checks): with d = log B_b −
+  log B_a, Δl = log B − log l, Δu = log u − log B,
+  lower = d − √(Δl_b² + Δu_a² − 2r·Δl_b·Δu_a),  upper = d + √(Δu_b² + Δl_a² − 2r·Δu_b·Δl_a),
+  r the delete-one-seed jackknife correlation of the two log estimates (`shared_seeds.seed_correlation`), shrunk to
+  its one-sided R_CONFIDENCE Fisher-z bound (at most to 0) so that an r̂ inflated by chance buys no width.
+- "independent (MOVER)": otherwise (a ledger absent, too few shared seeds, the jackknife undefined): r = 0, and a
+  note says why.
+- "bootstrap": artifacts written before the seed-effect model (`budget.method` unset), whose interval was the
+  isotonic bootstrap: every pair (draw_b, draw_a) is a draw of R (independent calibrations).
 - "bound": when either budget is only a bound (no level reached τ, or even the smallest exceeded it), R is bounded
   by the conservative ends, [l_b / u_a, u_b / l_a], and no point ratio is claimed beyond that.
+
+An end of a budget interval at 0 or ∞ (open: the model would extrapolate, or the bracket found no level surely
+below/above τ) makes the ratio's end on that side open too.
 """
 
 from __future__ import annotations
@@ -27,6 +39,13 @@ from typing import Any
 import numpy as np
 
 from admitcheck.calibration.schema import CalibrationArtifact
+from admitcheck.calibration.shared_seeds import (
+    MIN_SHARED_SEEDS,
+    R_CONFIDENCE,
+    SeedCorrelation,
+    SeedRuns,
+    seed_correlation,
+)
 from admitcheck.errors import CalibrationError
 
 
@@ -51,14 +70,19 @@ class Comparison:
     ratio: float  # B_second / B_first (for "bound": the ratio of the two reported values, not an estimate)
     ratio_interval: tuple[float, float]
     confidence: float
-    method: str  # "bootstrap" | "mover (approximate)" | "bound"
+    method: str  # "shared seeds (paired)" | "independent (MOVER)" | "bootstrap" | "bound"
     notes: tuple[str, ...]
+    tau_convention: str = ""  # which τ each budget is read at (module docstring)
+    correlation: SeedCorrelation | None = None  # the shared seeds' jackknife, when the ledgers gave it
+    independent_interval: tuple[float, float] | None = None  # the interval as if independent (r = 0), beside it
 
 
 def budget_side(cal: CalibrationArtifact, label: str | None = None) -> BudgetSide:
     """The budget of a calibration artifact (with its bootstrap draws when it carries them)."""
     b = cal.budget
-    draws = tuple(cal.budget_draws()) or None
+    # the isotonic bootstrap's draws were the interval only before the seed-effect model (budget.method unset); with
+    # the model or the bracket they are of another estimator than the budget, and the ratio does not read them
+    draws = (tuple(cal.budget_draws()) or None) if b.method is None else None
     return BudgetSide(
         label=label or str(cal.path or cal.name),
         objective=cal.recipe.loss,
@@ -72,15 +96,25 @@ def budget_side(cal: CalibrationArtifact, label: str | None = None) -> BudgetSid
 
 
 def mover_log_ratio(
-    b: float, interval_b: tuple[float, float], a: float, interval_a: tuple[float, float]
+    b: float, interval_b: tuple[float, float], a: float, interval_a: tuple[float, float], r: float = 0.0
 ) -> tuple[float, float]:
-    """MOVER interval for b / a from each estimate's interval (all > 0), formed on the log scale."""
-    lb, ub = (math.log(v) for v in interval_b)
-    la, ua = (math.log(v) for v in interval_a)
+    """MOVER interval for b / a from each estimate's interval, formed on the log scale; `r`: the correlation of the
+    two log estimates (Zou 2008; 0: independent). An interval end at 0 or ∞ makes the ratio's end on that side open."""
+
+    def half(point: float, end: float) -> float:  # |log end − log point|, inf for an open end
+        return abs(math.log(end) - math.log(point)) if 0 < end < math.inf else math.inf
+
     d = math.log(b) - math.log(a)
-    lower = d - math.hypot(math.log(b) - lb, ua - math.log(a))
-    upper = d + math.hypot(ub - math.log(b), math.log(a) - la)
-    return math.exp(lower), math.exp(upper)
+    lb, ub, la, ua = half(b, interval_b[0]), half(b, interval_b[1]), half(a, interval_a[0]), half(a, interval_a[1])
+
+    def spread(u: float, v: float) -> float:
+        return math.inf if math.isinf(u) or math.isinf(v) else math.sqrt(max(u * u + v * v - 2 * r * u * v, 0.0))
+
+    lower, upper = spread(lb, ua), spread(ub, la)
+    return (
+        math.exp(d - lower) if math.isfinite(lower) else 0.0,
+        math.exp(d + upper) if math.isfinite(upper) else math.inf,
+    )
 
 
 def bootstrap_ratio_interval(draws_b: Any, draws_a: Any, confidence: float) -> tuple[float, float]:
@@ -95,8 +129,11 @@ def bootstrap_ratio_interval(draws_b: Any, draws_a: Any, confidence: float) -> t
     return float(lo), float(hi)
 
 
-def compare_budgets(first: BudgetSide, second: BudgetSide) -> Comparison:
-    """Both budgets and R = B_second / B_first with its interval (see the module docstring)."""
+def compare_budgets(
+    first: BudgetSide, second: BudgetSide, correlation: SeedCorrelation | None = None, why_independent: str = ""
+) -> Comparison:
+    """Both budgets and R = B_second / B_first with its interval (see the module docstring): paired through
+    `correlation` when given, else as independent calibrations (`why_independent`: the note saying why)."""
     notes = []
     confidence = min(first.confidence, second.confidence)
     if first.confidence != second.confidence:
@@ -109,22 +146,55 @@ def compare_budgets(first: BudgetSide, second: BudgetSide) -> Comparison:
         lo = second.interval[0] / first.interval[1] if first.interval[1] > 0 else 0.0
         hi = second.interval[1] / first.interval[0] if first.interval[0] > 0 else math.inf
         notes.append("a budget is only a bound, so the ratio is only bounded: [low_b / high_a, high_b / low_a]")
-        return Comparison(first, second, ratio, (lo, hi), confidence, "bound", tuple(notes))
+        return Comparison(first, second, ratio, (lo, hi), confidence, "bound", tuple(notes), correlation=correlation)
+    independent = mover_log_ratio(second.value, second.interval, first.value, first.interval)
+    if correlation is not None:
+        c = correlation
+        interval = mover_log_ratio(second.value, second.interval, first.value, first.interval, c.r_used)
+        notes.append(
+            f"{c.shared_seeds} shared training seeds ({c.seeds} in all): the two log budgets' delete-one-seed "
+            f"jackknife correlation is r = {c.r:.2f} (used: {c.r_used:.2f}, its one-sided "
+            f"{100 * R_CONFIDENCE:.0f}% lower Fisher-z bound, shrunk at most to 0); as if independent the interval "
+            f"would be [{independent[0]:.3g}, {independent[1]:.3g}]"
+        )
+        return Comparison(first, second, ratio, interval, confidence, "shared seeds (paired)", tuple(notes),
+                          correlation=c, independent_interval=independent)  # fmt: skip
     if first.draws and second.draws:
         interval = bootstrap_ratio_interval(second.draws, first.draws, confidence)
+        notes.append("artifacts from before the seed-effect model: the ratio's interval is their isotonic bootstraps'")
         return Comparison(first, second, ratio, interval, confidence, "bootstrap", tuple(notes))
-    if min(*first.interval, *second.interval) <= 0:
-        raise CalibrationError("a budget interval reaches 0: no ratio interval on the log scale", field="budget")
     notes.append(
-        "no bootstrap draws in the artifacts (budget.bootstrap): the ratio interval is approximate, formed by MOVER "
-        "on the log scale from the two budget intervals, taken as independent"
+        "the ratio interval takes the two calibrations as independent (MOVER on the log scale from the two budget "
+        f"intervals){': ' + why_independent if why_independent else ''}"
     )
-    interval = mover_log_ratio(second.value, second.interval, first.value, first.interval)
-    return Comparison(first, second, ratio, interval, confidence, "mover (approximate)", tuple(notes))
+    return Comparison(first, second, ratio, independent, confidence, "independent (MOVER)", tuple(notes),
+                      independent_interval=independent)  # fmt: skip
 
 
-def compare_calibrations(cal_a: CalibrationArtifact, cal_b: CalibrationArtifact) -> Comparison:
-    """The comparison of two loaded calibrations; refuses two whose mismatch scales differ (metric, protocol)."""
+def tau_convention(cal_a: CalibrationArtifact, cal_b: CalibrationArtifact) -> str:
+    """Which τ each budget is read at: always its own calibration's (its rule on its own baseline); said in words."""
+    ta, tb = cal_a.tolerance, cal_b.tolerance
+    units = (cal_a.quality.definition or "?", cal_b.quality.definition or "?")
+    if ta.relative is not None and ta.absolute is None and ta.relative == tb.relative and tb.absolute is None:
+        return (
+            f"each budget at its own τ = {ta.relative:g} × its own baseline quality ({cal_a.tau:.3g} and "
+            f"{cal_b.tau:.3g}, in each calibration's quality units): the ratio compares the mismatch each tolerates "
+            "for the same relative quality loss"
+        )
+    return (
+        f"each budget at its own τ ({ta.rule or ta.value!s}; {tb.rule or tb.value!s}; quality: {units[0]}; "
+        f"{units[1]}): the τ rules differ, so the ratio compares budgets at different quality goals"
+    )
+
+
+def compare_calibrations(
+    cal_a: CalibrationArtifact,
+    cal_b: CalibrationArtifact,
+    runs_a: SeedRuns | str | None = None,
+    runs_b: SeedRuns | str | None = None,
+) -> Comparison:
+    """The comparison of two loaded calibrations; refuses two whose mismatch scales differ (metric, protocol).
+    `runs_a`, `runs_b` (`shared_seeds.load_seed_runs`: the runs, or why not): with both, the shared-seed interval."""
     if cal_a.metric != cal_b.metric:
         raise CalibrationError(
             f"the calibrations measure different metrics ({cal_a.metric}, {cal_b.metric}): their budgets are on "
@@ -141,11 +211,30 @@ def compare_calibrations(cal_a: CalibrationArtifact, cal_b: CalibrationArtifact)
                 file=str(cal_b.path),
                 field=key,
             )
-    result = compare_budgets(budget_side(cal_a), budget_side(cal_b))
+    correlation, why = None, ""
+    if runs_a is None or runs_b is None:
+        why = "no ledgers were read"
+    elif isinstance(runs_a, str) or isinstance(runs_b, str):
+        why = "; ".join(v for v in (runs_a, runs_b) if isinstance(v, str))
+    elif len(runs_a.seeds & runs_b.seeds) < MIN_SHARED_SEEDS:
+        why = f"{len(runs_a.seeds & runs_b.seeds)} shared training seeds (fewer than {MIN_SHARED_SEEDS})"
+    else:
+        try:
+            correlation = seed_correlation(runs_a, runs_b)
+        except ValueError as e:
+            why = str(e)
+    result = compare_budgets(budget_side(cal_a), budget_side(cal_b), correlation, why)
+    extra = []
+    if correlation is not None:
+        for cal, v in zip((cal_a, cal_b), correlation.points):
+            if abs(math.log(v / cal.budget.value)) > 0.01:
+                extra.append(f"{cal.path or cal.name}: its ledger refits to B = {v:.3g}, the artifact says "
+                             f"{cal.budget.value:.3g} (re-fit it: bench/refit_shipped.py)")  # fmt: skip
     if cal_a.pair_fingerprint != cal_b.pair_fingerprint:
-        extra = "the two calibrations are of different pairs (fingerprints differ)"
-        result = Comparison(**{**result.__dict__, "notes": (*result.notes, extra)})
-    return result
+        extra.append("the two calibrations are of different pairs (fingerprints differ)")
+    return Comparison(
+        **{**result.__dict__, "notes": (*result.notes, *extra), "tau_convention": tau_convention(cal_a, cal_b)}
+    )
 
 
 def level_rows(cal_a: CalibrationArtifact, cal_b: CalibrationArtifact) -> list[dict[str, Any]]:

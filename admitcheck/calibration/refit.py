@@ -102,6 +102,14 @@ def _placed(cal: CalibrationArtifact, levels: list[Level], offset: int = 0, pref
     return out
 
 
+def ledger_runs(cal: CalibrationArtifact) -> tuple[CalibrateConfig, list[Level], list[PlacedRun]]:
+    """The artifact's resolved config, levels and runs placed on their ledger records (`compare`'s shared-seed
+    interval refits from them); CalibrationError when the ledger is absent or lacks a run."""
+    config = _config(cal)
+    levels = _levels(cal)
+    return config, levels, _placed(cal, levels)
+
+
 def _finish(
     old: CalibrationArtifact, config: CalibrateConfig, out: Path, levels, fitted, runs: int, note: dict, functional
 ):
