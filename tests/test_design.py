@@ -79,9 +79,9 @@ def test_the_design_places_levels_at_half_and_twice_the_budget_when_none_is_near
 
 
 def test_candidates_inside_the_interval_take_the_pairs_and_a_far_one_its_own_level_at_once() -> None:
-    """`levels.decide`: a candidate whose mismatch lies inside B's interval is undecided, so the model's pairs go to
-    the level nearest it (not to B/2 and 2B); one with no level within NEAR gets a level at its mismatch in the next
-    round; candidates the interval already decides change nothing."""
+    """`levels.decide`: a candidate whose mismatch lies inside B's interval is undecided, so the model's pairs also go
+    to the level nearest it (besides B/2 and 2B); one with no level within NEAR gets a level at its mismatch in the
+    next round; candidates the interval already decides change nothing."""
     from admitcheck.calibration.design import NEAR, design_points, undecided
 
     lv = levels_from(
@@ -97,9 +97,12 @@ def test_candidates_inside_the_interval_take_the_pairs_and_a_far_one_its_own_lev
     inside = math.sqrt(lo * hi)  # the level nearest it, 0.01, is within NEAR: its pairs
     nearest = min(x, key=lambda n: abs(math.log(x[n] / inside)))
     assert abs(math.log(x[nearest] / inside)) < math.log(NEAR)
-    assert design_points(est, (inside, *decided)) == (inside,)
+    around = design_points(est)
+    assert design_points(est, (inside, *decided)) == (*around, inside)
     plan = plan_round(est, counts, 2.0, 2, x, (inside, *decided))
-    assert plan.replicates == (nearest,) and plan.new_levels == () and "candidates" in plan.why
+    shipped = plan_round(est, counts, 2.0, 2, x).replicates
+    assert plan.replicates == tuple(dict.fromkeys((*shipped, nearest))) and plan.new_levels == ()
+    assert "candidates" in plan.why
     # a sparse grid (a decade between levels) and a wide interval: a candidate between two levels is far from both
     sparse = (0.001, 0.01, 0.1)
     est = estimate(levels_from([[0.002, 0.012, 0.004], [0.01, 0.03, 0.02], [0.1, 0.12, 0.09]], sparse),
@@ -108,7 +111,7 @@ def test_candidates_inside_the_interval_take_the_pairs_and_a_far_one_its_own_lev
     x = dict(zip(est.names, est.level_x))
     far = next(u for u in (0.003, 0.004, 0.005, 0.03, 0.04) if lo < u < hi)
     assert min(abs(math.log(far / v)) for v in sparse) > math.log(NEAR)
-    plan = plan_round(est, {n: 3 for n in x}, 2.0, 2, x, (far,))
+    plan = plan_round(est, {n: 3 for n in x}, 2.0, 2, x, (far,))  # 3 < SPLIT_AFTER pairs: only the candidate's level
     assert plan.new_levels == (far,) and "candidates" in plan.why
 
 

@@ -57,10 +57,12 @@ def undecided(est: Estimate, decide: tuple[float, ...]) -> tuple[float, ...]:
 
 
 def design_points(est: Estimate, decide: tuple[float, ...] = ()) -> tuple[float, ...]:
-    """Where the model's next pairs go (nats/token): the candidates' mismatches B's interval leaves undecided, when
-    there are any — a pair there measures the cost at the mismatch whose side of τ the verdict needs (docs/
-    calibration.md, "Candidates") — else B/2 and 2B, which pin both the level and the slope of the power law."""
-    return undecided(est, decide) or tuple(f * est.budget.value for f in AROUND)
+    """Where the model's next pairs go (nats/token): B/2 and 2B, which pin both the level and the slope of the power
+    law, and the candidates' mismatches B's interval leaves undecided — a pair there measures the cost at the mismatch
+    whose side of τ the verdict needs (docs/calibration.md, "Candidates"). The candidates are added to B/2 and 2B,
+    not put in their place: pairs at the candidates alone (most sit below B) left B to the power law's extrapolation,
+    and the interval's lower end lay above B in 4.5% of simulated calibrations on the SmolLM2 curve."""
+    return tuple(f * est.budget.value for f in AROUND) + undecided(est, decide)
 
 
 def nearest_levels(est: Estimate, points: tuple[float, ...]) -> list[str]:
@@ -111,13 +113,17 @@ def plan_round(
         target = max(xs[0] / min(max(step, 2.0), 10.0), MIN_LEVEL_X)
         return RoundPlan(new_levels=(target,), why=f"the budget's interval reaches 0: a level below {xs[0]:.3g}")
     if est.method == "model" and b.kind == "point":  # concentrate at the design points; new levels when none is near
-        points, candidates = design_points(est, decide), bool(undecided(est, decide))
-        at = "the undecided candidates' mismatches" if candidates else "B/2 and 2B"
-        far = [p for p in points if min(abs(math.log(p / x)) for x in xs) > math.log(NEAR)]
+        candidates = undecided(est, decide)
+        at = "B/2, 2B and the undecided candidates' mismatches" if candidates else "B/2 and 2B"
+
+        def far(points: tuple[float, ...]) -> list[float]:
+            return [p for p in points if min(abs(math.log(p / x)) for x in xs) > math.log(NEAR)]
+
         # a candidate's level is placed at once (a pair far from it says little about its cost); B/2 and 2B move with
         # B, so their levels wait until the nearest ones have SPLIT_AFTER pairs
-        if far and (candidates or all(replicates[n] >= SPLIT_AFTER for n in want)):
-            return RoundPlan(new_levels=tuple(far), why=f"levels at {at} (the model's design points)")
+        around = far(tuple(f * b.value for f in AROUND)) if all(replicates[n] >= SPLIT_AFTER for n in want) else []
+        if far(candidates) or around:
+            return RoundPlan(new_levels=tuple(around + far(candidates)), why=f"levels at {at} (the design points)")
         return RoundPlan(replicates=tuple(want), why=f"replicates at the levels nearest {at}")
     if b.kind == "point" and len(est.decided_by) == 2:
         lo_name, hi_name = sorted(est.decided_by, key=lambda n: level_x[n])
