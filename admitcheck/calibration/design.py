@@ -7,7 +7,7 @@
 Pure: estimates in, plans out (`calibrate` runs them; `simulate_protocol` replays the rounds on simulated runs with
 the ledgers' seed structure for the coverage bench, bench/budget_coverage.py, and tests). The design chooses where
 runs go, not when to stop (`FIXED_RUNS`): under the model, pairs at the levels nearest B/2 and 2B and new levels
-there (or, with candidates to decide, `levels.decide`, at the mismatches B's interval leaves undecided); under the
+there (and, with candidates to decide, `levels.decide`, at the mismatches B's interval leaves undecided); under the
 bracket, at its levels. The estimator itself is `curve`.
 """
 
@@ -27,7 +27,7 @@ def wanted_replicates(
 ) -> list[str]:
     """The levels that need another replicate pair: none once B is a point whose interval is narrower than `factor`
     (hi/lo) and every deciding level has ≥ `min_decisive` replicates; under the model, the levels nearest the design
-    points (`design_points`: B/2 and 2B, where a pair moves the fitted B most, or the candidates' mismatches still
+    points (`design_points`: B/2 and 2B, where a pair moves the fitted B most, and the candidates' mismatches still
     inside B's interval); under the bracket, the levels that set or straddle its ends (for a bound: the two levels at
     that end of the grid)."""
     b = est.budget
@@ -99,8 +99,8 @@ def plan_round(
 ) -> RoundPlan:
     """The design that looks for B (docs/calibration.md): a budget whose interval reaches 0 gets a level below the
     smallest (2/3 decade down, or the grid's own step), since no replicate at the grid can tell B from 0; under the
-    model, pairs at the levels nearest the design points (`design_points`: the undecided candidates' mismatches
-    `decide`, else B/2 and 2B) and new levels there when none is near; a bracketed point budget whose bracketing
+    model, pairs at the levels nearest the design points (`design_points`: B/2 and 2B and the undecided candidates'
+    mismatches `decide`) and new levels there when none is near; a bracketed point budget whose bracketing
     levels already have SPLIT_AFTER replicates each and are more than `factor` apart gets a level at their geometric
     mean; otherwise `wanted_replicates`. `level_x`: each level's mean x (nats/token)."""
     want = wanted_replicates(est, replicates, factor, min_decisive, decide)
@@ -121,7 +121,7 @@ def plan_round(
 
         # a candidate's level is placed at once (a pair far from it says little about its cost); B/2 and 2B move with
         # B, so their levels wait until the nearest ones have SPLIT_AFTER pairs
-        around = far(tuple(f * b.value for f in AROUND)) if all(replicates[n] >= SPLIT_AFTER for n in want) else []
+        around = far(design_points(est)) if all(replicates[n] >= SPLIT_AFTER for n in want) else []
         if far(candidates) or around:
             return RoundPlan(new_levels=tuple(around + far(candidates)), why=f"levels at {at} (the design points)")
         return RoundPlan(replicates=tuple(want), why=f"replicates at the levels nearest {at}")
