@@ -22,7 +22,7 @@
 # each keeps the pair and engines for all its runs: default 5), PY (python3), RUN (pid files and logs:
 # reports/smollm2), OUT. On CPU, with the toy pair, tests/test_campaign_detached.py drives this same script.
 set -uo pipefail
-stage=${1:?stage: stash0 | pair | remeasure | queue | start | poll SECONDS | status | stop | collect | screen SECONDS}
+stage=${1:?stage: stash0 | pair | remeasure | mps | mps_off | queue | start | poll SECONDS | status | stop | collect | screen SECONDS}
 OUT=${OUT:-/tmp/out}
 PY=${PY:-python3}
 RUN=${RUN:-reports/smollm2}
@@ -33,6 +33,7 @@ STAMPS=/tmp/admitcheck_stage  # per machine: a fresh machine has none
 mkdir -p "$OUT" "$RUN" /tmp/smol "$STAMPS"
 export PYTHONPATH=/tmp/site:$PWD OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE TOKENIZERS_PARALLELISM=false
 export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True PYTHONUNBUFFERED=1
+export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps/pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps/log  # used only while `mps` runs a daemon
 
 install() {  # the wheels into /tmp/site, once per machine (the stamp names the wheels' hash)
   local sum; sum=$(cat .whl/*.whl /tmp/smol/gguf-*.whl 2>/dev/null | sha256sum | cut -c1-16)
@@ -81,7 +82,7 @@ case "$stage" in
     install && $PY -c "import torch, transformers, pydantic; print(torch.__version__, transformers.__version__)"
     $PY -c "import pynvml" 2>/dev/null && echo "pynvml: yes" || echo "pynvml: no (GPU utilisation read by nvidia-smi)"
     if [ -n "${GPU_TESTS:-}" ]; then
-      timeout 300 $PY -m pytest -x -q -p no:cacheprovider tests/test_workers.py tests/test_engine_cuda.py 2>&1 \
+      timeout 300 $PY -m pytest -x -q -p no:cacheprovider ${GPU_TESTS_ARGS:-tests/test_workers.py tests/test_engine_cuda.py} 2>&1 \
         | tail -15 | tee "$OUT/gpu_tests.txt"
     fi
     exit 0
@@ -126,14 +127,29 @@ PY
     mkdir -p "$RUN/remeasured" && cp calibrations/smollm2*.ledger.jsonl "$RUN/remeasured/"
     tail -n 1 "$RUN"/remeasure_*.log; echo "remeasure rc=$rc"
     ;;
-  queue)  # one device session's GPU work, in order, detached (a call only polls it): the #35 re-measure, then the
-    # #37 figures (throughput of kept workers over 30 runs, kept vs fresh vs the re-measured ledger, decode/OPD step),
-    # then the #36 SmolLM2 noise decomposition. Each step's JSON lands in $RUN; a step that fails does not stop the rest.
-    detach queue "bash '$0' remeasure; \
+  mps)  # NVIDIA MPS (the GPU shared by the workers' processes as one context): start the control daemon, check a
+    # client gets the GPU through it, else quit it (the runs then time-slice as before). No GPU setting is changed.
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    if nvidia-cuda-mps-control -d 2>&1 && sleep 1 && \
+       timeout 120 $PY -c "import torch; print('cuda through mps:', torch.ones(4, device='cuda').sum().item())"; then
+      echo "mps=on" | tee "$RUN/mps.txt"
+    else
+      echo quit | nvidia-cuda-mps-control 2>/dev/null; echo "mps=failed" | tee "$RUN/mps.txt"
+    fi
+    exit 0
+    ;;
+  mps_off) echo quit | nvidia-cuda-mps-control 2>/dev/null; sleep 2; echo "mps=off" >> "$RUN/mps.txt"; exit 0 ;;
+  queue)  # one device session's GPU work, in order, detached (a call only polls it): the #37 figures (throughput of
+    # kept workers over 30 runs with MPS and the theta0-evaluation cache; kept vs fresh vs the committed ledger,
+    # re-measured on an H200 in issue 35; decode/OPD step), then the #36 SmolLM2 noise decomposition. Each step's JSON
+    # lands in $RUN; a step that fails does not stop the rest.
+    detach queue "bash '$0' mps; \
       $PY bench/gpu_smollm2.py --pair smollm2 --device cuda --parts campaign --campaign-config examples/smollm2_calibrate.yaml \
-        --campaign-runs 30 --campaign-paths kept --jobs 10 --out '$RUN/bench_throughput.json' > '$RUN/bench_throughput.log' 2>&1; \
+        --campaign-runs 30 --campaign-paths kept --jobs ${QJOBS:-10} --out '$RUN/bench_throughput_mps.json' \
+        > '$RUN/bench_throughput_mps.log' 2>&1; \
+      bash '$0' mps_off; \
       $PY bench/gpu_smollm2.py --pair smollm2 --device cuda --parts campaign --campaign-config examples/smollm2_calibrate.yaml \
-        --campaign-ledger '$RUN/remeasured/smollm2.ledger.jsonl' --campaign-runs 6 --campaign-paths kept,fresh --jobs 6 \
+        --campaign-ledger calibrations/smollm2.ledger.jsonl --campaign-runs 6 --campaign-paths kept,fresh --jobs 6 \
         --out '$RUN/bench_same.json' > '$RUN/bench_same.log' 2>&1; \
       $PY bench/gpu_smollm2.py --pair smollm2 --device cuda --parts decode,opd --out '$RUN/bench_decode.json' \
         > '$RUN/bench_decode.log' 2>&1; \
@@ -169,6 +185,7 @@ PY
     for f in "$RUN"/*.pid; do [ -e "$f" ] && alive "$(basename "$f" .pid)" && kill -TERM -- "-$(cat "$f")"; done
     sleep 5
     for f in "$RUN"/*.pid; do [ -e "$f" ] && alive "$(basename "$f" .pid)" && kill -KILL -- "-$(cat "$f")"; done
+    echo quit | nvidia-cuda-mps-control 2>/dev/null
     status
     ;;
   collect) ;;
