@@ -56,6 +56,7 @@ detach() {  # detach NAME COMMAND: COMMAND in its own session, output in $RUN/NA
   echo "$n: started (pid $(cat "$RUN/$n.pid"), its own session; log $RUN/$n.log)"
 }
 collect() {  # everything the campaigns made, in one file (ledgers first: they are what must come back)
+  mkdir -p "$RUN/noise_work" && cp /tmp/noise_smollm2/*.jsonl "$RUN/noise_work/" 2>/dev/null  # run records, not weights
   tar czf "$OUT/smollm2_campaign.tgz" calibrations/smollm2*.ledger.jsonl calibrations/smollm2*.yaml \
     calibrations/smollm2*.png "$RUN" $(for c in $CONFIGS; do $PY - "$c" <<'PY'
 import sys, yaml, pathlib
@@ -141,7 +142,8 @@ PY
   mps_off) echo quit | nvidia-cuda-mps-control 2>/dev/null; sleep 2; echo "mps=off" >> "$RUN/mps.txt"; exit 0 ;;
   queue)  # one device session's GPU work, in order, detached (a call only polls it): the #37 figures (throughput of
     # kept workers over 30 runs with MPS and the theta0-evaluation cache; kept vs fresh vs the committed ledger,
-    # re-measured on an H200 in issue 35; decode/OPD step), then the #36 SmolLM2 noise decomposition. Each step's JSON
+    # re-measured on an H200 in issue 35; decode/OPD step), then the #36 SmolLM2 noise decomposition (inverse-CDF only: the captured decoder has no Gumbel path, docs/noise.md;
+    # no EMA: the recipe's lr decays to 0). Each step's JSON
     # lands in $RUN; a step that fails does not stop the rest.
     detach queue "bash '$0' mps; \
       $PY bench/gpu_smollm2.py --pair smollm2 --device cuda --parts campaign --campaign-config examples/smollm2_calibrate.yaml \
@@ -153,7 +155,8 @@ PY
         --out '$RUN/bench_same.json' > '$RUN/bench_same.log' 2>&1; \
       $PY bench/gpu_smollm2.py --pair smollm2 --device cuda --parts decode,opd --out '$RUN/bench_decode.json' \
         > '$RUN/bench_decode.log' 2>&1; \
-      $PY bench/noise.py --pair smollm2 --seeds 4 --jobs 8 --out '$RUN/noise_smollm2.json' > '$RUN/noise.log' 2>&1"
+      $PY bench/noise.py --pair smollm2 --seeds 4 --eval-seeds 3 --couplings inverse_cdf --ema --big-eval-samples 32 \
+        --jobs 8 --work /tmp/noise_smollm2 --out '$RUN/noise_smollm2.json' > '$RUN/noise.log' 2>&1"
     exit 0
     ;;
   bench)  # bench/gpu_smollm2.py with the given arguments, detached; its JSON goes to $RUN/$BENCH.json
