@@ -144,8 +144,9 @@ PY
     # kept workers over 30 runs with MPS and the theta0-evaluation cache; kept vs fresh vs the committed ledger,
     # re-measured on an H200 in issue 35; decode/OPD step), then the #36 SmolLM2 noise decomposition (inverse-CDF only: the captured decoder has no Gumbel path, docs/noise.md;
     # no EMA: the recipe's lr decays to 0). Each step's JSON
-    # lands in $RUN; a step that fails does not stop the rest.
-    detach queue "bash '$0' mps; \
+    # lands in $RUN; a step that fails does not stop the rest. QCORES=0-11 keeps the queue on those cores (toy work on
+    # the rest: bench/toy_remake.sh).
+    detach queue "${QCORES:+taskset -p -c $QCORES \$\$ > /dev/null;} bash '$0' mps; \
       $PY bench/gpu_smollm2.py --pair smollm2 --device cuda --parts campaign --campaign-config examples/smollm2_calibrate.yaml \
         --campaign-runs 30 --campaign-paths kept --jobs ${QJOBS:-10} --out '$RUN/bench_throughput_mps.json' \
         > '$RUN/bench_throughput_mps.log' 2>&1; \
