@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The toy re-make (issues 39, 34, 36) on the device host's CPUs (CUDA hidden, the numeric pins on), DETACHED and
 # resumable, beside whatever the GPU runs: the toy calibration under the lower-noise protocol, then its two reseeds.
+# The runs need the toy pair rebuilt under the pins in toy/ (branch remake holds it: `git checkout remake -- toy`
+# before the device calls, `git checkout HEAD -- toy` after); `start` refuses any other pair.
 #
 # Why here: the re-make is ~120 toy runs per calibration at ~70 CPU-s each under the pins (docs/noise.md, README "Same
 # numbers on every x86-64 CPU"); the device host's idle cores make one calibration in ~10 minutes where this project's
@@ -56,6 +58,14 @@ case "$stage" in
     cores=${2:?CORES, e.g. 12-15}
     jobs=$($PY -c "import sys; a, _, b = sys.argv[1].partition('-'); print(int(b or a) - int(a) + 1)" "$cores")
     if alive; then echo "chain already running (pid $(cat "$RUN/chain.pid"))"; exit 0; fi
+    $PY - <<'PY' || exit 2  # the runs belong to the pinned pair (branch remake's toy/), not to the shipped one
+import sys
+from admitcheck.fingerprint import model_fingerprint
+want = {"student": "e4c0c08427fd049e", "teacher": "1a8506f541b4fd06"}  # bench/results/numeric_pins.json, pinned
+have = {s: model_fingerprint(f"toy/{s}")["weights"][:16] for s in want}
+if have != want:
+    sys.exit(f"toy/ is not the pinned toy pair ({have}): `git checkout remake -- toy` first (and `git checkout HEAD -- toy` after)")
+PY
     for n in $NAMES; do prepare "$n" || exit 2; done
     $PY -c "import admitcheck; from admitcheck import numerics; import torch; print(numerics.in_effect())" \
       | tee "$RUN/numerics.txt"
