@@ -9,6 +9,7 @@
 # 2-core machine needs hours. The runs are plain CPU work: what they compute does not depend on the GPU.
 #
 #   bash bench/toy_remake.sh start CORES      # e.g. start 12-15: the chain on those cores (taskset), jobs = their count
+#   MAX_RUNS=18 bash bench/toy_remake.sh start 1   # only the grid (no adaptive round): a cap the ledger does not record
 #   bash bench/toy_remake.sh poll SECONDS     # progress, then the ledgers into $OUT/toy_remake.tgz
 #   bash bench/toy_remake.sh rebuild CORE      # the pinned toy build here: the same weights as toy/? ($RUN/rebuild.json)
 #   bash bench/toy_remake.sh stop             # SIGTERM the chain (finished runs are in the ledgers), then collect
@@ -32,7 +33,7 @@ prepare() {  # $RUN/NAME.yaml: the config with absolute paths and its output in 
   [ -f "$RUN/$n.ledger.jsonl" ] || [ ! -f "bench/toy_remake/$n.ledger.jsonl" ] \
     || cp "bench/toy_remake/$n.ledger.jsonl" "$RUN/$n.ledger.jsonl"
   $PY - "bench/toy_remake/$n.yaml" "$RUN/$n.config.yaml" <<'PY'
-import sys, yaml, pathlib
+import os, sys, yaml, pathlib
 src, dst = pathlib.Path(sys.argv[1]).resolve(), pathlib.Path(sys.argv[2]).resolve()
 c = yaml.safe_load(src.read_text())
 absolute = lambda p: str((src.parent / p).resolve())
@@ -40,6 +41,8 @@ c["pair"]["student"], c["pair"]["teacher"] = absolute(c["pair"]["student"]), abs
 for part in ("probe", "train", "eval"):
     c[part]["prompts"] = absolute(c[part]["prompts"])
 c["output"] = str(dst.with_name(pathlib.Path(c["output"]).name))
+if os.environ.get("MAX_RUNS"):  # e.g. 18: only the grid before any adaptive round (the ledger does not record the cap)
+    c["levels"]["max_runs"] = int(os.environ["MAX_RUNS"])
 dst.write_text(yaml.safe_dump(c, sort_keys=False))
 PY
 }
