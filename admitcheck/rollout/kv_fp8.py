@@ -113,6 +113,11 @@ def _round_query(scale: torch.Tensor | None):
     return lambda q: quantize_kv(q, QUERY_FORMAT, scale)
 
 
+def query_rounding(module: torch.nn.Module):
+    """The attention module's query rounding (a callable on the (B, H, S, D) query), or None."""
+    return getattr(module, _QUERY_ATTR, None)
+
+
 def use_query_quant(model: torch.nn.Module, recipe: KVRecipe) -> None:
     """Set (or clear) each attention module's query rounding for `recipe`; quantized layers only."""
     mods = attention_modules(model)
