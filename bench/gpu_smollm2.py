@@ -26,8 +26,10 @@ engine's tokens under the same seed.
 Fused (`HFEngine(fused=True)`, rollout/engines/fused_llama.py: one GEMM for q|k|v and one for gate|up per layer):
 pair mode times `engine_fused` after `engine` (the compiled captured path on CUDA) with the same prompts and seeds and
 reports `same_tokens_as_unfused` (the gpu tests' >= 99% rule on real weights) and `engine_fused_speedup`; random
-weights add `engine_graphs_fused_eager_kernels` and `engine_graphs_compiled_fused` (`--only` selects them) with
-`same_tokens_as_unfused` against their unfused twins and `weight_sync_fused` (the in-place sync, then the same tokens).
+weights add `engine_graphs_fused_eager_kernels`, `engine_graphs_compiled_fused` and `..._repeat_kv` (`--only` selects
+them) with `same_tokens_as_unfused` against their unfused twins and `weight_sync_fused` (the in-place sync, then the
+same tokens). `_repeat_kv` (`engine_fused_repeat_kv` in pair mode): GQA through HF's repeated K/V instead of grouped
+queries (`fused_llama.GROUP_QUERIES`), to tell the two savings apart.
     python bench/gpu_smollm2.py --pair smollm2 --device cuda --parts decode --out bench/results/h200_smollm2_fused.json
     python bench/gpu_smollm2.py --random-weights --only engine_graphs_compiled,engine_graphs_compiled_fused \
         --out bench/results/h200_smollm2_fused_random.json
@@ -42,6 +44,7 @@ the median of steps 2..N (step 1 carries warm-up).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -79,14 +82,17 @@ def bench_decode(pair: Path, batch: int, new_tokens: int, repeats: int, device: 
     engine.close()
     print("engine", json.dumps(out["engine"]), flush=True)
     # the same engine with the fused Llama decode forward (q|k|v and gate|up as one GEMM each; on CPU its static
-    # decoder's bodies run eagerly): speed, and the tokens against the unfused engine's under the same seed
-    fused = HFEngine(model, RolloutConfig(engine="hf", dtype="bfloat16", device=device), fused=True,
-                     eos_token_id=tokens.eos_token_id, pad_token_id=tokens.pad_token_id)  # fmt: skip
-    out["engine_fused"] = _time_engine(fused, ids, new_tokens, repeats)
-    out["engine_fused"] |= _same_tokens(first, out["engine_fused"].pop("_first"), "unfused")
-    out["engine_fused_speedup"] = out["engine"]["ms_per_step"] / out["engine_fused"]["ms_per_step"]
-    fused.close()
-    print("engine_fused", json.dumps(out["engine_fused"]), flush=True)
+    # decoder's bodies run eagerly): speed, and the tokens against the unfused engine's under the same seed; GQA
+    # with grouped queries (the default) and with HF's repeated K/V
+    for name, grouped in (("engine_fused", True), ("engine_fused_repeat_kv", False)):
+        with _group_queries(grouped):
+            fused = HFEngine(model, RolloutConfig(engine="hf", dtype="bfloat16", device=device), fused=True,
+                             eos_token_id=tokens.eos_token_id, pad_token_id=tokens.pad_token_id)  # fmt: skip
+            out[name] = _time_engine(fused, ids, new_tokens, repeats)
+        out[name] |= _same_tokens(first, out[name].pop("_first"), "unfused")
+        out[name]["speedup_vs_unfused"] = out["engine"]["ms_per_step"] / out[name]["ms_per_step"]
+        fused.close()
+        print(name, json.dumps(out[name]), flush=True)
     # transformers.generate on the same BF16 model, prompts left-padded, same cap, T=1, no top-k
     tok = tokens.tokenizer
     tok.padding_side = "left"
@@ -184,6 +190,18 @@ def _time_engine(engine: HFEngine, ids: list[list[int]], new_tokens: int, repeat
     return out | {"_first": first}
 
 
+@contextlib.contextmanager
+def _group_queries(on: bool):
+    """FusedLlamaForward's GQA mode for the engines built and first sampled inside (`fused_llama.GROUP_QUERIES`)."""
+    from admitcheck.rollout.engines import fused_llama
+
+    saved, fused_llama.GROUP_QUERIES = fused_llama.GROUP_QUERIES, on
+    try:
+        yield
+    finally:
+        fused_llama.GROUP_QUERIES = saved
+
+
 def _same_tokens(a, b, name: str) -> dict:
     """How many of rollouts a's tokens b holds (same seed), and the median first step where a row differs."""
     n = min(a.token_ids.shape[1], b.token_ids.shape[1])
@@ -241,15 +259,18 @@ def bench_random(batch: int, new_tokens: int, repeats: int, only: str, device: s
     variants = {"engine_eager": {"cuda_graphs": False}, "engine_graphs_eager_kernels": {"compile_forward": False},
                 "engine_graphs_compiled": {},
                 "engine_graphs_fused_eager_kernels": {"compile_forward": False, "fused": True},
-                "engine_graphs_compiled_fused": {"fused": True}}  # fmt: skip
+                "engine_graphs_compiled_fused": {"fused": True},
+                "engine_graphs_compiled_fused_repeat_kv": {"fused": True}}  # fmt: skip
     unfused = {"engine_graphs_fused_eager_kernels": "engine_graphs_eager_kernels",
-               "engine_graphs_compiled_fused": "engine_graphs_compiled"}  # fmt: skip
+               "engine_graphs_compiled_fused": "engine_graphs_compiled",
+               "engine_graphs_compiled_fused_repeat_kv": "engine_graphs_compiled"}  # fmt: skip
     firsts = {}
     for name, opts in variants.items():
         if only and name not in only.split(","):
             continue
-        engine = HFEngine(model, rollout, **kw, **opts)
-        res = _time_engine(engine, ids, new_tokens, repeats if name != "engine_eager" else 2)
+        with _group_queries(not name.endswith("_repeat_kv")):  # the fused forward is built at the first sample
+            engine = HFEngine(model, rollout, **kw, **opts)
+            res = _time_engine(engine, ids, new_tokens, repeats if name != "engine_eager" else 2)
         firsts[name] = res.pop("_first")
         out[name] = res
         print(name, json.dumps(res), flush=True)
@@ -259,7 +280,7 @@ def bench_random(batch: int, new_tokens: int, repeats: int, only: str, device: s
             print(key, json.dumps(out[key]), flush=True)
         if unfused.get(name) in firsts:
             res |= _same_tokens(firsts[unfused[name]], firsts[name], "unfused")
-        if "engine_graphs_compiled" in out and name == "engine_graphs_compiled_fused":
+        if "engine_graphs_compiled" in out and name.startswith("engine_graphs_compiled_fused"):
             res["speedup_vs_unfused"] = out["engine_graphs_compiled"]["ms_per_step"] / res["ms_per_step"]
         engine.close()
     if "engine_eager" in firsts:

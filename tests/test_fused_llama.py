@@ -91,16 +91,16 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
-@pytest.mark.parametrize("which", ["toy-teacher", "toy-student", "gqa", "lm-head-bias"])
+@pytest.mark.parametrize("which", ["toy-teacher", "toy-student", "gqa", "gqa-repeat-kv", "lm-head-bias"])
 def test_fused_forward_gives_the_hf_logits(which, dtype, toy_pair_dir):
     if which.startswith("toy"):
         model = toy(which.split("-")[1], toy_pair_dir).to(dtype)
         ps = toy_prompts(toy_pair_dir, 8)
     else:
-        model = gqa_llama(dtype=dtype) if which == "gqa" else tiny_llama(eos_bias=2.0, dtype=dtype)
+        model = gqa_llama(dtype=dtype) if which.startswith("gqa") else tiny_llama(eos_bias=2.0, dtype=dtype)
         ps = prompts(8)
     ref = copy.deepcopy(model)  # never fused
-    fused = FusedLlamaForward(model)
+    fused = FusedLlamaForward(model, group_queries=which != "gqa-repeat-kv")
     assert is_fused(model)
     a, _ = decode_logits(ref, ref, ps, KVRecipe())
     b, _ = decode_logits(ref, fused, ps, KVRecipe(), prefill=ref)  # the captured decoder's split: HF prefill
@@ -110,8 +110,8 @@ def test_fused_forward_gives_the_hf_logits(which, dtype, toy_pair_dir):
     for x, y, z, w in zip(a, b, c, full):
         assert _rel(y, x) <= tol and _rel(w, x) <= tol
         assert torch.equal(y, z)  # deterministic
-    if dtype == torch.float32:
-        assert all(torch.allclose(x, y, rtol=0, atol=1e-5 * float(x.abs().max())) for x, y in zip(a, b))
+    if which != "gqa":  # one kernel shape per row as HF's: bit-identical on CPU (another BLAS may round otherwise)
+        assert all(_rel(y, x) <= 1e-6 for x, y in zip(a, b))
 
 
 # ------------------------------------------------------------------------------------------------ FP8 KV cache
@@ -124,23 +124,32 @@ FP8_RECIPES = {
 }
 
 
+@pytest.mark.parametrize("grouped", [False, True], ids=["repeat-kv", "grouped-queries"])
 @pytest.mark.parametrize("name", list(FP8_RECIPES))
-def test_fp8_kv_recipe_through_the_fused_forward_fills_the_same_cache(name):
+def test_fp8_kv_recipe_through_the_fused_forward_fills_the_same_cache(name, grouped):
+    """The fused forward calls the same `cache.update`: the same FP8 K/V in the cache. With HF's attention shapes
+    (repeat_kv) bit-identical here; with grouped queries layer 0's cache is (its inputs are), deeper layers see
+    float32-rounding differences, which move an FP8 grid point now and then (unquantized layers: 1e-5)."""
     recipe = FP8_RECIPES[name]
     model = gqa_llama()
     use_query_quant(model, recipe)  # the query rounding hook (flash_attn backends), read by both forwards
     ref = copy.deepcopy(model)
-    fused = FusedLlamaForward(model)
+    fused = FusedLlamaForward(model, group_queries=grouped)
     ps = prompts(8)
     a, ca = decode_logits(ref, ref, ps, recipe)
     b, cb = decode_logits(ref, fused, ps, recipe, prefill=model)
     for layer in range(2):
         for x, y in ((ca.keys[layer], cb.keys[layer]), (ca.values[layer], cb.values[layer])):
-            differ = (x != y).float().mean().item()
-            assert differ <= 1e-3, (layer, differ)  # bit-identical here; a BLAS rounding may move a grid point
-            assert torch.allclose(x, y, rtol=0.13, atol=0)  # at most one FP8 step (e5m2: 2 mantissa bits)
+            if layer == 0 or not grouped:
+                differ = (x != y).float().mean().item()
+                assert differ <= 1e-3, (layer, differ)  # bit-identical here; another BLAS may move a grid point
+            elif recipe.quantized(layer):
+                assert (x != y).float().mean().item() <= 1e-3
+            else:
+                assert _rel(y, x) <= 1e-5
+    flips = any(not torch.equal(x, y) for x, y in zip(ca.keys + ca.values, cb.keys + cb.values))
     for x, y in zip(a, b):
-        assert _rel(y, x) <= 1e-5
+        assert _rel(y, x) <= (1e-5 if not flips else 1e-2)  # a K/V element one FP8 step off moves the logits a bit
     if recipe.quantize_query:  # the hook acts: without it the logits move
         use_query_quant(model, KVRecipe())
         c, _ = decode_logits(ref, fused, ps, recipe, prefill=model)
@@ -211,7 +220,7 @@ def test_fused_engine_keeps_noise_and_w8a8_recipes():
     b = fused.sample(ps, T_CUT, seed=1, max_new_tokens=20)
     tokens, logprobs, mask, _ = static_decode(plain, ps, T_CUT, 1, 20)
     assert torch.equal(tokens, b.token_ids) and torch.equal(mask, b.mask)
-    assert (logprobs - b.logprobs).abs().max() <= 1e-6
+    assert (logprobs - b.logprobs).abs().max() <= 1e-5  # GQA, grouped queries: float32 rounding
     assert torch.equal(plain.sample(ps, T_CUT, seed=1, max_new_tokens=20).token_ids, b.token_ids)
 
 
