@@ -312,3 +312,57 @@ def test_compiled_fused_forward_reads_in_place_weight_updates():
     want_b, _ = decode_logits(other, other, ps, KVRecipe(), steps=3)
     for x, y in zip(want_a + want_b, a + b):
         assert _rel(y, x) <= 1e-4
+
+
+# ------------------------------------------------------------------------------------------------ CUDA (gpu tier)
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.mark.gpu
+@cuda
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "eager-kernels"])
+@pytest.mark.parametrize("kv", ["auto", "fp8_e4m3"])
+def test_fused_captured_engine_draws_the_unfused_captured_tokens(kv, compiled):
+    """BF16 on the GPU, GQA: the fused forward captured in the step graph against the unfused one: the gpu tests' rule
+    (>= 99% same tokens, k3 between the two on identical contexts below the BF16 floor: the BF16 engine against the
+    float32 reference)."""
+    from admitcheck.measurement.scorer import score
+    from tests.test_engine_cuda import common_prefix, k3
+
+    rollout = RolloutConfig(dtype="bfloat16", device="cuda", kv_cache=KVCacheConfig(dtype=kv))
+    model = gqa_llama(tie=False)
+    plain = HFEngine(model, rollout, eos_token_id=EOS, pad_token_id=PAD, compile_forward=compiled)
+    fused = HFEngine(model, rollout, eos_token_id=EOS, pad_token_id=PAD, compile_forward=compiled, fused=True)
+    assert fused.cuda_graphs and fused.compile_forward == compiled and is_fused(fused.model)
+    ps = prompts(12)
+    a = plain.sample(ps, T_ONE, seed=0, max_new_tokens=40)
+    b = fused.sample(ps, T_ONE, seed=0, max_new_tokens=40)
+    assert len(fused._decoders) == 1 and fused.fused
+    same = (a.token_ids == b.token_ids).float().mean().item()
+    both = common_prefix(a, b)
+    between = k3(a.logprobs[both], b.logprobs[both])
+    ref = score(model.to("cuda"), a.prompt_ids, a.token_ids, a.mask, T_ONE)
+    floor = k3(ref.logprobs[a.mask], a.logprobs[a.mask])
+    print(f"kv {kv} compiled {compiled}: same tokens {same:.4f}, k3 fused-unfused {between:.2e}, floor {floor:.2e}")
+    assert between <= floor
+    assert same >= 0.99, same
+
+
+@pytest.mark.gpu
+@cuda
+def test_fused_graphs_survive_an_in_place_weight_sync():
+    """The engine's CUDA sync (torch._foreach_copy_ into the parameters, i.e. into the fused buffers) under captured
+    compiled graphs: no re-allocation, no re-capture, and the new weights' tokens."""
+    model, other = gqa_llama(tie=False), gqa_llama(seed=7, tie=False)
+    rollout = RolloutConfig(dtype="bfloat16", device="cuda")
+    fused = HFEngine(model, rollout, eos_token_id=EOS, pad_token_id=PAD, fused=True)
+    ps = prompts(12)
+    fused.sample(ps, T_CUT, seed=3, max_new_tokens=30)
+    ptrs = [p.data_ptr() for p in fused.model.parameters()]
+    fused.load_weights({k: v.to("cuda") for k, v in other.state_dict().items()}, noise_step=1)
+    assert ptrs == [p.data_ptr() for p in fused.model.parameters()] and len(fused._decoders) == 1
+    assert is_fused(fused.model)
+    want = HFEngine(other, rollout, eos_token_id=EOS, pad_token_id=PAD).sample(ps, T_CUT, seed=4, max_new_tokens=30)
+    got = fused.sample(ps, T_CUT, seed=4, max_new_tokens=30)
+    assert (want.token_ids == got.token_ids).float().mean() >= 0.99
