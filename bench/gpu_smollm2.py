@@ -60,6 +60,7 @@ from admitcheck import io
 from admitcheck.calibration.opd import train
 from admitcheck.config import PairConfig, RolloutConfig, SamplingConfig, TrainConfig
 from admitcheck.pairs.load import load_pair_tokenizer, tokenize_prompts
+from admitcheck.rollout.engines.fused_llama import is_fused
 from admitcheck.rollout.engines.hf import HFEngine
 
 
@@ -91,6 +92,7 @@ def bench_decode(pair: Path, batch: int, new_tokens: int, repeats: int, device: 
             out[name] = _time_engine(fused, ids, new_tokens, repeats)
         out[name] |= _same_tokens(first, out[name].pop("_first"), "unfused")
         out[name]["speedup_vs_unfused"] = out["engine"]["ms_per_step"] / out[name]["ms_per_step"]
+        out[name]["still_fused"] = is_fused(fused.model)  # every projection still a view of its fused buffer
         fused.close()
         print(name, json.dumps(out[name]), flush=True)
     # transformers.generate on the same BF16 model, prompts left-padded, same cap, T=1, no top-k
@@ -277,6 +279,7 @@ def bench_random(batch: int, new_tokens: int, repeats: int, only: str, device: s
         if name in ("engine_graphs_compiled", "engine_graphs_compiled_fused"):
             key = "weight_sync" + name.removeprefix("engine_graphs_compiled")
             out[key] = bench_sync(engine, model, ids, new_tokens)
+            out[key]["still_fused"] = is_fused(engine.model) if engine.fused else None  # after the in-place syncs
             print(key, json.dumps(out[key]), flush=True)
         if unfused.get(name) in firsts:
             res |= _same_tokens(firsts[unfused[name]], firsts[name], "unfused")
