@@ -23,6 +23,17 @@ the compiled forward (first call = capture + compile), `generate()` with the dyn
 tokens forced by `min_new_tokens`), the in-place weight sync, and how often the captured engine draws the eager
 engine's tokens under the same seed.
 
+Fused (`HFEngine(fused=True)`, rollout/engines/fused_llama.py: one GEMM for q|k|v and one for gate|up per layer):
+pair mode times `engine_fused` after `engine` (the compiled captured path on CUDA) with the same prompts and seeds and
+reports `same_tokens_as_unfused` (the gpu tests' >= 99% rule on real weights) and `engine_fused_speedup`; random
+weights add `engine_graphs_fused_eager_kernels`, `engine_graphs_compiled_fused` and `..._repeat_kv` (`--only` selects
+them) with `same_tokens_as_unfused` against their unfused twins and `weight_sync_fused` (the in-place sync, then the
+same tokens). `_repeat_kv` (`engine_fused_repeat_kv` in pair mode): GQA through HF's repeated K/V instead of grouped
+queries (`fused_llama.GROUP_QUERIES`), to tell the two savings apart.
+    python bench/gpu_smollm2.py --pair smollm2 --device cuda --parts decode --out bench/results/h200_smollm2_fused.json
+    python bench/gpu_smollm2.py --random-weights --only engine_graphs_compiled,engine_graphs_compiled_fused \
+        --out bench/results/h200_smollm2_fused_random.json
+
 Decode: the teacher (30 layers) in BF16, batch 64 chat prompts, 128 new tokens at temperature 1; each side is
 warmed up once, then timed over `--repeats` calls (torch.cuda.synchronize around each). ms per step = wall time /
 decode steps (the longest response); tokens/s counts response tokens actually produced (EOS included).
@@ -33,6 +44,7 @@ the median of steps 2..N (step 1 carries warm-up).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -48,6 +60,7 @@ from admitcheck import io
 from admitcheck.calibration.opd import train
 from admitcheck.config import PairConfig, RolloutConfig, SamplingConfig, TrainConfig
 from admitcheck.pairs.load import load_pair_tokenizer, tokenize_prompts
+from admitcheck.rollout.engines.fused_llama import is_fused
 from admitcheck.rollout.engines.hf import HFEngine
 
 
@@ -65,9 +78,23 @@ def bench_decode(pair: Path, batch: int, new_tokens: int, repeats: int, device: 
                       eos_token_id=tokens.eos_token_id, pad_token_id=tokens.pad_token_id)  # fmt: skip
     out: dict = {"batch": batch, "max_new_tokens": new_tokens, "repeats": repeats}
     out["engine"] = _time_engine(engine, ids, new_tokens, repeats)  # the one timing loop of this bench
-    out["engine"].pop("_first")  # the first call's Rollouts: compared in bench_random, not JSON
+    first = out["engine"].pop("_first")  # the first call's Rollouts: compared below, not JSON
     out["engine_first_call_s"] = out["engine"]["first_call_s"]
     engine.close()
+    print("engine", json.dumps(out["engine"]), flush=True)
+    # the same engine with the fused Llama decode forward (q|k|v and gate|up as one GEMM each; on CPU its static
+    # decoder's bodies run eagerly): speed, and the tokens against the unfused engine's under the same seed; GQA
+    # with grouped queries (the default) and with HF's repeated K/V
+    for name, grouped in (("engine_fused", True), ("engine_fused_repeat_kv", False)):
+        with _group_queries(grouped):
+            fused = HFEngine(model, RolloutConfig(engine="hf", dtype="bfloat16", device=device), fused=True,
+                             eos_token_id=tokens.eos_token_id, pad_token_id=tokens.pad_token_id)  # fmt: skip
+            out[name] = _time_engine(fused, ids, new_tokens, repeats)
+        out[name] |= _same_tokens(first, out[name].pop("_first"), "unfused")
+        out[name]["speedup_vs_unfused"] = out["engine"]["ms_per_step"] / out[name]["ms_per_step"]
+        out[name]["still_fused"] = is_fused(fused.model)  # every projection still a view of its fused buffer
+        fused.close()
+        print(name, json.dumps(out[name]), flush=True)
     # transformers.generate on the same BF16 model, prompts left-padded, same cap, T=1, no top-k
     tok = tokens.tokenizer
     tok.padding_side = "left"
@@ -165,10 +192,31 @@ def _time_engine(engine: HFEngine, ids: list[list[int]], new_tokens: int, repeat
     return out | {"_first": first}
 
 
+@contextlib.contextmanager
+def _group_queries(on: bool):
+    """FusedLlamaForward's GQA mode for the engines built and first sampled inside (`fused_llama.GROUP_QUERIES`)."""
+    from admitcheck.rollout.engines import fused_llama
+
+    saved, fused_llama.GROUP_QUERIES = fused_llama.GROUP_QUERIES, on
+    try:
+        yield
+    finally:
+        fused_llama.GROUP_QUERIES = saved
+
+
+def _same_tokens(a, b, name: str) -> dict:
+    """How many of rollouts a's tokens b holds (same seed), and the median first step where a row differs."""
+    n = min(a.token_ids.shape[1], b.token_ids.shape[1])
+    differ = a.token_ids[:, :n] != b.token_ids[:, :n]
+    first = torch.where(differ.any(1), differ.float().argmax(1), torch.full_like(differ[:, 0], n, dtype=torch.long))
+    return {f"same_tokens_as_{name}": 1.0 - differ.float().mean().item(),
+            f"first_differing_step_median_vs_{name}": float(first.float().median())}  # fmt: skip
+
+
 def _time_generate(model, ids: list[list[int]], new_tokens: int, repeats: int, static: bool) -> dict:
     from admitcheck.rollout.layout import left_pad
 
-    input_ids, mask = left_pad(ids, 0, "cuda")
+    input_ids, mask = left_pad(ids, 0, model.device)
     kw = {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_new_tokens": new_tokens,
           "min_new_tokens": new_tokens, "pad_token_id": 0, "eos_token_id": 2}  # fmt: skip
     if static:
@@ -195,13 +243,13 @@ def _time_generate(model, ids: list[list[int]], new_tokens: int, repeats: int, s
                   "steps": steps}  # fmt: skip
 
 
-def bench_random(batch: int, new_tokens: int, repeats: int, only: str) -> dict:
+def bench_random(batch: int, new_tokens: int, repeats: int, only: str, device: str = "cuda") -> dict:
     """Decode speed on the SmolLM2 shape with random weights (see the module docstring)."""
     model = smollm2_shape_model()
     gen = torch.Generator().manual_seed(1)
     lengths = torch.randint(32, 65, (batch,), generator=gen).tolist()
     ids = [torch.randint(3, 49152, (n,), generator=gen).tolist() for n in lengths]
-    rollout = RolloutConfig(engine="hf", dtype="bfloat16", device="cuda")
+    rollout = RolloutConfig(engine="hf", dtype="bfloat16", device=device)  # cpu: a smoke test of the code paths
     kw = {"eos_token_id": 2, "pad_token_id": 0}
     out: dict = {"model": "SmolLM2-135M shape, random weights, BF16", "batch": batch, "max_new_tokens": new_tokens,
                  "prompt_tokens": [min(lengths), max(lengths)], "repeats": repeats,
@@ -211,22 +259,35 @@ def bench_random(batch: int, new_tokens: int, repeats: int, only: str) -> dict:
                  "timing": "ms_per_step = median over calls of wall time / steps (prefill and host "
                            "copies included); ms_per_step_min the fastest call"}  # fmt: skip
     variants = {"engine_eager": {"cuda_graphs": False}, "engine_graphs_eager_kernels": {"compile_forward": False},
-                "engine_graphs_compiled": {}}  # fmt: skip
+                "engine_graphs_compiled": {},
+                "engine_graphs_fused_eager_kernels": {"compile_forward": False, "fused": True},
+                "engine_graphs_compiled_fused": {"fused": True},
+                "engine_graphs_compiled_fused_repeat_kv": {"fused": True}}  # fmt: skip
+    unfused = {"engine_graphs_fused_eager_kernels": "engine_graphs_eager_kernels",
+               "engine_graphs_compiled_fused": "engine_graphs_compiled",
+               "engine_graphs_compiled_fused_repeat_kv": "engine_graphs_compiled"}  # fmt: skip
     firsts = {}
     for name, opts in variants.items():
         if only and name not in only.split(","):
             continue
-        engine = HFEngine(model, rollout, **kw, **opts)
-        res = _time_engine(engine, ids, new_tokens, repeats if name != "engine_eager" else 2)
+        with _group_queries(not name.endswith("_repeat_kv")):  # the fused forward is built at the first sample
+            engine = HFEngine(model, rollout, **kw, **opts)
+            res = _time_engine(engine, ids, new_tokens, repeats if name != "engine_eager" else 2)
         firsts[name] = res.pop("_first")
         out[name] = res
         print(name, json.dumps(res), flush=True)
-        if name == "engine_graphs_compiled":
-            out["weight_sync"] = bench_sync(engine, model, ids, new_tokens)
-            print("weight_sync", json.dumps(out["weight_sync"]), flush=True)
+        if name in ("engine_graphs_compiled", "engine_graphs_compiled_fused"):
+            key = "weight_sync" + name.removeprefix("engine_graphs_compiled")
+            out[key] = bench_sync(engine, model, ids, new_tokens)
+            out[key]["still_fused"] = is_fused(engine.model) if engine.fused else None  # after the in-place syncs
+            print(key, json.dumps(out[key]), flush=True)
+        if unfused.get(name) in firsts:
+            res |= _same_tokens(firsts[unfused[name]], firsts[name], "unfused")
+        if "engine_graphs_compiled" in out and name.startswith("engine_graphs_compiled_fused"):
+            res["speedup_vs_unfused"] = out["engine_graphs_compiled"]["ms_per_step"] / res["ms_per_step"]
         engine.close()
     if "engine_eager" in firsts:
-        for name in ("engine_graphs_eager_kernels", "engine_graphs_compiled"):
+        for name in ("engine_graphs_eager_kernels", "engine_graphs_compiled", *unfused):
             if name in firsts:
                 a, b = firsts["engine_eager"], firsts[name]
                 n = min(a.token_ids.shape[1], b.token_ids.shape[1])
@@ -234,10 +295,11 @@ def bench_random(batch: int, new_tokens: int, repeats: int, only: str) -> dict:
                 first_diff = (a.token_ids[:, :n] != b.token_ids[:, :n]).float().argmax(1)
                 out[name]["same_tokens_as_eager"] = same
                 out[name]["first_differing_step_median"] = float(first_diff.float().median())
-    gm = copy.deepcopy(model).to(device="cuda", dtype=torch.bfloat16)
+    gm = None
     for name, static in (("generate_dynamic", False), ("generate_static", True)):
         if only and name not in only.split(","):
             continue
+        gm = gm if gm is not None else copy.deepcopy(model).to(device=device, dtype=torch.bfloat16)
         out[name] = _time_generate(gm, ids, new_tokens, 2 if not static else repeats, static)
         print(name, json.dumps(out[name]), flush=True)
     if "generate_static" in out and "engine_graphs_compiled" in out:
@@ -250,7 +312,7 @@ def bench_sync(engine: HFEngine, model, ids: list[list[int]], new_tokens: int) -
     """In-place weight sync from a float32 trainer copy on the GPU: plain, with noise, with FP8 W8A8; and whether
     the captured graphs still sample the same tokens after syncing the same weights back."""
     sampling = SamplingConfig(temperature=1.0)
-    state = {k: v.to("cuda", torch.float32) for k, v in model.state_dict().items()}
+    state = {k: v.to(engine.device, torch.float32) for k, v in model.state_dict().items()}
     before = engine.sample(ids, sampling, 5, new_tokens)
     ptrs = [p.data_ptr() for p in engine.model.parameters()]
     out = {}
@@ -428,7 +490,7 @@ def main() -> None:
     res["transformers"] = transformers.__version__
     args.out.parent.mkdir(parents=True, exist_ok=True)
     if args.random_weights:
-        res["decode"] = bench_random(args.batch, args.new_tokens, max(args.repeats, 5), args.only)
+        res["decode"] = bench_random(args.batch, args.new_tokens, max(args.repeats, 5), args.only, args.device)
         args.out.write_text(json.dumps(res, indent=2) + "\n")
         return
     parts = args.parts.split(",")

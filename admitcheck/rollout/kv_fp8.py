@@ -93,12 +93,17 @@ def _attention_with_query_hook(base: str):
     return attention
 
 
+def attention_implementation(model: torch.nn.Module) -> str:
+    """The model's attention implementation now (`sdpa`, `eager`, ...; `admitcheck_<base>` once query hooks run)."""
+    return model.config._attn_implementation or "eager"
+
+
 def _hooked_implementation(model: torch.nn.Module) -> str:
     """Switch the model to a registered copy of its attention implementation that runs the query hooks."""
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    current = model.config._attn_implementation or "eager"
+    current = attention_implementation(model)
     if current.startswith("admitcheck_"):
         return current
     name = f"admitcheck_{current}"
@@ -111,6 +116,11 @@ def _hooked_implementation(model: torch.nn.Module) -> str:
 
 def _round_query(scale: torch.Tensor | None):
     return lambda q: quantize_kv(q, QUERY_FORMAT, scale)
+
+
+def query_rounding(module: torch.nn.Module):
+    """The attention module's query rounding (a callable on the (B, H, S, D) query), or None."""
+    return getattr(module, _QUERY_ATTR, None)
 
 
 def use_query_quant(model: torch.nn.Module, recipe: KVRecipe) -> None:

@@ -18,13 +18,14 @@ layer, the sampling uniforms, the outputs, a boolean (B, 1, 1, P + T) attention 
   replayed for every step; the host only checks `alive` every `CHECK_EVERY` steps.
 
 The forward inside the step graph is `forward` (the model itself: eager kernels, or `torch.compile(model)`: inductor
-kernels, ~2x fewer launches); either way the captured kernels read the engine's parameters in place, so a weight
-sync by `copy_` (never re-allocation) keeps every graph valid. The FP8 KV cache has the eager `RolloutCache`'s
-recipe (`KVRecipe`): K/V fake-quantized as they enter the cache (except `skip_layers`), the prefill attends over the
-quantized prompt K/V (vLLM; the fresh ones for `fresh_prefill`), each decode step reads the quantized cache. Its
-per-layer scales are the engine's (L, 3) tensor, updated in place at a weight sync. Activation fake-quant hooks and
-the query rounding (an attention-module hook, `kv_fp8.use_query_quant`) run inside the forward and are captured
-with it.
+kernels, ~2x fewer launches; or `fused_llama.FusedLlamaForward`, one GEMM for q|k|v and one for gate|up, compiled or
+not); either way the captured kernels read the engine's parameters in place (the fused forward: the buffers the
+parameters are views of), so a weight sync by `copy_` (never re-allocation) keeps every graph valid. The FP8 KV cache
+has the eager `RolloutCache`'s recipe (`KVRecipe`): K/V fake-quantized as they enter the cache (except `skip_layers`),
+the prefill attends over the quantized prompt K/V (vLLM; the fresh ones for `fresh_prefill`), each decode step reads the
+quantized cache. Its per-layer scales are the engine's (L, 3) tensor, updated in place at a weight sync. Activation
+fake-quant hooks and the query rounding (an attention-module hook, `kv_fp8.use_query_quant`) run inside the forward and
+are captured with it.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ class CapturedDecoder:
         *,
         eos_token_id: int,
         pad_token_id: int,
-        forward=None,  # the decode forward: the model (eager kernels) or torch.compile(model)
+        forward=None,  # the decode forward: the model, FusedLlamaForward(model), or torch.compile of either
         pool=None,  # a CUDA graph memory pool shared with the engine's other decoders
     ) -> None:
         self.model, self.forward = model, (forward if forward is not None else model)

@@ -27,6 +27,10 @@ same uniforms (so the same tokens, up to the forward's kernels); `cuda_graphs=Fa
 Gumbel-max sampling (`SamplingConfig.coupling: gumbel`, rollout/sampling.py) runs in the eager loop only: a captured
 decoder draws uniforms, so a gumbel call takes the eager loop on CUDA too (issue 36: capturing it is left to the
 SmolLM2 session).
+`fused=True` (Llama only, default off until measured on the GPU): the decode step's forward is `FusedLlamaForward`
+(`fused_llama.py`: one GEMM for q|k|v and one for gate|up per layer, the projections' weights re-pointed as views
+into the fused buffers at engine build, so every in-place weight write reaches it); on CPU the static decoder's
+bodies then run eagerly (no graph), which reproduces the eager loop.
 On CUDA the clean weights live on the GPU in float32 and `load_weights` copies in place (`torch._foreach_copy_`,
 noise drawn on the GPU by generators seeded like the CPU recipe's, fake-quant on the GPU): no parameter is
 re-allocated, so captured graphs stay valid. The CPU path is the eager loop, CPU noise draws, CPU clean copy.
@@ -52,6 +56,7 @@ from transformers.cache_utils import DynamicLayer
 from admitcheck.config import RolloutConfig, SamplingConfig
 from admitcheck.rollout.engines.base import Rollouts
 from admitcheck.rollout.engines.cuda_graph import COMPILE_OPTIONS, CapturedDecoder, DecodeShape, add_noise_on_device
+from admitcheck.rollout.engines.fused_llama import FusedLlamaForward, check_fusable, fuse_projections
 from admitcheck.rollout.kv_fp8 import KVRecipe, calibrate_scales, use_query_quant
 from admitcheck.rollout.layout import left_pad, position_ids
 from admitcheck.rollout.sampling import draw_uniforms, process_logits, sample_gumbel, sample_inverse_cdf
@@ -149,6 +154,7 @@ class HFEngine:
         _owned: bool = False,  # from_pretrained hands over a model nobody else holds: no second copy
         cuda_graphs: bool | None = None,  # None: rollout.cuda_graphs, else captured on CUDA, the eager loop on CPU
         compile_forward: bool | None = None,  # None: rollout.compile, else compile unless the recipe fake-quantizes
+        fused: bool = False,  # the decode step through FusedLlamaForward (fused q|k|v, gate|up GEMMs; Llama only)
     ) -> None:
         self.rollout = rollout
         self.eos_token_id = int(eos_token_id)
@@ -162,11 +168,15 @@ class HFEngine:
         self.compile_forward = self._compile_default(rollout)
         self._decoders: dict[tuple, CapturedDecoder] = {}
         self._compiled = None
+        self.fused = bool(fused)
+        self._fused_forward: FusedLlamaForward | None = None
         self._clean = _clean_copy(model.state_dict(), self.device if on_cuda else None)
         self.model = model if _owned else copy.deepcopy(model)
         self.model.requires_grad_(False).eval()
         _cast_parameters(self.model, self.dtype)  # before the move: a BF16 engine never holds FP32 weights on the GPU
         self.model.to(self.device)
+        if self.fused:  # after the last move: from here on every weight write is in place, into the fused buffers
+            fuse_projections(self.model)
         self._cache_kwarg = cache_kwarg(self.model)
         self._handles: list = []
         n_layers = self.model.config.num_hidden_layers
@@ -221,6 +231,7 @@ class HFEngine:
         self.rollout = rollout
         self._decoders = {}  # captured with the old KV dtype and hooks
         self._compiled = None
+        self._fused_forward = None
         self.compile_forward = self._compile_default(rollout)
         use_query_quant(self.model, KVRecipe())  # the next `sample` sets the new recipe's query rounding
         self._apply_recipe(noise_step=0)
@@ -282,6 +293,7 @@ class HFEngine:
     def close(self) -> None:
         self._decoders = {}
         self._compiled = None
+        self._fused_forward = None
         for handle in self._handles:
             handle.remove()
         self._handles = []
@@ -344,7 +356,7 @@ class HFEngine:
         ids, prompt_mask = left_pad(prompts, self.pad_token_id, dev)  # (B, P)
         B, P = ids.shape
         recipe = self._kv_recipe(ids, prompt_mask)
-        if self.cuda_graphs and sampling.coupling == "inverse_cdf":  # the captured decoder draws uniforms only
+        if (self.cuda_graphs or self.fused) and sampling.coupling == "inverse_cdf":  # its decoder: uniforms only
             return self._decode_captured(ids, prompt_mask, sampling, seed, T, return_full, recipe)
         attn = torch.ones(B, P + T, dtype=torch.long, device=dev)  # (B, P + T); a growing prefix is passed each step
         attn[:, :P] = prompt_mask
@@ -397,6 +409,20 @@ class HFEngine:
         out = [x[:, :n].cpu() for x in (tokens, logprobs, mask)]
         return out[0], out[1], out[2], (full[:, :n].cpu() if full is not None else None)
 
+    def _step_forward(self) -> torch.nn.Module:
+        """The forward of the static decoder's step: the model or the fused forward, compiled when `compile_forward`."""
+        base = self.model
+        if self.fused:
+            check_fusable(self.model)  # with the recipe's hooks as they are now (a fused group shares one input)
+            if self._fused_forward is None:
+                self._fused_forward = FusedLlamaForward(self.model)
+            base = self._fused_forward
+        if not self.compile_forward:
+            return base
+        if self._compiled is None:
+            self._compiled = torch.compile(base, dynamic=False, options=dict(COMPILE_OPTIONS) or None)
+        return self._compiled
+
     def _decode_captured(
         self,
         ids: torch.Tensor,
@@ -407,13 +433,12 @@ class HFEngine:
         full: bool,
         recipe: KVRecipe,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """The same decode through a CapturedDecoder (built and captured on the first call of its bucket)."""
+        """The same decode through a CapturedDecoder (built, and captured when `cuda_graphs`, on the first call of its
+        bucket; uncaptured its bodies run eagerly: the fused forward on CPU)."""
         B, P = ids.shape
         key = (DecodeShape.of(B, P, T, full), (sampling.temperature, sampling.top_p, sampling.top_k))
         decoder = self._decoders.get(key)
         if decoder is None:
-            if self.compile_forward and self._compiled is None:
-                self._compiled = torch.compile(self.model, dynamic=False, options=dict(COMPILE_OPTIONS) or None)
             decoder = CapturedDecoder(
                 self.model,
                 self._cache_kwarg,
@@ -422,9 +447,10 @@ class HFEngine:
                 recipe,  # its scales are the engine's (L, 3) tensor: a sync updates them in place
                 eos_token_id=self.eos_token_id,
                 pad_token_id=self.pad_token_id,
-                forward=self._compiled if self.compile_forward else None,
+                forward=self._step_forward(),
             )
-            decoder.capture()
+            if self.cuda_graphs:
+                decoder.capture()
             self._decoders[key] = decoder
         uniforms = draw_uniforms(B, T, seed).to(self.device)  # (B, T) float64, the eager loop's draws
         tokens, logprobs, mask, fulls, steps = decoder.run(ids, prompt_mask, uniforms, T)
