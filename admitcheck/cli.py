@@ -469,8 +469,8 @@ def screen(
 
     def body() -> int:
         from admitcheck import io
-        from admitcheck.admission.checks import with_logs
-        from admitcheck.admission.screen import screen as run_screen
+        from admitcheck.admission.inputs import read_screen_inputs
+        from admitcheck.admission.screen import screen_with
         from admitcheck.admission.screen_report import PartialScreenError
         from admitcheck.config import ScreenConfig
         from admitcheck.report import to_json, write_reports
@@ -478,17 +478,21 @@ def screen(
 
         cfg = io.load_config(config, ScreenConfig)
         _check_dashboard(dashboard)
-        if from_logs is not None:  # the config's logs section (step, checkpoint, gates) stays
-            cfg = with_logs(cfg, from_logs, log_format)
-        logs = _pipeline_logs(from_logs, log_format) if from_logs is not None else None
-        logged = logs_against_protocol(cfg, strict=strict, file=str(config)) if cfg.source == "logs" else None
+        inputs = read_screen_inputs(cfg, config_file=str(config), candidates=candidate or None, from_logs=from_logs,
+                                    log_format=log_format)  # fmt: skip
+        for w in inputs.logs.warnings if from_logs is not None else ():
+            terminal.render_warning(w)
+        logged = None
+        if inputs.logs is not None:
+            logged = logs_against_protocol(inputs.config, strict=strict, file=str(config), logs=inputs.logs,
+                                           calibration=inputs.calibration)  # fmt: skip
         failure = None
         try:
-            result = run_screen(cfg, config_file=str(config), candidates=candidate or None, progress=progress())
+            result = screen_with(inputs, progress())
         except PartialScreenError as exc:  # a candidate's engine failed: report the verdicts obtained, then exit 3
             result, failure = exc.partial, exc
         write_reports(result, junit_path=junit, markdown_path=markdown)
-        dashes = _screen_dashboards(dashboard, result, logs) if dashboard else {}
+        dashes = _screen_dashboards(dashboard, result, inputs.logs) if dashboard else {}
         if as_json:
             text = to_json(result)
             extra = ({"dashboard": _dashes_json(dashes)} if dashboard else {}) | ({"logged": logged} if logged else {})

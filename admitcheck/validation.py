@@ -123,14 +123,19 @@ def _checks(
     return info
 
 
-def logs_against_protocol(cfg: Any, *, strict: bool, file: str) -> dict[str, Any]:
+def logs_against_protocol(
+    cfg: Any, *, strict: bool, file: str | None, logs: Any = None, calibration: Any = None
+) -> dict[str, Any]:
     """What a screen's logs measure (`logs.logged_quantity`) beside the budget's protocol; each difference is a
-    warning, or with `strict` a ConfigError (exit 2)."""
+    warning, or with `strict` a ConfigError (exit 2). `logs` and `calibration` as a screen read them
+    (`ScreenInputs`), else read here."""
     from admitcheck.calibration.artifact import load_calibration
     from admitcheck.measurement.logs import logged_quantity, protocol_differences, read_logs
 
-    quantity = logged_quantity(read_logs(cfg.logs.path, format=cfg.logs.format))
-    protocol = load_calibration(cfg.calibration).protocol.model_dump(mode="json", exclude_unset=True)  # as stored
+    logs = logs if logs is not None else read_logs(cfg.logs.path, format=cfg.logs.format)
+    calibration = calibration if calibration is not None else load_calibration(cfg.calibration)
+    quantity = logged_quantity(logs)
+    protocol = calibration.protocol.model_dump(mode="json", exclude_unset=True)  # as stored
     try:
         diffs = protocol_differences(quantity, protocol, step=cfg.logs.step)
     except ConfigError as exc:

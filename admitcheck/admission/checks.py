@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from admitcheck import fingerprint, io
 from admitcheck.admission.screen_report import CalibrationSummary, RecipeSummary
@@ -25,6 +25,9 @@ from admitcheck.calibration.compatibility import check_compatibility, check_is_c
 from admitcheck.calibration.schema import CalibrationArtifact
 from admitcheck.config import CandidateConfig, RolloutConfig, ScreenConfig
 from admitcheck.errors import AdmitcheckError, AdmitcheckWarning, CalibrationError, Collected, ConfigError, EngineError
+
+if TYPE_CHECKING:
+    from admitcheck.measurement.metrics import Functional
 
 # Re-exported: the verdict and the look plan were defined here before `admission` (cli, report, bench use them).
 
@@ -45,13 +48,14 @@ def with_logs(config: ScreenConfig, path: str | Path, log_format: str = "auto") 
     return ScreenConfig.model_validate(config.model_dump() | {"source": "logs", "logs": logs})
 
 
-def check_inputs(config: ScreenConfig, chosen: list[CandidateConfig], file: str | None) -> None:
-    """Files and dirs the screen needs exist (before any hashing or loading)."""
+def check_inputs(config: ScreenConfig, chosen: list[CandidateConfig], file: str | None) -> list[dict] | None:
+    """Files and dirs the screen needs exist (before any hashing or loading); the probe prompts, read (engine
+    screens; None for logs)."""
     for fld, d in (("pair.student", config.pair.student), ("pair.teacher", config.pair.teacher)):
         if not (Path(d) / "config.json").is_file():
             raise ConfigError(f"not a model dir (no config.json): {d}", file=file, field=fld)
-    if config.source == "engine":
-        probe_prompts(config, file)  # a missing or empty prompt set is named before any hash comparison
+    # a missing or empty prompt set is named before any hash comparison
+    prompts = probe_prompts(config, file) if config.source == "engine" else None
     for c in chosen:
         if c.rollout is not None and c.rollout.weights_from and not Path(c.rollout.weights_from).is_dir():
             raise ConfigError(
@@ -62,6 +66,7 @@ def check_inputs(config: ScreenConfig, chosen: list[CandidateConfig], file: str 
     cap = config.capacity.model_config_path
     if cap and not Path(cap).is_file():
         raise ConfigError(f"file not found: {cap}", file=file, field="capacity.model_config_path")
+    return prompts
 
 
 def load_checked_calibration(
@@ -135,6 +140,19 @@ def check_functional(calibration: CalibrationArtifact, config_file: str | None) 
         )
 
 
+def functional_means(functional: Functional, sums: dict[str, Any], name: str, file: str | None) -> Any:
+    """The functional's per-sequence means of a run's per-sequence sums; a CalibrationError when this candidate
+    (engine or logs) cannot measure the functional's estimator: its mismatch would be another number."""
+    if functional.estimator not in sums:
+        raise CalibrationError(
+            f"the budget's x is {functional.describe()}, but candidate {name!r} gives no full-vocabulary "
+            "rows (kl_exact): its mismatch would be another number; screen it against a calibration on k3",
+            file=file,
+            field="calibration.protocol.functional",
+        )
+    return functional.sequence_means(sums)
+
+
 class PairRewrittenWarning(AdmitcheckWarning):
     """The pair's strict fingerprints differ from the calibration's (the CLI prints these in yellow)."""
 
@@ -180,8 +198,9 @@ def validate(
     would run. With `errors`, each check's error joins that list and the independent checks run on (the
     calibration's, which hashes the inputs, only when they are there); without, the first error is raised."""
     chosen = select_candidates(config, candidates)  # an unknown name: nothing to check the rest against
+    prompts = None
     with Collected(errors) as inputs:
-        check_inputs(config, chosen, config_file)
+        prompts = check_inputs(config, chosen, config_file)
     calibration = None
     if inputs.ok:
         with Collected(errors):
@@ -197,7 +216,7 @@ def validate(
         with Collected(errors):
             check_engines(chosen, config_file)
         if inputs.ok:  # check_inputs has read the probe prompts
-            probes = len(probe_prompts(config, config_file))
+            probes = len(prompts)
             looks = looks_plan(config, probes).looks
     if calibration is None or probes is None:
         return {}  # the errors say why
