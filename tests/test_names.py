@@ -7,8 +7,9 @@ for the second rule, from the imported models):
    A decorated definition (a typer command, a registered function) is used by its decorator. An entry of `PUBLIC`
    that the package itself uses, or that no longer exists, fails: the list only shrinks.
 2. every backticked `module.name` (or `module.name(...)`) in a docstring, a comment, docs/*.md or README.md resolves:
-   `module` is an admitcheck module by its dotted path or a suffix of it (`calibration.fit`, `fit`) and `name` is a
-   top-level name of it, defined or imported there (a re-export); or the whole is a module; or it is a field path
+   `module` is an admitcheck module by its dotted path or a suffix of it (`calibration.fit`, `fit`; a suffix two
+   modules end in, such as `measure`, may mean either) and `name` is a top-level name of it, defined or imported
+   there (a re-export); or the whole is a module; or it is a field path
    of the package's schemas (`probe.num_prompts`: a field holding a model, then a field of that model; `config.`
    and the file-valued fields in `FILE_FIELDS` lead into their schema). `AMBIGUOUS` first words are not modules
    there (`model.generate` is a torch module's method, `vllm.LLM` the vllm package's). `STALE`, the names allowed
@@ -214,13 +215,15 @@ def unresolved(package: Path, docs: list[Path], fields: tuple[set[str], set[tupl
     names, pairs = fields
     tops: dict[str, set[str]] = {}
 
-    def module_of(parts: list[str]) -> tuple[str | None, list[str]]:
+    def module_of(parts: list[str]) -> tuple[list[str], list[str]]:
+        """The admitcheck modules the longest prefix of `parts` names (a suffix such as `measure` names both
+        `config.measure` and `measurement.measure`), and the rest of `parts`."""
         for k in range(len(parts), 0, -1):
             prefix = ".".join(parts[:k])
             hit = [m for m in mods if m == prefix or m.endswith("." + prefix)]
             if hit and (k > 1 or parts[0] not in AMBIGUOUS):
-                return hit[0], parts[k:]
-        return None, parts
+                return hit, parts[k:]
+        return [], parts
 
     out = []
     for path, line, text in texts(package, docs):
@@ -231,12 +234,13 @@ def unresolved(package: Path, docs: list[Path], fields: tuple[set[str], set[tupl
                 continue
             if parts[0] in names and all(p in pairs for p in itertools.pairwise(parts)):
                 continue  # a field path
-            mod, rest = module_of(parts)
-            if mod is None or not rest:
+            hits, rest = module_of(parts)
+            if not hits or not rest:
                 continue  # not an admitcheck module (`json.dumps`, `cfg.probe`), or a module itself
-            if mod not in tops:
-                tops[mod] = top_level_names(mods[mod])
-            if rest[0] not in tops[mod]:
+            for mod in hits:
+                if mod not in tops:
+                    tops[mod] = top_level_names(mods[mod])
+            if not any(rest[0] in tops[mod] for mod in hits):  # one of the modules the name may mean has it
                 where = line + text[: match.start()].count("\n") if path.suffix == ".md" else line
                 out.append(f"{path.relative_to(package.parent)}:{where}: {dotted}")
     return out

@@ -388,7 +388,7 @@ def build_artifact(
         tolerance=tolerance,
         levels=[LevelEntry.model_validate(plain(lv.to_dict())) for lv in levels],
         level_report=report,
-        auto_noise=AutoNoiseGrid(relative_std=grid["relative_std"], mismatch=grid["mismatch"]) if grid else None,
+        auto_noise=AutoNoiseGrid(**{k: grid[k] for k in AutoNoiseGrid.model_fields}) if grid else None,
         runs=[RunEntry.model_validate(r.model_dump(mode="json")) for r in runs],  # every field, as stored
         curve=_curve(est, f.x),
         budget=budget,
