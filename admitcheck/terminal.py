@@ -215,6 +215,17 @@ def render_toy(summary, *, reused: bool = False) -> None:
 # --------------------------------------------------------------------------------------------------- calibrate
 
 
+def render_ledger_progress(p) -> None:
+    """`calibrate --status`: one line from the ledger (`ledger.LedgerProgress`), printed as is (no markup)."""
+    import time
+
+    ago = f"last {time.time() - p.last_finished_at:.0f} s ago" if p.last_finished_at else "no finish time"
+    rate = f"{p.runs_per_minute:.2f} runs/min" if p.runs_per_minute is not None else "runs/min n/a"
+    phases = ", ".join(f"{k} {v:g}" for k, v in p.median_phase_seconds.items())
+    gpu = f"GPU {p.gpu_utilization:g}%" if p.gpu_utilization is not None else "GPU n/a"
+    print(f"{p.path}: {p.runs} runs ({ago}), {rate}, median run {p.median_seconds} s [{phases}], {gpu}")
+
+
 def render_calibration(cal: CalibrationArtifact) -> None:
     runs = Table(title="calibration runs (mismatch and quality in nats/token)")
     for c in ("level", "seed", "mismatch", "95% CI", "quality", "quality cost"):
@@ -448,7 +459,7 @@ def render_demo(result) -> None:
 
 
 def render_logged(q: dict) -> None:
-    """What logged log-probs measure (`validation.logs_against_protocol`), beside the budget's protocol."""
+    """What logged log-probs measure (`checks.logs_against_protocol`), beside the budget's protocol."""
     steps = ", ".join(map(str, q["steps"])) or (
         f"{q['step']} (logs.step)" if q.get("step") is not None else "not logged"
     )

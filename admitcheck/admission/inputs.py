@@ -10,6 +10,7 @@ confidence. Nothing below it opens a file the inputs already hold.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from admitcheck.admission.checks import (
 from admitcheck.admission.sequential import LookPlan, confidence_per_look, looks_plan
 from admitcheck.calibration.schema import CalibrationArtifact
 from admitcheck.config import CandidateConfig, ScreenConfig
+from admitcheck.errors import AdmitcheckWarning
 from admitcheck.measurement.logs import LoggedLogprobs
 from admitcheck.pairs.load import LoadedPair
 
@@ -64,6 +66,8 @@ def read_screen_inputs(
     if from_logs is not None:  # the config's logs section (step, checkpoint, gates) stays
         config = with_logs(config, from_logs, log_format)
         logs = read_logs(from_logs, format=log_format, field="--from-logs")
+        for w in logs.warnings:  # what the reader found (the command prints them in yellow)
+            warnings.warn(AdmitcheckWarning(w), stacklevel=2)
     elif config.source == "logs":
         logs = read_logs(config.logs.path, format=config.logs.format)
     chosen = tuple(select_candidates(config, candidates))

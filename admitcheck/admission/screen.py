@@ -32,7 +32,9 @@ with the partial ScreenReport (verdicts obtained, `failures` by name) in its `pa
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from admitcheck.admission.checks import calibration_summary
 from admitcheck.admission.inputs import ScreenInputs, read_screen_inputs
@@ -47,7 +49,17 @@ from admitcheck.config import ScreenConfig
 from admitcheck.errors import EngineError
 
 # Re-exported: the verdict and the look plan were defined here before `admission` (cli, report, bench use them).
-__all__ = ["Decision", "ScreenReport", "ScreenSession", "Verdict", "looks_plan", "screen", "screen_with"]
+__all__ = [
+    "Decision",
+    "ScreenReport",
+    "ScreenRun",
+    "ScreenSession",
+    "Verdict",
+    "looks_plan",
+    "screen",
+    "screen_run",
+    "screen_with",
+]
 
 
 def _diagnostics(inputs: ScreenInputs) -> dict[str, CandidateDiagnostics]:
@@ -124,6 +136,66 @@ def screen_with(inputs: ScreenInputs, progress: Progress | None = None) -> Scree
     if failures:
         raise _partial_failure(result, inputs.file)
     return result
+
+
+@dataclass(frozen=True)
+class ScreenRun:
+    """What `admitcheck screen` shows: the report (partial when an engine failed: `failure` is then the error the
+    command exits with, after the reports), what logged log-probs measure beside the budget's protocol, and one
+    framework dashboard per verdict when asked for."""
+
+    report: ScreenReport
+    logged: dict[str, Any] | None = None  # `checks.logs_against_protocol`
+    dashboards: dict[str, Any] = field(default_factory=dict)  # verdict name -> `dashboards.Dashboard`
+    failure: PartialScreenError | None = None
+
+
+def screen_run(
+    config: ScreenConfig,
+    *,
+    config_file: str | None = None,
+    candidates: list[str] | None = None,
+    from_logs: str | Path | None = None,
+    log_format: str = "auto",
+    strict: bool = False,
+    dashboard: str | None = None,
+    progress: Progress | None = None,
+) -> ScreenRun:
+    """The screen command as one library call: the inputs read once (`--from-logs`: its reader's warnings issued),
+    the logs' quantity beside the budget's protocol (`strict`: a ConfigError when they differ), the verdicts (a
+    `PartialScreenError` kept beside the partial report), and `dashboard`'s metrics per verdict."""
+    from admitcheck.admission.checks import logs_against_protocol
+
+    inputs = read_screen_inputs(
+        config, config_file=config_file, candidates=candidates, from_logs=from_logs, log_format=log_format
+    )
+    logged = None
+    if inputs.logs is not None:
+        logged = logs_against_protocol(
+            inputs.config, strict=strict, file=config_file, logs=inputs.logs, calibration=inputs.calibration
+        )
+    failure = None
+    try:
+        report = screen_with(inputs, progress)
+    except PartialScreenError as exc:  # a candidate's engine failed: the verdicts obtained are reported
+        report, failure = exc.partial, exc
+    dashes = _dashboards(dashboard, report, inputs.logs) if dashboard else {}
+    return ScreenRun(report, logged, dashes, failure)
+
+
+def _dashboards(framework: str, report: ScreenReport, logs) -> dict[str, Any]:
+    """One dashboard per verdict: exact from the logs' tokens, or from each engine verdict's token means."""
+    from admitcheck.measurement.dashboards import dashboard, dashboard_from_metrics
+
+    out = {}
+    for v in report.verdicts:
+        if v.source == "logs" and logs is not None:
+            out[v.name] = dashboard(
+                framework, logs.rollout_logprobs, logs.trainer_logprobs, logs.mask, groups=logs.groups
+            )
+        else:
+            out[v.name] = dashboard_from_metrics(framework, v.metrics, v.tokens)
+    return out
 
 
 def _failure_message(exc: EngineError, name: str) -> str:
