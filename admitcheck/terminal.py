@@ -481,7 +481,7 @@ def render_plan(p, plot: Path | None = None) -> None:
     """`admitcheck plan`'s table (`admission.plan.Plan`): candidates by predicted speed-up, fastest first."""
     c = p.calibration
     title = (
-        f"plan: {c['name']} — time to the baseline's final quality + τ ({fmt(c['tau'])} {c['quality_unit']}); "
+        f"plan: {c.name} — time to the baseline's final quality + τ ({fmt(c.tau)} {c.quality_unit}); "
         f"{int(100 * p.confidence)}% intervals over replicate pairs"
     )
     table = Table(title=title)
@@ -515,11 +515,11 @@ def render_plan(p, plot: Path | None = None) -> None:
             f"{fmt(r.speedup)} {fmt_interval(r.speedup_interval)}",
         )
     out.print(table)
-    t = c["baseline_steps_to_target_interval"]
+    t = c.baseline_steps_to_target_interval
     out.print(
-        f"baseline reaches the target at step {fmt(c['baseline_steps_to_target'])} [{fmt(t[0])}, {fmt(t[1])}] "
-        f"of {fmt(c['steps'])} ({c['baseline_replicates']} replicates, {c['evals_per_run']} evaluations per "
-        f"run); runs from {', '.join(c['ledgers'])}"
+        f"baseline reaches the target at step {fmt(c.baseline_steps_to_target)} [{fmt(t[0])}, {fmt(t[1])}] "
+        f"of {fmt(c.steps)} ({c.baseline_replicates} replicates, {c.evals_per_run} evaluations per "
+        f"run); runs from {', '.join(c.ledgers)}"
     )
     if plot is not None:
         out.print(f"plot: {plot}")
