@@ -435,7 +435,8 @@ def compare(first: CalArg, second: CalArg, as_json: JsonOpt = False) -> None:
         cal_a, cal_b = load_calibration(first), load_calibration(second)
         cmp = compare_calibrations(cal_a, cal_b, load_seed_runs(cal_a), load_seed_runs(cal_b))
         if as_json:
-            print(json.dumps({**asdict(cmp), "levels": level_rows(cal_a, cal_b)}, indent=2, default=str))
+            levels = [asdict(r) for r in level_rows(cal_a, cal_b)]
+            print(json.dumps({**asdict(cmp), "levels": levels}, indent=2, default=str))
             return 0
         terminal.render_compare(cmp, cal_a, cal_b, level_rows(cal_a, cal_b))
         return 0

@@ -315,7 +315,7 @@ def render_backtest(bt: BacktestReport) -> None:
 # --------------------------------------------------------------------------------------------------- compare
 
 
-def render_compare(cmp, cal_a: CalibrationArtifact, cal_b: CalibrationArtifact, levels: list[dict]) -> None:
+def render_compare(cmp, cal_a: CalibrationArtifact, cal_b: CalibrationArtifact, levels: list) -> None:
     """Two calibrations' budgets side by side, their ratio, and `levels` (`calibration.compare.level_rows`)."""
     table = Table(title=f"mismatch budgets ({cal_a.metric}, nats/token)")
     table.add_column("")
@@ -348,14 +348,8 @@ def render_compare(cmp, cal_a: CalibrationArtifact, cal_b: CalibrationArtifact, 
     for c in ("level", f"{cal_a.metric} A", "cost/τ A", f"{cal_b.metric} B", "cost/τ B"):
         table.add_column(c, justify="right" if c != "level" else "left")
     for r in levels:
-        a, b = r["a"], r["b"]
-        table.add_row(
-            r["level"],
-            fmt(a["mismatch"]),
-            f"{a['cost_over_tau']:+.2f}",
-            fmt(b["mismatch"]),
-            f"{b['cost_over_tau']:+.2f}",
-        )
+        a, b = r.a, r.b
+        table.add_row(r.level, fmt(a.mismatch), f"{a.cost_over_tau:+.2f}", fmt(b.mismatch), f"{b.cost_over_tau:+.2f}")
     out.print(table)
 
 
