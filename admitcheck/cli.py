@@ -537,7 +537,7 @@ def validate(
         if as_json:
             print(json.dumps(info, indent=2, default=str))
         else:
-            terminal.render_validate(config, info)
+            terminal.render_validate(config, result)
         return 0
 
     _guard(body)

@@ -370,17 +370,14 @@ def render_screen(result: ScreenReport, dashes: dict) -> None:
 # --------------------------------------------------------------------------------------------------- validate
 
 
-def render_validate(config: Path, info: dict) -> None:
-    """Print ok and what a config names (`info`: what `validate` found, with its `kind` and `kind_from`)."""
-    out.print(f"[green]ok[/green]: {config} ({info['kind']} config, {info['kind_from']})")
-    if info["kind"] == "backtest":
+def render_validate(config: Path, v) -> None:
+    """Print ok and what a config names (`v`: `validation.Validation`, its kind, how the kind was found, its info)."""
+    out.print(f"[green]ok[/green]: {config} ({v.kind} config, {v.kind_from})")
+    info = v.info
+    if v.kind == "backtest":
         keys = ["calibration", "budget", "tolerance", "candidates"]
     else:
-        keys = [
-            k
-            for k, v in info.items()
-            if k not in ("kind", "kind_from") and (not isinstance(v, (dict, list)) or k in ("candidates", "prompts"))
-        ]
+        keys = [k for k, x in info.items() if not isinstance(x, (dict, list)) or k in ("candidates", "prompts")]
     for k in keys:
         out.print(f"  {k}: {info[k]}")
 
