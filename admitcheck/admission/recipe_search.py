@@ -111,7 +111,7 @@ def search_recipe(config: RecipeSearchConfig, *, config_file: str | None = None,
     tries = len(recipe_units(config.rollout, L, tuple(config.units), config.layers)) + 1
     level = 1.0 - (1.0 - config.policy.confidence) / tries
     base = config.model_dump(include={"pair", "calibration", "probe", "sampling", "reference", "policy", "capacity"})
-    policy = base["policy"] | {"confidence": level}
+    policy = config.policy.model_dump() | {"confidence": level}  # base's policy, at the search's level
     cfg = ScreenConfig.model_validate(
         base | {"policy": policy, "candidates": [{"name": config.name, "rollout": plain}]}  # kl_exact decides
     )
