@@ -482,7 +482,7 @@ def screen(
         from admitcheck.report import to_json
 
         extra = ({"dashboard": {n: d.to_dict() for n, d in r.dashboards.items()}} if dashboard else {}) | (
-            {"logged": r.logged} if r.logged else {}
+            {"logged": r.logged.to_dict()} if r.logged else {}
         )
         return json.dumps(json.loads(to_json(r.report)) | extra, indent=2) if extra else to_json(r.report)
 

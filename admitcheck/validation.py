@@ -93,7 +93,7 @@ def _checks(
             from admitcheck.admission.checks import logs_against_protocol
 
             with Collected(errors):
-                info["logged"] = logs_against_protocol(cfg, strict=strict, file=file)
+                info["logged"] = logs_against_protocol(cfg, strict=strict, file=file).to_dict()
         if cfg.policy.reject_only:
             info["gate"] = "reject-only (policy.reject_only): no candidate can be admitted by the bound"
         return info

@@ -12,6 +12,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ from admitcheck.config import CandidateConfig, RolloutConfig, ScreenConfig
 from admitcheck.errors import AdmitcheckError, AdmitcheckWarning, CalibrationError, Collected, ConfigError, EngineError
 
 if TYPE_CHECKING:
+    from admitcheck.measurement.logs import LoggedQuantity
     from admitcheck.measurement.metrics import Functional
 
 # Re-exported: the verdict and the look plan were defined here before `admission` (cli, report, bench use them).
@@ -286,9 +288,34 @@ def calibration_summary(calibration: CalibrationArtifact) -> CalibrationSummary:
     )
 
 
+@dataclass(frozen=True)
+class BudgetProtocolSummary:
+    """The budget's measurement protocol as its artifact stores it, in the words a logs screen is compared in."""
+
+    prompts: str  # "<n> probe prompts"
+    x: str  # the weights the budget's mismatch is measured at: start or run
+    max_new_tokens: int | None
+    sampling: dict[str, Any]  # as stored
+
+
+@dataclass(frozen=True)
+class LoggedVsProtocol:
+    """What a screen's logs measure beside the budget's protocol (`logs_against_protocol`; JSON: `to_dict`)."""
+
+    quantity: LoggedQuantity
+    budget_protocol: BudgetProtocolSummary
+    differences: list[str]
+    step: int | None  # the config's logs.step
+
+    def to_dict(self) -> dict[str, Any]:
+        """The quantity's fields, then the protocol, the differences and the step (`screen --json`'s `logged`)."""
+        rest = {"budget_protocol": asdict(self.budget_protocol), "differences": self.differences, "step": self.step}
+        return asdict(self.quantity) | rest
+
+
 def logs_against_protocol(
     cfg: Any, *, strict: bool, file: str | None, logs: Any = None, calibration: Any = None
-) -> dict[str, Any]:
+) -> LoggedVsProtocol:
     """What a screen's logs measure (`logs.logged_quantity`) beside the budget's protocol; each difference is a
     warning, or with `strict` a ConfigError (exit 2). `logs` and `calibration` as a screen read them
     (`ScreenInputs`), else read here."""
@@ -304,14 +331,12 @@ def logs_against_protocol(
     except ConfigError as exc:
         raise ConfigError(exc.message, file=file, field=exc.field) from None
     probe, sampling = protocol.get("probe", {}), protocol.get("sampling", {})
-    quantity["budget_protocol"] = {
-        "prompts": f"{probe.get('num_prompts')} probe prompts",
-        "x": protocol.get("x", "start"),
-        "max_new_tokens": probe.get("max_new_tokens"),
-        "sampling": sampling,
-    }
-    quantity["differences"] = diffs
-    quantity["step"] = cfg.logs.step
+    budget = BudgetProtocolSummary(
+        prompts=f"{probe.get('num_prompts')} probe prompts",
+        x=protocol.get("x", "start"),
+        max_new_tokens=probe.get("max_new_tokens"),
+        sampling=sampling,
+    )
     if diffs and strict:
         raise ConfigError(
             "the logs measure another quantity than the budget's protocol (--strict): " + "; ".join(diffs),
@@ -320,4 +345,4 @@ def logs_against_protocol(
         )
     for d in diffs:
         warnings.warn(AdmitcheckWarning(f"logs vs the budget's protocol: {d}"), stacklevel=2)
-    return quantity
+    return LoggedVsProtocol(quantity, budget, diffs, cfg.logs.step)

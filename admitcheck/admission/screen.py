@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from admitcheck.admission.checks import calibration_summary
+from admitcheck.admission.checks import LoggedVsProtocol, calibration_summary
 from admitcheck.admission.inputs import ScreenInputs, read_screen_inputs
 from admitcheck.admission.screen_report import CandidateDiagnostics, PartialScreenError, PolicySummary, ScreenReport
 from admitcheck.admission.sequential import (
@@ -145,7 +145,7 @@ class ScreenRun:
     framework dashboard per verdict when asked for."""
 
     report: ScreenReport
-    logged: dict[str, Any] | None = None  # `checks.logs_against_protocol`
+    logged: LoggedVsProtocol | None = None  # `checks.logs_against_protocol`
     dashboards: dict[str, Any] = field(default_factory=dict)  # verdict name -> `dashboards.Dashboard`
     failure: PartialScreenError | None = None
 
