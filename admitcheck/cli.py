@@ -153,6 +153,65 @@ def _main(
     pair tolerates, then admit or reject rollout configs against it."""
 
 
+def _run(
+    path: Path,
+    kind: str,
+    run: Callable[[Any, str], Any],
+    render: Callable[[Any], None],
+    *,
+    as_json: bool,
+    text: Callable[[Any], str] = lambda result: json.dumps(result.to_dict(), indent=2, default=str),
+    code: Callable[[Any], int] = lambda result: 0,
+    limits: bool = False,
+) -> None:
+    """One config command, after mergekit's: load `path` as its kind's schema (`config.KINDS`; exit 2 naming the
+    field), check lengths and memory when `limits` (`rollout.limits.check_limits`, what `validate` checks
+    too), call the library (`run(config, file)`), then print `text(result)`, one JSON document (`--json`), or
+    `render(result)` as tables; the exit code is `code(result)`."""
+
+    def body() -> int:
+        from admitcheck import io
+        from admitcheck.config import schema_for
+
+        cfg = io.load_config(path, schema_for(kind))
+        if limits:
+            from admitcheck.rollout.limits import check_limits
+
+            check_limits(cfg, file=str(path))
+        result = run(cfg, str(path))
+        if as_json:
+            print(text(result))
+        else:
+            render(result)
+        return code(result)
+
+    _guard(body)
+
+
+def _json_default(x: Any) -> Any:
+    return x.tolist() if hasattr(x, "tolist") else str(x)
+
+
+def _check_dashboard(name: str | None) -> None:
+    from admitcheck.errors import ConfigError
+    from admitcheck.measurement.dashboards import FRAMEWORKS
+
+    if name is not None and name not in FRAMEWORKS:
+        raise ConfigError(f"unknown framework {name!r} (known: {', '.join(FRAMEWORKS)})", field="--dashboard")
+
+
+def _write_plot(path: Path | None, png: bytes | None) -> None:
+    """A chart to `path` (`--plot`); a yellow note when matplotlib is missing."""
+    from admitcheck import io
+
+    if path is None:
+        return
+    if png is None:
+        err.print("[yellow]no plot: matplotlib is not installed (pip install 'admitcheck[plot]')[/yellow]")
+    else:
+        io.write_bytes_atomic(path, png)
+
+
 # --------------------------------------------------------------------------------------------------- measure
 
 
@@ -167,79 +226,47 @@ def measure(
     dashboard: DashboardOpt = None,
 ) -> None:
     """Measure a rollout config's mismatch against the reference on the probe set, beside the noise floor."""
+    if from_logs is not None or config is None:
+        return _guard(lambda: _measure_logs(from_logs, log_format, dashboard, as_json))
 
-    def body() -> int:
-        from admitcheck import io
-        from admitcheck.config import MeasureConfig
-        from admitcheck.errors import ConfigError
-        from admitcheck.measurement.dashboards import dashboard as token_dashboard
+    def run(cfg, file):
         from admitcheck.measurement.dashboards import dashboard_from_metrics
         from admitcheck.measurement.measure import measure as run_measure
 
         _check_dashboard(dashboard)
-        if from_logs is not None:
-            from admitcheck.measurement.metrics import mismatch_metrics
-
-            logs = _pipeline_logs(from_logs, log_format)
-            m = mismatch_metrics(logs.rollout_logprobs, logs.trainer_logprobs, logs.mask)
-            dash = (
-                token_dashboard(dashboard, logs.rollout_logprobs, logs.trainer_logprobs, logs.mask, groups=logs.groups)
-                if dashboard
-                else None
-            )
-            if as_json:
-                doc = {"logs": str(from_logs), "format": logs.format, "warnings": list(logs.warnings)}
-                doc |= {"metrics": m.to_dict(), "dashboard": dash.to_dict() if dash else None}
-                print(json.dumps(doc, indent=2, default=_json_default))
-            else:
-                terminal.render_dashboard(dash, metrics=m)
-            return 0
-        if config is None:
-            raise ConfigError("give a measure config, or --from-logs FILE", field="CONFIG")
-        cfg = io.load_config(config, MeasureConfig)
-        _check_limits(cfg, config)
-        report = run_measure(cfg, config_file=str(config), progress=progress())
+        report = run_measure(cfg, config_file=file, progress=progress())
         c = report.candidate.metrics
         dash = dashboard_from_metrics(dashboard, c.values, c.num_tokens, c.per_sequence) if dashboard else None
-        if as_json:
-            doc = report.to_dict() | ({"dashboard": dash.to_dict()} if dash else {})
-            print(json.dumps(doc, indent=2, default=_json_default))
-        else:
-            terminal.render_measure(report)
-            if dash:
-                terminal.render_dashboard(dash)
-        return 0
+        return report, dash
 
-    _guard(body)
+    def render(result):
+        terminal.render_measure(result[0])
+        if result[1]:
+            terminal.render_dashboard(result[1])
 
+    def text(result):
+        doc = result[0].to_dict() | ({"dashboard": result[1].to_dict()} if result[1] else {})
+        return json.dumps(doc, indent=2, default=_json_default)
 
-def _check_limits(cfg: Any, config: Path) -> None:
-    """`rollout.limits.check_limits` (what `validate` checks too): lengths, probe memory, vLLM kept sets."""
-    from admitcheck.rollout.limits import check_limits
-
-    check_limits(cfg, file=str(config))
+    _run(config, "measure", run, render, as_json=as_json, text=text, limits=True)
 
 
-def _check_dashboard(name: str | None) -> None:
+def _measure_logs(path: Path | None, log_format: str, dashboard: str | None, as_json: bool) -> int:
+    """`measure --from-logs FILE`: the logs' metrics (`measure.measure_logs`), their reader's warnings on stderr."""
     from admitcheck.errors import ConfigError
-    from admitcheck.measurement.dashboards import FRAMEWORKS
+    from admitcheck.measurement.measure import measure_logs
 
-    if name is not None and name not in FRAMEWORKS:
-        raise ConfigError(f"unknown framework {name!r} (known: {', '.join(FRAMEWORKS)})", field="--dashboard")
-
-
-def _pipeline_logs(path: Path, fmt: str):
-    """Read logs for --from-logs (exit 2 on bad input), print their warnings on stderr."""
-    from admitcheck.measurement.logs import read_logs
-
-    logs = read_logs(path, format=fmt, field="--from-logs")
-    for w in logs.warnings:
+    _check_dashboard(dashboard)
+    if path is None:
+        raise ConfigError("give a measure config, or --from-logs FILE", field="CONFIG")
+    rep = measure_logs(path, format=log_format, dashboard=dashboard)
+    for w in rep.logs.warnings:
         terminal.render_warning(w)
-    return logs
-
-
-def _json_default(x: Any) -> Any:
-    return x.tolist() if hasattr(x, "tolist") else str(x)
+    if as_json:
+        print(json.dumps(rep.to_dict(), indent=2, default=_json_default))
+    else:
+        terminal.render_dashboard(rep.dashboard, metrics=rep.metrics)
+    return 0
 
 
 # --------------------------------------------------------------------------------------------------- toy pair
@@ -338,47 +365,28 @@ def calibrate(
     ] = False,
 ) -> None:
     """Run short OPD trainings at controlled mismatch levels and write the pair's mismatch budget (resumable)."""
+    if status:  # the ledger's progress, read without loading a model
+        return _run(config, "calibrate", _ledger_progress, terminal.render_ledger_progress, as_json=as_json,
+                    text=lambda p: json.dumps(p.to_dict(), indent=2))  # fmt: skip
 
-    def body() -> int:
-        from admitcheck import io
+    def run(cfg, file):
         from admitcheck.calibration.calibrate import calibrate as run_calibrate
-        from admitcheck.config import CalibrateConfig
-
-        cfg = io.load_config(config, CalibrateConfig)
-        if status:
-            return _print_status(cfg, as_json)
-        _check_limits(cfg, config)
-        cal = run_calibrate(
-            cfg, config_file=str(config), jobs=jobs, executor=executor, ray_address=ray_address, progress=progress()
-        )
         from admitcheck.report import write_calibration_chart
 
+        cal = run_calibrate(
+            cfg, config_file=file, jobs=jobs, executor=executor, ray_address=ray_address, progress=progress()
+        )
         write_calibration_chart(cal)
-        if as_json:
-            print(json.dumps(cal.to_dict(), indent=2, default=str))
-        else:
-            terminal.render_calibration(cal)
-        return 0
+        return cal
 
-    _guard(body)
+    _run(config, "calibrate", run, terminal.render_calibration, as_json=as_json, limits=True)
 
 
-def _print_status(cfg: Any, as_json: bool) -> int:
-    """`calibrate --status`: one line (or one JSON document) from the ledger, in well under a second."""
-    import time
-
+def _ledger_progress(cfg: Any, _file: str):
+    """`calibrate --status`: the ledger's `ledger.LedgerProgress`, in well under a second."""
     from admitcheck.calibration.ledger import ledger_path, read_progress
 
-    p = read_progress(ledger_path(Path(cfg.output)))
-    if as_json:
-        print(json.dumps(p.to_dict(), indent=2))
-        return 0
-    ago = f"last {time.time() - p.last_finished_at:.0f} s ago" if p.last_finished_at else "no finish time"
-    rate = f"{p.runs_per_minute:.2f} runs/min" if p.runs_per_minute is not None else "runs/min n/a"
-    phases = ", ".join(f"{k} {v:g}" for k, v in p.median_phase_seconds.items())
-    gpu = f"GPU {p.gpu_utilization:g}%" if p.gpu_utilization is not None else "GPU n/a"
-    print(f"{p.path}: {p.runs} runs ({ago}), {rate}, median run {p.median_seconds} s [{phases}], {gpu}")
-    return 0
+    return read_progress(ledger_path(Path(cfg.output)))
 
 
 # --------------------------------------------------------------------------------------------------- backtest
@@ -395,25 +403,17 @@ def backtest(
     """Check a calibration's verdicts against full OPD runs with each held-out candidate (resumable); writes the
     report as YAML, Markdown and a plot."""
 
-    def body() -> int:
-        from admitcheck import io
+    def run(cfg, file):
         from admitcheck.admission.backtest import backtest as run_backtest
-        from admitcheck.config import BacktestConfig
-
-        cfg = io.load_config(config, BacktestConfig)
-        bt = run_backtest(
-            cfg, config_file=str(config), jobs=jobs, executor=executor, ray_address=ray_address, progress=progress()
-        )
         from admitcheck.report import write_backtest_companions
 
+        bt = run_backtest(
+            cfg, config_file=file, jobs=jobs, executor=executor, ray_address=ray_address, progress=progress()
+        )
         write_backtest_companions(bt)
-        if as_json:
-            print(json.dumps(bt.to_dict(), indent=2, default=str))
-        else:
-            terminal.render_backtest(bt)
-        return 0
+        return bt
 
-    _guard(body)
+    _run(config, "backtest", run, terminal.render_backtest, as_json=as_json)
 
 
 # --------------------------------------------------------------------------------------------------- compare
@@ -435,7 +435,8 @@ def compare(first: CalArg, second: CalArg, as_json: JsonOpt = False) -> None:
         cal_a, cal_b = load_calibration(first), load_calibration(second)
         cmp = compare_calibrations(cal_a, cal_b, load_seed_runs(cal_a), load_seed_runs(cal_b))
         if as_json:
-            print(json.dumps({**asdict(cmp), "levels": level_rows(cal_a, cal_b)}, indent=2, default=str))
+            levels = [asdict(r) for r in level_rows(cal_a, cal_b)]
+            print(json.dumps({**asdict(cmp), "levels": levels}, indent=2, default=str))
             return 0
         terminal.render_compare(cmp, cal_a, cal_b, level_rows(cal_a, cal_b))
         return 0
@@ -467,60 +468,37 @@ def screen(
 ) -> None:
     """Admit or reject each candidate rollout config against the calibration's mismatch budget (exit 1: rejected)."""
 
-    def body() -> int:
-        from admitcheck import io
-        from admitcheck.admission.checks import with_logs
-        from admitcheck.admission.screen import screen as run_screen
-        from admitcheck.admission.screen_report import PartialScreenError
-        from admitcheck.config import ScreenConfig
-        from admitcheck.report import to_json, write_reports
-        from admitcheck.validation import logs_against_protocol
+    def run(cfg, file):
+        from admitcheck.admission.screen import screen_run
+        from admitcheck.report import write_reports
 
-        cfg = io.load_config(config, ScreenConfig)
         _check_dashboard(dashboard)
-        if from_logs is not None:  # the config's logs section (step, checkpoint, gates) stays
-            cfg = with_logs(cfg, from_logs, log_format)
-        logs = _pipeline_logs(from_logs, log_format) if from_logs is not None else None
-        logged = logs_against_protocol(cfg, strict=strict, file=str(config)) if cfg.source == "logs" else None
-        failure = None
-        try:
-            result = run_screen(cfg, config_file=str(config), candidates=candidate or None, progress=progress())
-        except PartialScreenError as exc:  # a candidate's engine failed: report the verdicts obtained, then exit 3
-            result, failure = exc.partial, exc
-        write_reports(result, junit_path=junit, markdown_path=markdown)
-        dashes = _screen_dashboards(dashboard, result, logs) if dashboard else {}
-        if as_json:
-            text = to_json(result)
-            extra = ({"dashboard": _dashes_json(dashes)} if dashboard else {}) | ({"logged": logged} if logged else {})
-            print(json.dumps(json.loads(text) | extra, indent=2) if extra else text)
-        else:
-            terminal.render_screen(result, dashes)
-            if logged:
-                terminal.render_logged(logged)
-        if failure is not None:
-            raise failure
-        return result.exit_code
+        r = screen_run(cfg, config_file=file, candidates=candidate or None, from_logs=from_logs,
+                       log_format=log_format, strict=strict, dashboard=dashboard, progress=progress())  # fmt: skip
+        write_reports(r.report, junit_path=junit, markdown_path=markdown)
+        return r
 
-    _guard(body)
+    def text(r) -> str:
+        from admitcheck.report import to_json
+
+        extra = ({"dashboard": {n: d.to_dict() for n, d in r.dashboards.items()}} if dashboard else {}) | (
+            {"logged": r.logged.to_dict()} if r.logged else {}
+        )
+        return json.dumps(json.loads(to_json(r.report)) | extra, indent=2) if extra else to_json(r.report)
+
+    def render(r) -> None:
+        terminal.render_screen(r.report, r.dashboards)
+        if r.logged:
+            terminal.render_logged(r.logged)
+
+    _run(config, "screen", run, render, as_json=as_json, text=text, code=_screen_exit)
 
 
-def _screen_dashboards(framework: str, result, logs) -> dict:
-    """One dashboard per verdict: exact from the logs' tokens, or from each engine verdict's token means."""
-    from admitcheck.measurement.dashboards import dashboard, dashboard_from_metrics
-
-    out = {}
-    for v in result.verdicts:
-        if v.source == "logs" and logs is not None:
-            out[v.name] = dashboard(
-                framework, logs.rollout_logprobs, logs.trainer_logprobs, logs.mask, groups=logs.groups
-            )
-        else:
-            out[v.name] = dashboard_from_metrics(framework, v.metrics, v.tokens)
-    return out
-
-
-def _dashes_json(dashes: dict) -> dict:
-    return {name: d.to_dict() for name, d in dashes.items()}
+def _screen_exit(r) -> int:
+    """0 all admitted, 1 any rejected; an engine that failed exits 3 after the reports of the verdicts obtained."""
+    if r.failure is not None:
+        raise r.failure
+    return r.report.exit_code
 
 
 # --------------------------------------------------------------------------------------------------- validate
@@ -559,7 +537,7 @@ def validate(
         if as_json:
             print(json.dumps(info, indent=2, default=str))
         else:
-            terminal.render_validate(config, info)
+            terminal.render_validate(config, result)
         return 0
 
     _guard(body)
@@ -578,28 +556,15 @@ def sensitivity(
 ) -> None:
     """Mismatch of each unit (a layer's KV cache, attention, MLP) when only it is under the rollout's recipe."""
 
-    def body() -> int:
-        from admitcheck import io
-        from admitcheck.config import SensitivityConfig
+    def run(cfg, file):
         from admitcheck.measurement.sensitivity import sensitivity as run_sensitivity
         from admitcheck.plots import plot_sensitivity
 
-        cfg = io.load_config(config, SensitivityConfig)
-        _check_limits(cfg, config)
-        rep = run_sensitivity(cfg, config_file=str(config), progress=progress())
-        if plot is not None:
-            png = plot_sensitivity(rep)
-            if png is None:
-                err.print("[yellow]no plot: matplotlib is not installed (pip install 'admitcheck[plot]')[/yellow]")
-            else:
-                io.write_bytes_atomic(plot, png)
-        if as_json:
-            print(json.dumps(rep.to_dict(), indent=2, default=str))
-            return 0
-        terminal.render_sensitivity(rep)
-        return 0
+        rep = run_sensitivity(cfg, config_file=file, progress=progress())
+        _write_plot(plot, plot_sensitivity(rep) if plot is not None else None)
+        return rep
 
-    _guard(body)
+    _run(config, "sensitivity", run, terminal.render_sensitivity, as_json=as_json, limits=True)
 
 
 @app.command()
@@ -612,21 +577,19 @@ def recipe(
 ) -> None:
     """Search the cheapest admitted recipe: return the most sensitive units to BF16 until the screen admits it."""
 
-    def body() -> int:
+    def run(cfg, file):
         from admitcheck import io
-        from admitcheck.admission.recipe_search import search_recipe as run_recipe
-        from admitcheck.config import RecipeSearchConfig
+        from admitcheck.admission.recipe_search import search_recipe
 
-        res = run_recipe(io.load_config(config, RecipeSearchConfig), config_file=str(config), progress=progress())
+        res = search_recipe(cfg, config_file=file, progress=progress())
         if output is not None and res.chosen is not None:
             io.write_text_atomic(output, res.screen_yaml())
-        if as_json:
-            print(json.dumps(res.to_dict(), indent=2, default=str))
-            return res.exit_code
-        terminal.render_recipe(res, written=output if res.chosen is not None else None)
-        return res.exit_code
+        return res
 
-    _guard(body)
+    def render(res) -> None:
+        terminal.render_recipe(res, written=output if res.chosen is not None else None)
+
+    _run(config, "recipe", run, render, as_json=as_json, code=lambda res: res.exit_code)
 
 
 # --------------------------------------------------------------------------------------------------- plan
@@ -643,26 +606,16 @@ def plan_command(
     """Predict each candidate's time-to-quality (step time × steps to reach the baseline's final quality + τ) from the
     calibration's runs, sorted by speed-up. Loads no model."""
 
-    def body() -> int:
-        from admitcheck import io
+    def run(cfg, file):
         from admitcheck.admission.plan import plan as run_plan
-        from admitcheck.config import PlanConfig
         from admitcheck.plots import plot_plan
 
-        p = run_plan(io.load_config(config, PlanConfig), config_file=str(config))
-        if plot is not None:
-            png = plot_plan(p)
-            if png is None:
-                err.print("[yellow]no plot: matplotlib is not installed (pip install 'admitcheck[plot]')[/yellow]")
-            else:
-                io.write_bytes_atomic(plot, png)
-        if as_json:
-            print(json.dumps(p.to_dict(), indent=2, default=_json_default, allow_nan=False))
-            return 0
-        terminal.render_plan(p, plot)
-        return 0
+        p = run_plan(cfg, config_file=file)
+        _write_plot(plot, plot_plan(p) if plot is not None else None)
+        return p
 
-    _guard(body)
+    _run(config, "plan", run, lambda p: terminal.render_plan(p, plot), as_json=as_json,
+         text=lambda p: json.dumps(p.to_dict(), indent=2, default=_json_default, allow_nan=False))  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------- demo

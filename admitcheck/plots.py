@@ -152,7 +152,7 @@ def plot_plan(plan: Any) -> bytes | None:
     except ImportError:
         return None
     c = plan.calibration
-    target = c["baseline_final_mean"] + c["tau"]
+    target = c.baseline_final_mean + c.tau
     fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=110)
     for row in plan.rows:
         if row.name not in plan.curves:
@@ -168,7 +168,7 @@ def plot_plan(plan: Any) -> bytes | None:
     ax.set_yscale("log")
     ax.set_xlabel(f"wall-clock ({plan.time_unit})")
     ax.set_ylabel("held-out reverse KL (nats/token)")
-    ax.set_title(f"plan: {c['name']} (dashed: read off the noise levels)")
+    ax.set_title(f"plan: {c.name} (dashed: read off the noise levels)")
     ax.legend(fontsize=7)
     return _png(plt, fig)
 

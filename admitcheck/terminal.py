@@ -215,6 +215,17 @@ def render_toy(summary, *, reused: bool = False) -> None:
 # --------------------------------------------------------------------------------------------------- calibrate
 
 
+def render_ledger_progress(p) -> None:
+    """`calibrate --status`: one line from the ledger (`ledger.LedgerProgress`), printed as is (no markup)."""
+    import time
+
+    ago = f"last {time.time() - p.last_finished_at:.0f} s ago" if p.last_finished_at else "no finish time"
+    rate = f"{p.runs_per_minute:.2f} runs/min" if p.runs_per_minute is not None else "runs/min n/a"
+    phases = ", ".join(f"{k} {v:g}" for k, v in p.median_phase_seconds.items())
+    gpu = f"GPU {p.gpu_utilization:g}%" if p.gpu_utilization is not None else "GPU n/a"
+    print(f"{p.path}: {p.runs} runs ({ago}), {rate}, median run {p.median_seconds} s [{phases}], {gpu}")
+
+
 def render_calibration(cal: CalibrationArtifact) -> None:
     runs = Table(title="calibration runs (mismatch and quality in nats/token)")
     for c in ("level", "seed", "mismatch", "95% CI", "quality", "quality cost"):
@@ -304,7 +315,7 @@ def render_backtest(bt: BacktestReport) -> None:
 # --------------------------------------------------------------------------------------------------- compare
 
 
-def render_compare(cmp, cal_a: CalibrationArtifact, cal_b: CalibrationArtifact, levels: list[dict]) -> None:
+def render_compare(cmp, cal_a: CalibrationArtifact, cal_b: CalibrationArtifact, levels: list) -> None:
     """Two calibrations' budgets side by side, their ratio, and `levels` (`calibration.compare.level_rows`)."""
     table = Table(title=f"mismatch budgets ({cal_a.metric}, nats/token)")
     table.add_column("")
@@ -337,14 +348,8 @@ def render_compare(cmp, cal_a: CalibrationArtifact, cal_b: CalibrationArtifact, 
     for c in ("level", f"{cal_a.metric} A", "cost/τ A", f"{cal_b.metric} B", "cost/τ B"):
         table.add_column(c, justify="right" if c != "level" else "left")
     for r in levels:
-        a, b = r["a"], r["b"]
-        table.add_row(
-            r["level"],
-            fmt(a["mismatch"]),
-            f"{a['cost_over_tau']:+.2f}",
-            fmt(b["mismatch"]),
-            f"{b['cost_over_tau']:+.2f}",
-        )
+        a, b = r.a, r.b
+        table.add_row(r.level, fmt(a.mismatch), f"{a.cost_over_tau:+.2f}", fmt(b.mismatch), f"{b.cost_over_tau:+.2f}")
     out.print(table)
 
 
@@ -365,17 +370,14 @@ def render_screen(result: ScreenReport, dashes: dict) -> None:
 # --------------------------------------------------------------------------------------------------- validate
 
 
-def render_validate(config: Path, info: dict) -> None:
-    """Print ok and what a config names (`info`: what `validate` found, with its `kind` and `kind_from`)."""
-    out.print(f"[green]ok[/green]: {config} ({info['kind']} config, {info['kind_from']})")
-    if info["kind"] == "backtest":
+def render_validate(config: Path, v) -> None:
+    """Print ok and what a config names (`v`: `validation.Validation`, its kind, how the kind was found, its info)."""
+    out.print(f"[green]ok[/green]: {config} ({v.kind} config, {v.kind_from})")
+    info = v.info
+    if v.kind == "backtest":
         keys = ["calibration", "budget", "tolerance", "candidates"]
     else:
-        keys = [
-            k
-            for k, v in info.items()
-            if k not in ("kind", "kind_from") and (not isinstance(v, (dict, list)) or k in ("candidates", "prompts"))
-        ]
+        keys = [k for k, x in info.items() if not isinstance(x, (dict, list)) or k in ("candidates", "prompts")]
     for k in keys:
         out.print(f"  {k}: {info[k]}")
 
@@ -447,17 +449,15 @@ def render_demo(result) -> None:
     out.print(f"exit status: {EXIT_RULE}", markup=False)
 
 
-def render_logged(q: dict) -> None:
-    """What logged log-probs measure (`validation.logs_against_protocol`), beside the budget's protocol."""
-    steps = ", ".join(map(str, q["steps"])) or (
-        f"{q['step']} (logs.step)" if q.get("step") is not None else "not logged"
-    )
-    b = q["budget_protocol"]
-    s = b["sampling"]
+def render_logged(logged) -> None:
+    """What logged log-probs measure (`checks.LoggedVsProtocol`), beside the budget's protocol."""
+    q, b = logged.quantity, logged.budget_protocol
+    steps = ", ".join(map(str, q.steps)) or (f"{logged.step} (logs.step)" if logged.step is not None else "not logged")
+    s = b.sampling  # as the artifact stores it
     out.print(
-        f"logged quantity: {q['sequences']} sequences of the pipeline's own prompts, step {steps}, "
-        f"{q['tokens_per_sequence_mean']:.1f} counted tokens per sequence (max {q['tokens_per_sequence_max']}); "
-        f"the budget's protocol: {b['prompts']} at the {b['x']} weights, max_new_tokens {b['max_new_tokens']}, "
+        f"logged quantity: {q.sequences} sequences of the pipeline's own prompts, step {steps}, "
+        f"{q.tokens_per_sequence_mean:.1f} counted tokens per sequence (max {q.tokens_per_sequence_max}); "
+        f"the budget's protocol: {b.prompts} at the {b.x} weights, max_new_tokens {b.max_new_tokens}, "
         f"temperature {s.get('temperature')}, top_p {s.get('top_p')}, top_k {s.get('top_k')}",
         markup=False,
     )
@@ -470,7 +470,7 @@ def render_plan(p, plot: Path | None = None) -> None:
     """`admitcheck plan`'s table (`admission.plan.Plan`): candidates by predicted speed-up, fastest first."""
     c = p.calibration
     title = (
-        f"plan: {c['name']} — time to the baseline's final quality + τ ({fmt(c['tau'])} {c['quality_unit']}); "
+        f"plan: {c.name} — time to the baseline's final quality + τ ({fmt(c.tau)} {c.quality_unit}); "
         f"{int(100 * p.confidence)}% intervals over replicate pairs"
     )
     table = Table(title=title)
@@ -504,11 +504,11 @@ def render_plan(p, plot: Path | None = None) -> None:
             f"{fmt(r.speedup)} {fmt_interval(r.speedup_interval)}",
         )
     out.print(table)
-    t = c["baseline_steps_to_target_interval"]
+    t = c.baseline_steps_to_target_interval
     out.print(
-        f"baseline reaches the target at step {fmt(c['baseline_steps_to_target'])} [{fmt(t[0])}, {fmt(t[1])}] "
-        f"of {fmt(c['steps'])} ({c['baseline_replicates']} replicates, {c['evals_per_run']} evaluations per "
-        f"run); runs from {', '.join(c['ledgers'])}"
+        f"baseline reaches the target at step {fmt(c.baseline_steps_to_target)} [{fmt(t[0])}, {fmt(t[1])}] "
+        f"of {fmt(c.steps)} ({c.baseline_replicates} replicates, {c.evals_per_run} evaluations per "
+        f"run); runs from {', '.join(c.ledgers)}"
     )
     if plot is not None:
         out.print(f"plot: {plot}")

@@ -13,14 +13,13 @@ so one cause is named once. `admitcheck validate` (cli.py) prints them and exits
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from admitcheck import io
 from admitcheck.config import CONFIG_KINDS, config_kind, schema_for
-from admitcheck.errors import AdmitcheckError, AdmitcheckWarning, Collected, ConfigError
+from admitcheck.errors import AdmitcheckError, Collected, ConfigError
 
 
 @dataclass(frozen=True)
@@ -91,8 +90,10 @@ def _checks(
         if len(errors) > before:
             return {}
         if cfg.source == "logs":  # what the logs measure, beside the budget's protocol (warned, or refused)
+            from admitcheck.admission.checks import logs_against_protocol
+
             with Collected(errors):
-                info["logged"] = logs_against_protocol(cfg, strict=strict, file=file)
+                info["logged"] = logs_against_protocol(cfg, strict=strict, file=file).to_dict()
         if cfg.policy.reject_only:
             info["gate"] = "reject-only (policy.reject_only): no candidate can be admitted by the bound"
         return info
@@ -121,35 +122,3 @@ def _checks(
             check_compatibility(cfg, calibration, config_file=file)
             info["calibration"] = str(calibration.path)
     return info
-
-
-def logs_against_protocol(cfg: Any, *, strict: bool, file: str) -> dict[str, Any]:
-    """What a screen's logs measure (`logs.logged_quantity`) beside the budget's protocol; each difference is a
-    warning, or with `strict` a ConfigError (exit 2)."""
-    from admitcheck.calibration.artifact import load_calibration
-    from admitcheck.measurement.logs import logged_quantity, protocol_differences, read_logs
-
-    quantity = logged_quantity(read_logs(cfg.logs.path, format=cfg.logs.format))
-    protocol = load_calibration(cfg.calibration).protocol.model_dump(mode="json", exclude_unset=True)  # as stored
-    try:
-        diffs = protocol_differences(quantity, protocol, step=cfg.logs.step)
-    except ConfigError as exc:
-        raise ConfigError(exc.message, file=file, field=exc.field) from None
-    probe, sampling = protocol.get("probe", {}), protocol.get("sampling", {})
-    quantity["budget_protocol"] = {
-        "prompts": f"{probe.get('num_prompts')} probe prompts",
-        "x": protocol.get("x", "start"),
-        "max_new_tokens": probe.get("max_new_tokens"),
-        "sampling": sampling,
-    }
-    quantity["differences"] = diffs
-    quantity["step"] = cfg.logs.step
-    if diffs and strict:
-        raise ConfigError(
-            "the logs measure another quantity than the budget's protocol (--strict): " + "; ".join(diffs),
-            file=file,
-            field="logs.path",
-        )
-    for d in diffs:
-        warnings.warn(AdmitcheckWarning(f"logs vs the budget's protocol: {d}"), stacklevel=2)
-    return quantity

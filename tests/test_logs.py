@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -226,17 +227,16 @@ def test_logged_quantity_against_the_budget_protocol(tmp_path):
     mu, pi = _ragged(4, T=30)
     rows = [{"rollout_logprobs": m, "trainer_logprobs": p, "top_p": 0.9} for m, p in zip(mu, pi, strict=True)]
     q = logged_quantity(read_logs(_write(tmp_path / "a.jsonl", rows)))
-    assert q["sequences"] == 10 and q["tokens"] == sum(map(len, mu)) and q["steps"] == []
-    assert q["tokens_per_sequence_max"] == max(map(len, mu)) and q["sampling"] == {"top_p": 0.9}
+    assert q.sequences == 10 and q.tokens == sum(map(len, mu)) and q.steps == []
+    assert q.tokens_per_sequence_max == max(map(len, mu)) and q.sampling == {"top_p": 0.9}
     protocol = {"x": "start", "probe": {"max_new_tokens": 64}, "sampling": {"top_p": 1.0, "top_k": 0}}
     diffs = protocol_differences(q, protocol)
     assert len(diffs) == 1 and "top_p 0.9" in diffs[0]
     short = {**protocol, "probe": {"max_new_tokens": 4}, "sampling": {"top_p": 0.9, "top_k": 0}}
     assert [d for d in protocol_differences(q, short) if "max_new_tokens 4" in d]
     assert [d for d in protocol_differences(q, protocol | {"sampling": {"top_p": 0.9}}, step=12) if "step 12" in d]
-    q["steps"] = [3]
     with pytest.raises(ConfigError, match=r"logs\.step is 12 but the rows are from step"):
-        protocol_differences(q, protocol, step=12)
+        protocol_differences(dataclasses.replace(q, steps=[3]), protocol, step=12)
 
 
 def test_verl_dump_and_parquet(tmp_path):

@@ -116,8 +116,8 @@ def test_half_speed_learning_takes_twice_the_steps(tmp_path):
     ]
     p = run_plan(plan_config(tmp_path, cands))
     rows = {r.name: r for r in p.rows}
-    assert p.calibration["evals_per_run"] == 21 and not any("eval.every 0" in w for w in p.warnings)
-    assert p.calibration["baseline_steps_to_target"] == pytest.approx(20 * math.log(1.77 / TAU), rel=0.02)
+    assert p.calibration.evals_per_run == 21 and not any("eval.every 0" in w for w in p.warnings)
+    assert p.calibration.baseline_steps_to_target == pytest.approx(20 * math.log(1.77 / TAU), rel=0.02)
     slow = rows["slow"]
     assert slow.source == "measured: noise-1" and slow.x == pytest.approx(1e-3)
     assert slow.steps_ratio == pytest.approx(2.0, rel=0.02)
@@ -206,7 +206,7 @@ def test_a_grpo_calibration_reads_task_error_curves(tmp_path):
     path.write_text(yaml.safe_dump({"kind": "plan", "calibration": str(ROOT / "calibrations" / "toy_rl.yaml"),
                                     "rollout_share": 0.5, "candidates": [{"name": "s1", "staleness": 1}]}))  # fmt: skip
     p = run_plan(path)
-    assert p.calibration["quality_unit"] == "1 − task reward" and p.calibration["evals_per_run"] == 3
+    assert p.calibration.quality_unit == "1 − task reward" and p.calibration.evals_per_run == 3
     assert not p.warnings  # eval.every > 0 there, and rollout_share given
     s1 = next(r for r in p.rows if r.name == "s1")
     assert s1.source == "measured: stale-1" and s1.efficiency.n == 3

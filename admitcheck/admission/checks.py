@@ -12,8 +12,9 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from admitcheck import fingerprint, io
 from admitcheck.admission.screen_report import CalibrationSummary, RecipeSummary
@@ -25,6 +26,10 @@ from admitcheck.calibration.compatibility import check_compatibility, check_is_c
 from admitcheck.calibration.schema import CalibrationArtifact
 from admitcheck.config import CandidateConfig, RolloutConfig, ScreenConfig
 from admitcheck.errors import AdmitcheckError, AdmitcheckWarning, CalibrationError, Collected, ConfigError, EngineError
+
+if TYPE_CHECKING:
+    from admitcheck.measurement.logs import LoggedQuantity
+    from admitcheck.measurement.metrics import Functional
 
 # Re-exported: the verdict and the look plan were defined here before `admission` (cli, report, bench use them).
 
@@ -45,13 +50,14 @@ def with_logs(config: ScreenConfig, path: str | Path, log_format: str = "auto") 
     return ScreenConfig.model_validate(config.model_dump() | {"source": "logs", "logs": logs})
 
 
-def check_inputs(config: ScreenConfig, chosen: list[CandidateConfig], file: str | None) -> None:
-    """Files and dirs the screen needs exist (before any hashing or loading)."""
+def check_inputs(config: ScreenConfig, chosen: list[CandidateConfig], file: str | None) -> list[dict] | None:
+    """Files and dirs the screen needs exist (before any hashing or loading); the probe prompts, read (engine
+    screens; None for logs)."""
     for fld, d in (("pair.student", config.pair.student), ("pair.teacher", config.pair.teacher)):
         if not (Path(d) / "config.json").is_file():
             raise ConfigError(f"not a model dir (no config.json): {d}", file=file, field=fld)
-    if config.source == "engine":
-        probe_prompts(config, file)  # a missing or empty prompt set is named before any hash comparison
+    # a missing or empty prompt set is named before any hash comparison
+    prompts = probe_prompts(config, file) if config.source == "engine" else None
     for c in chosen:
         if c.rollout is not None and c.rollout.weights_from and not Path(c.rollout.weights_from).is_dir():
             raise ConfigError(
@@ -62,6 +68,7 @@ def check_inputs(config: ScreenConfig, chosen: list[CandidateConfig], file: str 
     cap = config.capacity.model_config_path
     if cap and not Path(cap).is_file():
         raise ConfigError(f"file not found: {cap}", file=file, field="capacity.model_config_path")
+    return prompts
 
 
 def load_checked_calibration(
@@ -135,6 +142,19 @@ def check_functional(calibration: CalibrationArtifact, config_file: str | None) 
         )
 
 
+def functional_means(functional: Functional, sums: dict[str, Any], name: str, file: str | None) -> Any:
+    """The functional's per-sequence means of a run's per-sequence sums; a CalibrationError when this candidate
+    (engine or logs) cannot measure the functional's estimator: its mismatch would be another number."""
+    if functional.estimator not in sums:
+        raise CalibrationError(
+            f"the budget's x is {functional.describe()}, but candidate {name!r} gives no full-vocabulary "
+            "rows (kl_exact): its mismatch would be another number; screen it against a calibration on k3",
+            file=file,
+            field="calibration.protocol.functional",
+        )
+    return functional.sequence_means(sums)
+
+
 class PairRewrittenWarning(AdmitcheckWarning):
     """The pair's strict fingerprints differ from the calibration's (the CLI prints these in yellow)."""
 
@@ -180,8 +200,9 @@ def validate(
     would run. With `errors`, each check's error joins that list and the independent checks run on (the
     calibration's, which hashes the inputs, only when they are there); without, the first error is raised."""
     chosen = select_candidates(config, candidates)  # an unknown name: nothing to check the rest against
+    prompts = None
     with Collected(errors) as inputs:
-        check_inputs(config, chosen, config_file)
+        prompts = check_inputs(config, chosen, config_file)
     calibration = None
     if inputs.ok:
         with Collected(errors):
@@ -197,7 +218,7 @@ def validate(
         with Collected(errors):
             check_engines(chosen, config_file)
         if inputs.ok:  # check_inputs has read the probe prompts
-            probes = len(probe_prompts(config, config_file))
+            probes = len(prompts)
             looks = looks_plan(config, probes).looks
     if calibration is None or probes is None:
         return {}  # the errors say why
@@ -265,3 +286,63 @@ def calibration_summary(calibration: CalibrationArtifact) -> CalibrationSummary:
             loss=r.loss, student_logprobs=r.student_logprobs, lr=r.lr, tis_cap=r.tis_cap, temperature=r.temperature
         ),
     )
+
+
+@dataclass(frozen=True)
+class BudgetProtocolSummary:
+    """The budget's measurement protocol as its artifact stores it, in the words a logs screen is compared in."""
+
+    prompts: str  # "<n> probe prompts"
+    x: str  # the weights the budget's mismatch is measured at: start or run
+    max_new_tokens: int | None
+    sampling: dict[str, Any]  # as stored
+
+
+@dataclass(frozen=True)
+class LoggedVsProtocol:
+    """What a screen's logs measure beside the budget's protocol (`logs_against_protocol`; JSON: `to_dict`)."""
+
+    quantity: LoggedQuantity
+    budget_protocol: BudgetProtocolSummary
+    differences: list[str]
+    step: int | None  # the config's logs.step
+
+    def to_dict(self) -> dict[str, Any]:
+        """The quantity's fields, then the protocol, the differences and the step (`screen --json`'s `logged`)."""
+        rest = {"budget_protocol": asdict(self.budget_protocol), "differences": self.differences, "step": self.step}
+        return asdict(self.quantity) | rest
+
+
+def logs_against_protocol(
+    cfg: Any, *, strict: bool, file: str | None, logs: Any = None, calibration: Any = None
+) -> LoggedVsProtocol:
+    """What a screen's logs measure (`logs.logged_quantity`) beside the budget's protocol; each difference is a
+    warning, or with `strict` a ConfigError (exit 2). `logs` and `calibration` as a screen read them
+    (`ScreenInputs`), else read here."""
+    from admitcheck.calibration.artifact import load_calibration
+    from admitcheck.measurement.logs import logged_quantity, protocol_differences, read_logs
+
+    logs = logs if logs is not None else read_logs(cfg.logs.path, format=cfg.logs.format)
+    calibration = calibration if calibration is not None else load_calibration(cfg.calibration)
+    quantity = logged_quantity(logs)
+    protocol = calibration.protocol.model_dump(mode="json", exclude_unset=True)  # as stored
+    try:
+        diffs = protocol_differences(quantity, protocol, step=cfg.logs.step)
+    except ConfigError as exc:
+        raise ConfigError(exc.message, file=file, field=exc.field) from None
+    probe, sampling = protocol.get("probe", {}), protocol.get("sampling", {})
+    budget = BudgetProtocolSummary(
+        prompts=f"{probe.get('num_prompts')} probe prompts",
+        x=protocol.get("x", "start"),
+        max_new_tokens=probe.get("max_new_tokens"),
+        sampling=sampling,
+    )
+    if diffs and strict:
+        raise ConfigError(
+            "the logs measure another quantity than the budget's protocol (--strict): " + "; ".join(diffs),
+            file=file,
+            field="logs.path",
+        )
+    for d in diffs:
+        warnings.warn(AdmitcheckWarning(f"logs vs the budget's protocol: {d}"), stacklevel=2)
+    return LoggedVsProtocol(quantity, budget, diffs, cfg.logs.step)

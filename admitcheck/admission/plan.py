@@ -58,9 +58,28 @@ class PlanRow:
 
 
 @dataclass(frozen=True)
+class PlanCalibration:
+    """What a plan read from its calibration: the target, the baseline's learning curves, the ledgers."""
+
+    path: str
+    name: str
+    tau: float  # quality units
+    x: str  # the budget's x: start or run
+    eval_every: int  # training steps between held-out evaluations
+    quality_unit: str
+    evals_per_run: int
+    steps: int  # a run's training steps
+    baseline_replicates: int
+    baseline_final_mean: float  # quality units
+    baseline_steps_to_target: float  # steps the baseline takes to its final quality + τ (mean over replicates)
+    baseline_steps_to_target_interval: list[float]
+    ledgers: list[str]
+
+
+@dataclass(frozen=True)
 class Plan:
     rows: list[PlanRow]
-    calibration: dict[str, Any]  # path, name, tau, x, eval_every, baseline steps to target (mean, interval, n)
+    calibration: PlanCalibration
     levels: list[dict[str, Any]]  # the noise levels the curve interpolates between
     rollout_share: float | None
     time_unit: str  # "baseline steps" or "s"
@@ -74,7 +93,7 @@ class Plan:
         return _json_safe(
             {
                 "rows": rows,
-                "calibration": self.calibration,
+                "calibration": asdict(self.calibration),
                 "levels": self.levels,
                 "rollout_share": self.rollout_share,
                 "time_unit": self.time_unit,
@@ -186,21 +205,21 @@ def plan(config: PlanConfig, *, config_file: str | None = None) -> Plan:
         elif eff.mean > 0:  # the baseline's curve, stretched by the predicted steps ratio
             curves[cand.name] = ((grid * ratio * scale / eff.mean).tolist(), base_mean.tolist())
     rows.sort(key=lambda r: -r.speedup if math.isfinite(r.speedup) else math.inf)
-    info = {
-        "path": str(cal.path),
-        "name": cal.name,
-        "tau": tau,
-        "x": cal.x_measure,
-        "eval_every": every,
-        "quality_unit": cal.quality_unit,
-        "evals_per_run": len(base.curves[0].steps),
-        "steps": max(base.curves[0].steps),
-        "baseline_replicates": base.efficiency.n,
-        "baseline_final_mean": float(np.mean([c.final for c in base.curves])),
-        "baseline_steps_to_target": t_base.mean,
-        "baseline_steps_to_target_interval": list(t_base.interval),
-        "ledgers": [str(ledger_path(cal.path)), *config.ledgers],
-    }
+    info = PlanCalibration(
+        path=str(cal.path),
+        name=cal.name,
+        tau=tau,
+        x=cal.x_measure,
+        eval_every=every,
+        quality_unit=cal.quality_unit,
+        evals_per_run=len(base.curves[0].steps),
+        steps=max(base.curves[0].steps),
+        baseline_replicates=base.efficiency.n,
+        baseline_final_mean=float(np.mean([c.final for c in base.curves])),
+        baseline_steps_to_target=t_base.mean,
+        baseline_steps_to_target_interval=list(t_base.interval),
+        ledgers=[str(ledger_path(cal.path)), *config.ledgers],
+    )
     lv_info = [
         {"name": lv.name, "x": lv.x, **lv.efficiency.to_dict(), "pooled": e.to_dict()}
         for lv, (_, e) in zip(noise, pooled)
@@ -232,8 +251,8 @@ def validate(config: PlanConfig, *, config_file: str | None = None) -> dict[str,
     """What `admitcheck validate` prints for a plan config: every input read and checked (the plan is cheap)."""
     p = plan(config, config_file=config_file)
     return {
-        "calibration": p.calibration["path"],
-        "ledgers": p.calibration["ledgers"],
+        "calibration": p.calibration.path,
+        "ledgers": p.calibration.ledgers,
         "candidates": [r.name for r in p.rows if r.source != "baseline"],
         "warnings": p.warnings,
     }

@@ -99,7 +99,7 @@ def search_recipe(config: RecipeSearchConfig, *, config_file: str | None = None,
     step), until admitted. The first ADMIT wins, so each screen runs at 1 − α/(units + 1) (Bonferroni over the
     recipes the search may try): the chosen recipe keeps the policy's error rate.
     """
-    from admitcheck.admission.checks import check_inputs
+    from admitcheck.admission.inputs import read_screen_inputs
     from admitcheck.admission.session import ScreenSession
     from admitcheck.config import CandidateConfig, ScreenConfig
 
@@ -111,12 +111,12 @@ def search_recipe(config: RecipeSearchConfig, *, config_file: str | None = None,
     tries = len(recipe_units(config.rollout, L, tuple(config.units), config.layers)) + 1
     level = 1.0 - (1.0 - config.policy.confidence) / tries
     base = config.model_dump(include={"pair", "calibration", "probe", "sampling", "reference", "policy", "capacity"})
-    policy = base["policy"] | {"confidence": level}
+    policy = config.policy.model_dump() | {"confidence": level}  # base's policy, at the search's level
     cfg = ScreenConfig.model_validate(
         base | {"policy": policy, "candidates": [{"name": config.name, "rollout": plain}]}  # kl_exact decides
     )
-    check_inputs(cfg, cfg.candidates, config_file)  # files first, named by field
-    session = ScreenSession(cfg, config_file=config_file)  # one reference model and one floor for every step
+    # files first, named by field; one reference model and one floor for every step (its engines start unchecked)
+    session = ScreenSession(read_screen_inputs(cfg, config_file=config_file, engines=False))
 
     def screen_one(name: str, rollout: RolloutConfig):
         return session.screen_candidate(CandidateConfig(name=name, rollout=rollout), progress)

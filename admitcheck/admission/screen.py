@@ -3,6 +3,7 @@
     from admitcheck import io
     from admitcheck.config import ScreenConfig
     from admitcheck.admission.screen import screen
+    from admitcheck.admission.inputs import read_screen_inputs
     from admitcheck.admission.session import ScreenSession
     from admitcheck.admission.checks import validate
     cfg = io.load_config("examples/toy_screen.yaml", ScreenConfig)
@@ -10,7 +11,8 @@
     result = screen(cfg, candidates=["fp8_kv"])        # ScreenReport; result.exit_code is 0 or 1
     v = result.verdicts[0]; v.decision, v.estimator, v.mismatch, v.mismatch_interval, v.decided_by, v.margin
     screen(cfg, from_logs="rollouts.jsonl")            # one verdict from a pipeline's logged log-probs
-    session = ScreenSession(cfg); session.screen_candidate(cfg.candidates[0])   # one reference, many candidates
+    inputs = read_screen_inputs(cfg); screen_with(inputs)   # the inputs read once (admission.inputs), then judged
+    ScreenSession(inputs).screen_candidate(cfg.candidates[0])   # one reference, many candidates
 
 This module orchestrates; the decision rule (look plan, per-look level, heavy-tail rule, the budget's interval,
 verdict) is `admitcheck.admission.sequential`, pure; the measurement is the one probe loop,
@@ -30,9 +32,12 @@ with the partial ScreenReport (verdicts obtained, `failures` by name) in its `pa
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from admitcheck.admission.checks import calibration_summary, check_engines, check_inputs, select_candidates, with_logs
+from admitcheck.admission.checks import LoggedVsProtocol, calibration_summary
+from admitcheck.admission.inputs import ScreenInputs, read_screen_inputs
 from admitcheck.admission.screen_report import CandidateDiagnostics, PartialScreenError, PolicySummary, ScreenReport
 from admitcheck.admission.sequential import (
     Decision,
@@ -40,35 +45,41 @@ from admitcheck.admission.sequential import (
     looks_plan,
 )
 from admitcheck.admission.session import Progress, ScreenSession
-from admitcheck.config import CandidateConfig, ScreenConfig
+from admitcheck.config import ScreenConfig
 from admitcheck.errors import EngineError
 
 # Re-exported: the verdict and the look plan were defined here before `admission` (cli, report, bench use them).
-__all__ = ["Decision", "ScreenReport", "ScreenSession", "Verdict", "looks_plan", "screen"]
+__all__ = [
+    "Decision",
+    "ScreenReport",
+    "ScreenRun",
+    "ScreenSession",
+    "Verdict",
+    "looks_plan",
+    "screen",
+    "screen_run",
+    "screen_with",
+]
 
 
-def _diagnostics(
-    config: ScreenConfig, chosen: list[CandidateConfig], config_file: str | None, pair
-) -> dict[str, CandidateDiagnostics]:
+def _diagnostics(inputs: ScreenInputs) -> dict[str, CandidateDiagnostics]:
     """`diagnostics: [prefix_shift]`: coupled sampling of each hf rollout candidate against the reference (the
-    screen's `LoadedPair`: no model loaded again)."""
+    screen's `LoadedPair` and probe prompts: nothing read again)."""
+    config = inputs.config
     if "prefix_shift" not in config.diagnostics:
         return {}
     from admitcheck.measurement.prefix_shift import load_prefix_shift_inputs, prefix_shift_for
 
-    coupled = [c for c in chosen if c.rollout is not None and c.rollout.engine == "hf"]
+    coupled = [c for c in inputs.chosen if c.rollout is not None and c.rollout.engine == "hf"]
     if not coupled:
         return {}
-    inputs = load_prefix_shift_inputs(config, config_file=config_file, pair=pair)  # once, for every candidate
+    shared = load_prefix_shift_inputs(config, pair=inputs.pair, prompt_ids=list(inputs.prompt_ids))  # once for all
     return {
         c.name: CandidateDiagnostics(
-            prefix_shift=prefix_shift_for(config, c.rollout, config_file=config_file, inputs=inputs).to_dict()
+            prefix_shift=prefix_shift_for(config, c.rollout, config_file=inputs.file, inputs=shared).to_dict()
         )
         for c in coupled
     }
-
-
-# ------------------------------------------------------------------------------------------ inputs and checks
 
 
 # ------------------------------------------------------------------------------------------------ screening
@@ -84,21 +95,27 @@ def screen(
     progress: Progress | None = None,
 ) -> ScreenReport:
     """Verdicts for the chosen candidates (all by default) against `config.calibration`; see the module docstring.
-    `from_logs` (+ `log_format`, see `logs.read_logs`) screens a pipeline's logged log-probs instead of sampling."""
+    `from_logs` (+ `log_format`, see `logs.read_logs`) screens a pipeline's logged log-probs instead of sampling.
+    The inputs are read once (`inputs.read_screen_inputs`), then `screen_with` judges."""
+    inputs = read_screen_inputs(
+        config, config_file=config_file, candidates=candidates, from_logs=from_logs, log_format=log_format
+    )
+    return screen_with(inputs, progress)
+
+
+def screen_with(inputs: ScreenInputs, progress: Progress | None = None) -> ScreenReport:
+    """The `ScreenReport` of inputs read once: a verdict per chosen candidate, or one from the logs; a
+    `PartialScreenError` (its `partial` report beside it) when a candidate's engine failed."""
     t0 = time.perf_counter()
-    config = with_logs(config, from_logs, log_format) if from_logs is not None else config
-    chosen = select_candidates(config, candidates)
-    check_inputs(config, chosen, config_file)
-    session = ScreenSession(config, config_file=config_file)
+    config = inputs.config
+    session = ScreenSession(inputs)
     verdicts: list[Verdict] = []
     failures: dict[str, str] = {}
-    if config.source == "logs":
-        verdicts, setup = [session.screen_logs(chosen)], 0.0
+    if inputs.logs is not None:
+        verdicts, setup = [session.screen_logs()], 0.0
     else:
-        check_engines(chosen, config_file)
-        session.prepare()
-        setup = time.perf_counter() - t0
-        for c in chosen:
+        setup = inputs.seconds + time.perf_counter() - t0
+        for c in inputs.chosen:
             try:
                 verdicts.append(session.screen_candidate(c, progress))
             except EngineError as exc:  # this candidate has no verdict; the others keep theirs
@@ -112,13 +129,73 @@ def screen(
         ),
         source=config.source,
         seconds_setup=setup,
-        seconds_total=time.perf_counter() - t0,
+        seconds_total=inputs.seconds + time.perf_counter() - t0,
         failures=failures,
-        diagnostics=_diagnostics(config, chosen, config_file, session.pair) if config.source == "engine" else {},
+        diagnostics=_diagnostics(inputs) if config.source == "engine" else {},
     )
     if failures:
-        raise _partial_failure(result, config_file)
+        raise _partial_failure(result, inputs.file)
     return result
+
+
+@dataclass(frozen=True)
+class ScreenRun:
+    """What `admitcheck screen` shows: the report (partial when an engine failed: `failure` is then the error the
+    command exits with, after the reports), what logged log-probs measure beside the budget's protocol, and one
+    framework dashboard per verdict when asked for."""
+
+    report: ScreenReport
+    logged: LoggedVsProtocol | None = None  # `checks.logs_against_protocol`
+    dashboards: dict[str, Any] = field(default_factory=dict)  # verdict name -> `dashboards.Dashboard`
+    failure: PartialScreenError | None = None
+
+
+def screen_run(
+    config: ScreenConfig,
+    *,
+    config_file: str | None = None,
+    candidates: list[str] | None = None,
+    from_logs: str | Path | None = None,
+    log_format: str = "auto",
+    strict: bool = False,
+    dashboard: str | None = None,
+    progress: Progress | None = None,
+) -> ScreenRun:
+    """The screen command as one library call: the inputs read once (`--from-logs`: its reader's warnings issued),
+    the logs' quantity beside the budget's protocol (`strict`: a ConfigError when they differ), the verdicts (a
+    `PartialScreenError` kept beside the partial report), and `dashboard`'s metrics per verdict."""
+    from admitcheck.admission.checks import logs_against_protocol
+
+    inputs = read_screen_inputs(
+        config, config_file=config_file, candidates=candidates, from_logs=from_logs, log_format=log_format
+    )
+    logged = None
+    if inputs.logs is not None:
+        logged = logs_against_protocol(
+            inputs.config, strict=strict, file=config_file, logs=inputs.logs, calibration=inputs.calibration
+        )
+    failure = None
+    try:
+        report = screen_with(inputs, progress)
+    except PartialScreenError as exc:  # a candidate's engine failed: the verdicts obtained are reported
+        report, failure = exc.partial, exc
+    dashes = _dashboards(dashboard, report, inputs.logs) if dashboard else {}
+    return ScreenRun(report, logged, dashes, failure)
+
+
+def _dashboards(framework: str, report: ScreenReport, logs) -> dict[str, Any]:
+    """One dashboard per verdict: exact from the logs' tokens, or from each engine verdict's token means."""
+    from admitcheck.measurement.dashboards import dashboard, dashboard_from_metrics
+
+    out = {}
+    for v in report.verdicts:
+        if v.source == "logs" and logs is not None:
+            out[v.name] = dashboard(
+                framework, logs.rollout_logprobs, logs.trainer_logprobs, logs.mask, groups=logs.groups
+            )
+        else:
+            out[v.name] = dashboard_from_metrics(framework, v.metrics, v.tokens)
+    return out
 
 
 def _failure_message(exc: EngineError, name: str) -> str:

@@ -49,6 +49,8 @@ from admitcheck.measurement.metrics import sequential_confidence as confidence_p
 if TYPE_CHECKING:
     from admitcheck.calibration.curve import Budget
     from admitcheck.config import ScreenConfig
+    from admitcheck.measurement.metrics import Functional
+    from admitcheck.measurement.probe import ProbeRun
 
 Decision = Literal["ADMIT", "REJECT"]
 BudgetKind = Literal["point", "lower_bound", "upper_bound"]
@@ -135,6 +137,21 @@ class Evidence:
     capped_share: float = 0.0  # metrics.capped_share
     kappa: float = math.nan
     functional: str = ""
+
+    @classmethod
+    def of_run(
+        cls, run: ProbeRun, functional: Functional, state: LookState, looks: int, max_looks: int, confidence: float
+    ) -> Evidence:
+        """A screen's evidence from its probe run (`probe.ProbeRun`): every metric with its interval at
+        `confidence`, the functional's value and confidence sequence, the tail of its per-sequence sums."""
+        m = run.metrics(confidence)
+        fv = run.functional(functional, confidence)
+        share, k = run.tail(fv.estimator)
+        counts = dict(looks=looks, probes=run.num_sequences, tokens=run.num_tokens, max_looks=max_looks)
+        bad = dict(nonfinite=run.nonfinite, engine_nonfinite=run.engine_nonfinite)
+        value = dict(mismatch=fv.value, mismatch_interval=fv.interval, capped_share=fv.capped_share, kappa=fv.kappa)
+        return cls(state, dict(m.values), dict(m.intervals), confidence, **counts, **bad, estimator=fv.estimator,
+                   top_share=share, tail_index=k, **value, functional=functional.describe())  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------ the look plan

@@ -59,8 +59,33 @@ from admitcheck.calibration.levels import (
     resolve_levels,
 )
 from admitcheck.calibration.opd import quality_definition
-from admitcheck.calibration.schema import CalibrationArtifact, LevelReport, RunEntry
-from admitcheck.config import CalibrateConfig
+from admitcheck.calibration.schema import (
+    AdaptiveProtocol,
+    AutoNoiseGrid,
+    BaselineCheck,
+    BootstrapDraws,
+    BudgetBracket,
+    BudgetEntry,
+    BudgetModel,
+    CalibrationArtifact,
+    EvalProtocol,
+    FunctionalProtocol,
+    IsotonicBudget,
+    IsotonicCurve,
+    LevelEntry,
+    LevelReport,
+    PairFingerprint,
+    ProbeProtocol,
+    Protocol,
+    Provenance,
+    Quality,
+    ReferenceProtocol,
+    RunEntry,
+    SeedPowerLawCurve,
+    ToleranceEntry,
+    TrainingRecipe,
+)
+from admitcheck.config import CalibrateConfig, SamplingConfig
 
 __all__ = [
     "CalibrationArtifact",
@@ -301,69 +326,74 @@ def build_artifact(
                 decided_budget=lv.name in est.decided_by,
             )
         )
-    budget = {
-        "value": b.value,
-        "kind": b.kind,
-        "interval": [b.interval[0], b.interval[1]],
-        "confidence": config.confidence,
-        "n_boot": b.n_boot,
-        "x": f.x,
-        "x_reason": f.x_reason,
-        "rule": budget_rule(est, f.x),
-        "decided_by": list(est.decided_by),
-        "width_factor": est.width_factor if math.isfinite(est.width_factor) else None,
-        "by_x": f.by_x,
-        "bootstrap": {
-            "quantiles": {str(q): _order_quantile(draws, q) for q in qs} if draws.size else {},
-            "draws": [float(v) for v in draws],
-        },
-    }
-    if adaptive is not None:
-        budget["protocol"] = adaptive
-    if warnings is not None:
-        budget["warnings"] = warnings
-    budget |= {
-        "method": est.method,
-        "method_reason": est.method_reason,
-        "model": _finite(est.model.to_dict()) if est.model is not None else None,
-        "bracket": est.bracket.to_dict() if est.bracket is not None else None,
-        "isotonic": {"value": est.isotonic[0], "kind": est.isotonic[1]},
-        "baseline_check": est.spread_check.to_dict() if est.spread_check is not None else None,
-    }
-    data = {
-        "schema_version": SCHEMA_VERSION,
-        "name": config.pair.name or Path(config.pair.student).name,
-        "metric": config.metric,
-        "pair": pair_fp,
-        "protocol": {
-            "metric": config.metric,
-            "sampling": config.sampling.model_dump(mode="json"),
-            "probe": config.probe.model_dump(mode="json", exclude={"prompts"}),
-            "reference": {"dtype": config.reference.dtype},
-            "x": f.x,
-            "run_window": config.levels.run_window,
-            **({"functional": functional} if functional is not None else {}),
-        },
-        "recipe": {**training_recipe_of(config), "prompts": io.relative_path(config.train.prompts, out.parent)},
-        "quality": {
-            "definition": quality_definition(config.train),
-            "eval": config.eval.model_dump(mode="json", exclude={"prompts"}),
-            "start": start,
-            "baseline_mean": float(base_q.mean()),
-            "baseline_std": float(base_q.std(ddof=1)) if base_q.size > 1 else None,
-            "baseline_seeds": int(base_q.size),
-            "improvement": (start - float(base_q.mean())) / start if start else 0.0,
-        },
-        "tolerance": {"value": est.tau, "rule": Tolerance(tol.relative, tol.absolute).rule(), **tol.model_dump()},
-        "levels": [lv.to_dict() for lv in levels],
-        "level_report": [lv.model_dump(mode="json") for lv in report],
-        "auto_noise": {k: grid[k] for k in ("relative_std", "mismatch")} if grid else None,
-        "runs": [r.model_dump(mode="json") for r in runs],
-        "curve": _curve(est, f.x),
-        "budget": budget,
-        "provenance": _provenance(config, out) | (timings or {}),
-    }
-    return CalibrationArtifact.model_validate(plain(data))
+    bootstrap = BootstrapDraws(
+        quantiles={str(q): _order_quantile(draws, q) for q in qs} if draws.size else {},
+        draws=[float(v) for v in draws],
+    )
+    optional = {"protocol": AdaptiveProtocol.model_validate(adaptive)} if adaptive is not None else {}
+    optional |= {"warnings": warnings} if warnings is not None else {}
+    budget = BudgetEntry(
+        value=b.value,
+        kind=b.kind,
+        interval=b.interval,
+        confidence=config.confidence,
+        n_boot=b.n_boot,
+        x=f.x,
+        x_reason=f.x_reason,
+        rule=budget_rule(est, f.x),
+        decided_by=list(est.decided_by),
+        width_factor=est.width_factor if math.isfinite(est.width_factor) else None,
+        by_x=plain(f.by_x),
+        bootstrap=bootstrap,
+        **optional,
+        method=est.method,
+        method_reason=est.method_reason,
+        model=BudgetModel.model_validate(_finite(est.model.to_dict())) if est.model is not None else None,
+        bracket=BudgetBracket.model_validate(est.bracket.to_dict()) if est.bracket is not None else None,
+        isotonic=IsotonicBudget(value=est.isotonic[0], kind=est.isotonic[1]),
+        baseline_check=BaselineCheck.model_validate(est.spread_check.to_dict())
+        if est.spread_check is not None
+        else None,
+    )
+    protocol = Protocol(
+        metric=config.metric,
+        sampling=SamplingConfig.model_validate(config.sampling.model_dump(mode="json")),  # every key, as stored
+        probe=ProbeProtocol.model_validate(config.probe.model_dump(mode="json", exclude={"prompts"})),
+        reference=ReferenceProtocol(dtype=config.reference.dtype),
+        x=f.x,
+        run_window=config.levels.run_window,
+        **({"functional": FunctionalProtocol.model_validate(functional)} if functional is not None else {}),
+    )
+    baseline_mean = float(base_q.mean())
+    quality = Quality(
+        definition=quality_definition(config.train),
+        eval=EvalProtocol.model_validate(config.eval.model_dump(mode="json", exclude={"prompts"})),
+        start=start,
+        baseline_mean=baseline_mean,
+        baseline_std=float(base_q.std(ddof=1)) if base_q.size > 1 else None,
+        baseline_seeds=int(base_q.size),
+        improvement=(start - baseline_mean) / start if start else 0.0,
+    )
+    tolerance = ToleranceEntry(value=est.tau, rule=Tolerance(tol.relative, tol.absolute).rule(), **tol.model_dump())
+    recipe = TrainingRecipe.model_validate(training_recipe_of(config) | {"prompts": io.relative_path(
+        config.train.prompts, out.parent)})  # fmt: skip
+    return CalibrationArtifact(
+        schema_version=SCHEMA_VERSION,
+        name=config.pair.name or Path(config.pair.student).name,
+        metric=config.metric,
+        pair=PairFingerprint.model_validate(plain(pair_fp)),
+        protocol=protocol,
+        recipe=recipe,
+        quality=quality,
+        tolerance=tolerance,
+        levels=[LevelEntry.model_validate(plain(lv.to_dict())) for lv in levels],
+        level_report=report,
+        auto_noise=AutoNoiseGrid(**{k: grid[k] for k in AutoNoiseGrid.model_fields}) if grid else None,
+        runs=[RunEntry.model_validate(r.model_dump(mode="json")) for r in runs],  # every field, as stored
+        curve=_curve(est, f.x),
+        budget=budget,
+        provenance=Provenance.model_validate(plain(_provenance(config, out) | (timings or {}))),
+    )
 
 
 def budget_rule(est: Estimate, x: str) -> str:
@@ -380,12 +410,12 @@ def budget_rule(est: Estimate, x: str) -> str:
     )
 
 
-def _curve(est: Estimate, x: str) -> dict[str, Any]:
+def _curve(est: Estimate, x: str) -> SeedPowerLawCurve | IsotonicCurve:
     """The artifact's curve: the model's power law when it made the budget, else the isotonic fit."""
     if est.method == "model" and est.model is not None:
         m = est.model
-        return {"form": "seed_power_law", "tau": m.tau, "budget": m.value, "exponent": m.exponent, "x_measure": x}
-    return est.fit.to_dict() | {"x_measure": x, "points": len(est.names)}
+        return SeedPowerLawCurve(form="seed_power_law", tau=m.tau, budget=m.value, exponent=m.exponent, x_measure=x)
+    return IsotonicCurve.model_validate(plain(est.fit.to_dict()) | {"x_measure": x, "points": len(est.names)})
 
 
 def _finite(d: dict[str, Any]) -> dict[str, Any]:

@@ -237,23 +237,41 @@ def compare_calibrations(
     )
 
 
-def level_rows(cal_a: CalibrationArtifact, cal_b: CalibrationArtifact) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class LevelMeans:
+    """One calibration's runs of one level: means over its runs."""
+
+    mismatch: float  # nats/token; nan for the baseline (its runs carry none)
+    cost_over_tau: float  # mean quality cost in units of the calibration's τ (> 1: over)
+    runs: int
+
+
+@dataclass(frozen=True)
+class LevelRow:
+    """A level both calibrations ran, side by side (`compare --json`'s `levels`: `asdict`)."""
+
+    level: str
+    a: LevelMeans
+    b: LevelMeans
+
+
+def level_rows(cal_a: CalibrationArtifact, cal_b: CalibrationArtifact) -> list[LevelRow]:
     """Per level present in both: mean mismatch and mean cost in units of each calibration's τ (cost/τ > 1: over)."""
 
-    def by_level(cal: CalibrationArtifact) -> dict[str, dict[str, float]]:
+    def by_level(cal: CalibrationArtifact) -> dict[str, LevelMeans]:
         out: dict[str, list[Any]] = {}
         for r in cal.runs:
             out.setdefault(r.level, []).append(r)
         tau = cal.tau
         return {
-            k: {
+            k: LevelMeans(
                 # baseline runs carry no mismatch (None): nan for that row
-                "mismatch": float(np.mean([r.mismatch for r in rs if r.mismatch is not None] or [np.nan])),
-                "cost_over_tau": float(np.mean([r.quality_cost for r in rs])) / tau,
-                "runs": len(rs),
-            }
+                mismatch=float(np.mean([r.mismatch for r in rs if r.mismatch is not None] or [np.nan])),
+                cost_over_tau=float(np.mean([r.quality_cost for r in rs])) / tau,
+                runs=len(rs),
+            )
             for k, rs in out.items()
         }
 
     a, b = by_level(cal_a), by_level(cal_b)
-    return [{"level": k, "a": a[k], "b": b[k]} for k in a if k in b]
+    return [LevelRow(k, a[k], b[k]) for k in a if k in b]

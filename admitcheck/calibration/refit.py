@@ -28,7 +28,7 @@ from admitcheck.calibration.fit import PlacedRun, fit_runs
 from admitcheck.calibration.ledger import ledger_path, read_run
 from admitcheck.calibration.levels import Level
 from admitcheck.calibration.record import RunRecord
-from admitcheck.calibration.schema import CalibrationArtifact
+from admitcheck.calibration.schema import CalibrationArtifact, Provenance
 from admitcheck.config import CalibrateConfig, RolloutConfig
 from admitcheck.errors import CalibrationError
 
@@ -121,15 +121,15 @@ def _finish(
     adaptive = proto.model_dump(exclude_unset=True) if proto is not None else None
     cal = build_artifact(config, out, levels, fitted, grid, old.pair.model_dump(mode="json", exclude_unset=True),
                          adaptive=adaptive, warnings=warnings, functional=functional)  # fmt: skip
-    data = cal.dump()
     from admitcheck import __version__
 
     refit = {
         "admitcheck": __version__,
         "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
-    data["provenance"] = old.provenance.model_dump(mode="json", exclude_unset=True) | {"refit": refit | note}
-    return CalibrationArtifact.model_validate(plain(data)).at(out)
+    kept = old.provenance.model_dump(mode="json", exclude_unset=True)  # the calibration's own, and where it was refit
+    provenance = Provenance.model_validate(plain(kept | {"refit": refit | note}))
+    return cal.model_copy(update={"provenance": provenance}).at(out)
 
 
 def refit(path: str | Path) -> CalibrationArtifact:

@@ -158,25 +158,37 @@ def read_logs(path: str | Path, *, format: str = "auto", field: str = "logs.path
     return LoggedLogprobs(str(path), mu, pi, mask, fmt, tuple(warnings), groups, steps, sampling or None)
 
 
-def logged_quantity(logs: LoggedLogprobs) -> dict[str, Any]:
-    """What the logged mismatch is a mismatch of: the pipeline's own prompts (sequences), the training step(s) the
-    rows say, the counted response tokens per sequence (mean, max) and the sampling the rows say."""
+@dataclass(frozen=True)
+class LoggedQuantity:
+    """What a logged mismatch is a mismatch of (`logged_quantity`): the pipeline's own prompts (sequences), the
+    training step(s) the rows say, the counted response tokens per sequence and the sampling the rows say."""
+
+    sequences: int
+    tokens: int
+    steps: list[int]
+    tokens_per_sequence_mean: float
+    tokens_per_sequence_max: int
+    sampling: dict[str, float]  # top_p / top_k as the rows state them (only those they state)
+
+
+def logged_quantity(logs: LoggedLogprobs) -> LoggedQuantity:
+    """The `LoggedQuantity` of read logs."""
     per_seq = logs.mask.sum(axis=1)  # (B,)
-    return {
-        "sequences": logs.num_sequences,
-        "tokens": logs.num_tokens,
-        "steps": list(logs.steps),
-        "tokens_per_sequence_mean": float(per_seq.mean()),
-        "tokens_per_sequence_max": int(per_seq.max()),
-        "sampling": dict(logs.sampling or {}),
-    }
+    return LoggedQuantity(
+        sequences=logs.num_sequences,
+        tokens=logs.num_tokens,
+        steps=list(logs.steps),
+        tokens_per_sequence_mean=float(per_seq.mean()),
+        tokens_per_sequence_max=int(per_seq.max()),
+        sampling=dict(logs.sampling or {}),
+    )
 
 
-def protocol_differences(quantity: dict[str, Any], protocol: dict[str, Any], *, step: int | None = None) -> list[str]:
-    """How the logged quantity differs from a budget's measurement protocol (the artifact's `protocol`: start-
-    weights probe, `probe.max_new_tokens`, sampling): each a sentence; empty when none is known to differ.
+def protocol_differences(quantity: LoggedQuantity, protocol: dict[str, Any], *, step: int | None = None) -> list[str]:
+    """How the logged quantity differs from a budget's measurement protocol (the artifact's `protocol` as stored:
+    start-weights probe, `probe.max_new_tokens`, sampling): each a sentence; empty when none is known to differ.
     `step` (the config's `logs.step`) must agree with the steps the rows say: a ConfigError otherwise."""
-    steps = quantity["steps"]
+    steps = quantity.steps
     if step is not None and steps and steps != [step]:
         raise ConfigError(
             f"logs.step is {step} but the rows are from step(s) {', '.join(map(str, steps))}", field="logs.step"
@@ -189,16 +201,16 @@ def protocol_differences(quantity: dict[str, Any], protocol: dict[str, Any], *, 
             "while the budget was fitted on the mismatch at the start weights (budget.x: start)"
         )
     cap = (protocol.get("probe") or {}).get("max_new_tokens")
-    if cap and quantity["tokens_per_sequence_max"] > cap:
+    if cap and quantity.tokens_per_sequence_max > cap:
         out.append(
-            f"responses of up to {quantity['tokens_per_sequence_max']} counted tokens (mean "
-            f"{quantity['tokens_per_sequence_mean']:.0f}), while the budget's probes stop at max_new_tokens {cap}: "
+            f"responses of up to {quantity.tokens_per_sequence_max} counted tokens (mean "
+            f"{quantity.tokens_per_sequence_mean:.0f}), while the budget's probes stop at max_new_tokens {cap}: "
             "later positions can carry a different mismatch"
         )
     want = protocol.get("sampling") or {}
     for key, default in (("top_p", 1.0), ("top_k", 0)):
-        if key in quantity["sampling"] and quantity["sampling"][key] != want.get(key, default):
-            out.append(f"sampled with {key} {quantity['sampling'][key]}, the budget's protocol with {want.get(key)}")
+        if key in quantity.sampling and quantity.sampling[key] != want.get(key, default):
+            out.append(f"sampled with {key} {quantity.sampling[key]}, the budget's protocol with {want.get(key)}")
     return out
 
 

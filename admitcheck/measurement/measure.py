@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from admitcheck import io
 from admitcheck.config import MeasureConfig, ProbeConfig, ReferenceConfig, RolloutConfig, SamplingConfig
@@ -177,3 +178,36 @@ def measure(
     return MismatchReport(
         candidate, floor, config.sampling, config.probe, config.reference, time.perf_counter() - t0, diagnostics
     )
+
+
+@dataclass(frozen=True)
+class LogsMeasurement:
+    """`measure --from-logs`: the metrics of a pipeline's logged log-probs (no model runs), with a framework's
+    dashboard of the same tokens when asked for."""
+
+    path: str  # the logs file, as given
+    logs: Any  # `logs.LoggedLogprobs`: its format and the warnings its reader found
+    metrics: MismatchMetrics
+    dashboard: Any = None  # `dashboards.Dashboard` or None
+
+    def to_dict(self) -> dict:
+        doc = {"logs": self.path, "format": self.logs.format, "warnings": list(self.logs.warnings)}
+        return doc | {
+            "metrics": self.metrics.to_dict(),
+            "dashboard": self.dashboard.to_dict() if self.dashboard else None,
+        }
+
+
+def measure_logs(path: str | Path, *, format: str = "auto", dashboard: str | None = None) -> LogsMeasurement:
+    """The mismatch metrics of a logs file (`logs.read_logs`, errors naming `--from-logs`), and `dashboard`'s
+    (a framework of `dashboards.FRAMEWORKS`) metrics of the same tokens."""
+    from admitcheck.measurement.dashboards import dashboard as token_dashboard
+    from admitcheck.measurement.logs import read_logs
+    from admitcheck.measurement.metrics import mismatch_metrics
+
+    logs = read_logs(path, format=format, field="--from-logs")
+    m = mismatch_metrics(logs.rollout_logprobs, logs.trainer_logprobs, logs.mask)
+    dash = None
+    if dashboard:
+        dash = token_dashboard(dashboard, logs.rollout_logprobs, logs.trainer_logprobs, logs.mask, groups=logs.groups)
+    return LogsMeasurement(str(path), logs, m, dash)

@@ -231,15 +231,19 @@ class PrefixShiftInputs:
     teacher: torch.nn.Module
 
 
-def load_prefix_shift_inputs(config, *, config_file: str | None = None, pair=None) -> PrefixShiftInputs:
+def load_prefix_shift_inputs(
+    config, *, config_file: str | None = None, pair=None, prompt_ids: list[list[int]] | None = None
+) -> PrefixShiftInputs:
     """The pair and probe prompts of a measure or screen config, for `prefix_shift_for` (one load per config); the
-    command's `LoadedPair` when given (its tokenizer and float32 CPU models, shared with the rest of the command)."""
+    command's `LoadedPair` when given (its tokenizer and float32 CPU models, shared with the rest of the command),
+    and its probe prompts' ids when given (a screen's `ScreenInputs.prompt_ids`: not read again)."""
     from admitcheck import io
     from admitcheck.pairs.load import LoadedPair, tokenize_prompts
 
     pair = pair if pair is not None else LoadedPair(config.pair, file=config_file)
-    prompts = io.read_prompts(config.probe.prompts, limit=config.probe.num_prompts)
-    prompt_ids = tokenize_prompts(pair.tokens, prompts, file=config.probe.prompts)
+    if prompt_ids is None:
+        prompts = io.read_prompts(config.probe.prompts, limit=config.probe.num_prompts)
+        prompt_ids = tokenize_prompts(pair.tokens, prompts, file=config.probe.prompts)
     return PrefixShiftInputs(pair.tokens, prompt_ids, pair.student("float32", "cpu"), pair.teacher("float32", "cpu"))
 
 
