@@ -1,5 +1,5 @@
 """Rounds that decide candidates (issue 38, `levels.decide`): where a calibration's next runs go when the user names
-the candidates whose verdicts they need — their screened mismatch upper bounds — instead of B/2 and 2B.
+the candidates whose verdicts they need — their screened mismatch upper bounds — besides B's design points.
 
     nice -n 10 python bench/decide_design.py --sims 200 --out bench/results/decide_design.json
     python bench/decide_design.py --sims 20 --truths power             # a quick look
@@ -7,9 +7,11 @@ the candidates whose verdicts they need — their screened mismatch upper bounds
 Each simulated calibration is `design.simulate_protocol` (calibrate's rounds and design without the OPD runs, the
 runs' seed structure and noise measured from the shipped ledgers: bench/budget_coverage.py's `protocols`) run twice
 on the same truth and the same random stream: once with the shipped design (`decide` empty: pairs at the levels
-nearest B/2 and 2B) and once with the candidates' mismatches as `decide`. Candidates sit at fixed multiples of the
-true B (their screened upper bounds: a screen admits one when its upper bound is below B_lo, rejects it when its
-lower bound is above B_hi; the bench takes the candidate's bound as exact, to isolate the calibration's part).
+that bracket B within B/2..2B, `design.LOCAL`; bench/results/decide_design.json was made with the design before,
+the levels nearest B/2 and 2B) and once with the candidates' mismatches as `decide`. Candidates sit at fixed
+multiples of the true B (their screened upper bounds: a screen admits one when its upper bound is below B_lo, rejects
+it when its lower bound is above B_hi; the bench takes the candidate's bound as exact, to isolate the calibration's
+part).
 
 Protocols: `toy` (examples/toy_calibrate.yaml as shipped: adaptive rounds up to its run cap) and `smollm2_45`
 (examples/smollm2_calibrate.yaml's first 21 runs — 6 levels × 3 pairs + 3 baselines — continued to 45 runs, the cap

@@ -6,9 +6,10 @@
 
 Pure: estimates in, plans out (`calibrate` runs them; `simulate_protocol` replays the rounds on simulated runs with
 the ledgers' seed structure for the coverage bench, bench/budget_coverage.py, and tests). The design chooses where
-runs go, not when to stop (`FIXED_RUNS`): under the model, pairs at the levels nearest B/2 and 2B and new levels
-there (and, with candidates to decide, `levels.decide`, at the mismatches B's interval leaves undecided); under the
-bracket, at its levels. The estimator itself is `curve`.
+runs go, not when to stop (`FIXED_RUNS`): under the model, pairs at the two levels that bracket B where they lie
+within B/2..2B, else at the levels nearest B/2 and 2B and new levels there (and, with candidates to decide,
+`levels.decide`, at the mismatches B's interval leaves undecided); under the bracket, at its levels. The estimator
+itself is `curve`.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ def wanted_replicates(
 ) -> list[str]:
     """The levels that need another replicate pair: none once B is a point whose interval is narrower than `factor`
     (hi/lo) and every deciding level has ≥ `min_decisive` replicates; under the model, the levels nearest the design
-    points (`design_points`: B/2 and 2B, where a pair moves the fitted B most, and the candidates' mismatches still
-    inside B's interval); under the bracket, the levels that set or straddle its ends (for a bound: the two levels at
-    that end of the grid)."""
+    points (`design_points`: the levels that bracket B within B/2..2B, else B/2 and 2B, and the candidates'
+    mismatches still inside B's interval); under the bracket, the levels that set or straddle its ends (for a bound:
+    the two levels at that end of the grid)."""
     b = est.budget
     precise = b.kind == "point" and est.width_factor <= factor
     if not FIXED_RUNS and precise and all(replicates[n] >= min_decisive for n in est.decided_by):
@@ -45,7 +46,9 @@ def wanted_replicates(
 # does). Stopping once the interval was narrower than `levels.interval_factor` would pick the calibrations whose
 # residual variance happened to be small (optional stopping: the profile interval assumes a fixed size).
 FIXED_RUNS = True
-AROUND = (0.5, 2.0)  # the model's design points, × B: pairs there pin both the level and the slope of the power law
+AROUND = (0.5, 2.0)  # the model's farthest design points, × B: pairs there pin both the level and the power law's slope
+LOCAL = True  # a level bracketing B̂ inside AROUND takes the pairs instead of B/2 or 2B (`design_points`; False: the
+# design before, pairs at the levels nearest B/2 and 2B, kept for bench/budget_coverage.py --design around)
 NEAR = 1.5  # a level within this factor of a design point takes its pairs; farther, a new level is placed there
 
 
@@ -57,12 +60,21 @@ def undecided(est: Estimate, decide: tuple[float, ...]) -> tuple[float, ...]:
 
 
 def design_points(est: Estimate, decide: tuple[float, ...] = ()) -> tuple[float, ...]:
-    """Where the model's next pairs go (nats/token): B/2 and 2B, which pin both the level and the slope of the power
-    law, and the candidates' mismatches B's interval leaves undecided — a pair there measures the cost at the mismatch
-    whose side of τ the verdict needs (docs/calibration.md, "Candidates"). The candidates are added to B/2 and 2B,
-    not put in their place: pairs at the candidates alone (most sit below B) left B to the power law's extrapolation,
-    and the interval's lower end lay above B in 4.5% of simulated calibrations on the SmolLM2 curve."""
-    return tuple(f * est.budget.value for f in AROUND) + undecided(est, decide)
+    """Where the model's next pairs go (nats/token): on each side of B̂ the nearest level when it lies within a factor
+    2 (`LOCAL`; the level just below B̂ if it is at least B/2, else B/2, and the level just above if it is at most 2B,
+    else 2B), and the candidates' mismatches B's interval leaves undecided — a pair there measures the cost at the
+    mismatch whose side of τ the verdict needs (docs/calibration.md, "Candidates"). Two levels that bracket B pin the
+    crossing by interpolation over the shortest span the grid offers; the power law is a local approximation, and
+    pairs at B/2 and 2B of a curve that bends between them (the SmolLM2 mean curve flattens above B) moved B̂ up by
+    ≈ 25% and put the interval's lower end above B in 5% of simulated SmolLM2 calibrations continued to 45 runs
+    (docs/calibration.md, "Continuing a calibration"). The candidates are added to these points, not put in their
+    place: pairs at the candidates alone (most sit below B) left B to the power law's extrapolation."""
+    b = est.budget.value
+    lo, hi = AROUND[0] * b, AROUND[1] * b
+    if LOCAL:
+        lo = max((x for x in est.level_x if lo <= x <= b), default=lo)
+        hi = min((x for x in est.level_x if b <= x <= hi), default=hi)
+    return (lo, hi, *undecided(est, decide))
 
 
 def nearest_levels(est: Estimate, points: tuple[float, ...]) -> list[str]:
@@ -99,10 +111,11 @@ def plan_round(
 ) -> RoundPlan:
     """The design that looks for B (docs/calibration.md): a budget whose interval reaches 0 gets a level below the
     smallest (2/3 decade down, or the grid's own step), since no replicate at the grid can tell B from 0; under the
-    model, pairs at the levels nearest the design points (`design_points`: B/2 and 2B and the undecided candidates'
-    mismatches `decide`) and new levels there when none is near; a bracketed point budget whose bracketing
-    levels already have SPLIT_AFTER replicates each and are more than `factor` apart gets a level at their geometric
-    mean; otherwise `wanted_replicates`. `level_x`: each level's mean x (nats/token)."""
+    model, pairs at the levels nearest the design points (`design_points`: B's bracketing levels within B/2..2B,
+    else B/2 and 2B, and the undecided candidates' mismatches `decide`) and new levels there when none is near; a
+    bracketed point budget whose bracketing levels already have SPLIT_AFTER replicates each and are more than
+    `factor` apart gets a level at their geometric mean; otherwise `wanted_replicates`. `level_x`: each level's mean
+    x (nats/token)."""
     want = wanted_replicates(est, replicates, factor, min_decisive, decide)
     if not want:
         return RoundPlan()
@@ -114,12 +127,12 @@ def plan_round(
         return RoundPlan(new_levels=(target,), why=f"the budget's interval reaches 0: a level below {xs[0]:.3g}")
     if est.method == "model" and b.kind == "point":  # concentrate at the design points; new levels when none is near
         candidates = undecided(est, decide)
-        at = "B/2, 2B and the undecided candidates' mismatches" if candidates else "B/2 and 2B"
+        at = "B's design points and the undecided candidates' mismatches" if candidates else "B's design points"
 
         def far(points: tuple[float, ...]) -> list[float]:
             return [p for p in points if min(abs(math.log(p / x)) for x in xs) > math.log(NEAR)]
 
-        # a candidate's level is placed at once (a pair far from it says little about its cost); B/2 and 2B move with
+        # a candidate's level is placed at once (a pair far from it says little about its cost); B's points move with
         # B, so their levels wait until the nearest ones have SPLIT_AFTER pairs
         around = far(design_points(est)) if all(replicates[n] >= SPLIT_AFTER for n in want) else []
         if far(candidates) or around:
