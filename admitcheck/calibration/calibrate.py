@@ -179,8 +179,9 @@ def calibrate(
 
 
 def _rounds(campaign: Campaign, levels: list[Level]):
-    """Round 0 runs every level's first replicates; each later round follows `design.plan_round` (pairs at the levels
-    nearest B/2 and 2B under the model, or nearest the `levels.decide` candidates B's interval leaves undecided, at
+    """Round 0 runs every level's first replicates; each later round follows `design.plan_round` (pairs under the
+    model at the levels bracketing B̂ where they lie within B/2..2B, else those nearest B/2 and 2B (`design.LOCAL`), and
+    at the levels nearest the `levels.decide` candidates B's interval leaves undecided; at
     the bracket's levels otherwise; new levels there, below the grid while the interval reaches 0, or between
     bracketing levels) until the next round would pass `levels.max_runs` (decided
     from the ledger alone: resumable, the added levels included). Each round's fit spends the bracket's α over the
