@@ -465,6 +465,18 @@ def screen(
     log_format: FormatOpt = "auto",
     dashboard: DashboardOpt = None,
     strict: StrictOpt = False,
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option(
+            "--checkpoint",
+            help="Measure at this student checkpoint (an HF dir saved during training) instead of the start "
+            "weights; it must be a checkpoint of the pair's student. Sets the config's checkpoint.",
+        ),
+    ] = None,
+    checkpoint_step: Annotated[
+        int | None,
+        typer.Option("--checkpoint-step", help="The training step the checkpoint was saved at (reported)."),
+    ] = None,
 ) -> None:
     """Admit or reject each candidate rollout config against the calibration's mismatch budget (exit 1: rejected)."""
 
@@ -474,7 +486,8 @@ def screen(
 
         _check_dashboard(dashboard)
         r = screen_run(cfg, config_file=file, candidates=candidate or None, from_logs=from_logs,
-                       log_format=log_format, strict=strict, dashboard=dashboard, progress=progress())  # fmt: skip
+                       log_format=log_format, strict=strict, dashboard=dashboard, progress=progress(),
+                       checkpoint=checkpoint, checkpoint_step=checkpoint_step)  # fmt: skip
         write_reports(r.report, junit_path=junit, markdown_path=markdown)
         return r
 

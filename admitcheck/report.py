@@ -194,6 +194,7 @@ def _headline(result: ScreenReport) -> str:
     return (
         f"{n_ok}/{len(result.verdicts) + len(result.failures)} admitted{failed} against budget {fmt(c.budget)} "
         f"nats/token {fmt_interval(c.budget_interval)} ({c.budget_kind}, τ = {fmt(c.tolerance)}) from {c.path}"
+        + (f"; measured {result.weights.describe()}" if result.weights is not None else "")
     )
 
 

@@ -16,13 +16,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
 from admitcheck import fingerprint, io
 from admitcheck.admission.screen_report import CalibrationSummary, RecipeSummary
 from admitcheck.admission.sequential import (
     confidence_per_look,
     looks_plan,
 )
-from admitcheck.calibration.compatibility import check_compatibility, check_is_calibration
+from admitcheck.calibration.compatibility import check_compatibility, check_is_calibration, check_student_checkpoint
 from admitcheck.calibration.schema import CalibrationArtifact
 from admitcheck.config import CandidateConfig, RolloutConfig, ScreenConfig
 from admitcheck.errors import AdmitcheckError, AdmitcheckWarning, CalibrationError, Collected, ConfigError, EngineError
@@ -50,6 +52,20 @@ def with_logs(config: ScreenConfig, path: str | Path, log_format: str = "auto") 
     return ScreenConfig.model_validate(config.model_dump() | {"source": "logs", "logs": logs})
 
 
+def with_checkpoint(config: ScreenConfig, path: str | Path | None, step: int | None = None) -> ScreenConfig:
+    """The config measured at checkpoint `path` (what `--checkpoint DIR --checkpoint-step N` means); unchanged when
+    both are None. A ConfigError (exit 2) when the combination is invalid (a logs screen, a step without a dir)."""
+    if path is None and step is None:
+        return config
+    data = config.model_dump() | {"checkpoint": str(Path(path).resolve()) if path is not None else config.checkpoint}
+    data |= {"checkpoint_step": step} if step is not None else {}
+    try:
+        return ScreenConfig.model_validate(data)
+    except ValidationError as exc:
+        message = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
+        raise ConfigError(message, field="--checkpoint") from None
+
+
 def check_inputs(config: ScreenConfig, chosen: list[CandidateConfig], file: str | None) -> list[dict] | None:
     """Files and dirs the screen needs exist (before any hashing or loading); the probe prompts, read (engine
     screens; None for logs)."""
@@ -58,6 +74,8 @@ def check_inputs(config: ScreenConfig, chosen: list[CandidateConfig], file: str 
             raise ConfigError(f"not a model dir (no config.json): {d}", file=file, field=fld)
     # a missing or empty prompt set is named before any hash comparison
     prompts = probe_prompts(config, file) if config.source == "engine" else None
+    if config.checkpoint is not None:
+        check_checkpoint_inputs(config, chosen, file)
     for c in chosen:
         if c.rollout is not None and c.rollout.weights_from and not Path(c.rollout.weights_from).is_dir():
             raise ConfigError(
@@ -69,6 +87,22 @@ def check_inputs(config: ScreenConfig, chosen: list[CandidateConfig], file: str 
     if cap and not Path(cap).is_file():
         raise ConfigError(f"file not found: {cap}", file=file, field="capacity.model_config_path")
     return prompts
+
+
+def check_checkpoint_inputs(config: ScreenConfig, chosen: list[CandidateConfig], file: str | None) -> None:
+    """`checkpoint`: a causal-LM dir with weights (`io.check_causal_lm`), and no staleness candidate beside it (θc
+    against θc+k needs the run's own optimizer state and schedule at step c: `admission.trajectory` measures it from
+    the run; a fresh optimizer from θc would not)."""
+    io.check_causal_lm(config.checkpoint, file=file, field="checkpoint")
+    for c in chosen:
+        if c.staleness is not None:
+            raise ConfigError(
+                f"a staleness candidate cannot be screened at a checkpoint: θc against θc+{c.staleness} needs the "
+                "run's optimizer state at step c; measure it along a run with admission.trajectory "
+                "(bench/screen_during_run.py), or screen it at the start weights (no checkpoint)",
+                file=file,
+                field=f"candidates.{c.name}.staleness",
+            )
 
 
 def load_checked_calibration(
@@ -93,6 +127,8 @@ def load_checked_calibration(
             field="calibration",
         )
     notes = check_compatibility(config, calibration, config_file=config_file)
+    if config.checkpoint is not None:  # the pair is checked on pair.student; the checkpoint must be of its student
+        check_student_checkpoint(config.checkpoint, calibration, config_file, "checkpoint")
     check_functional(calibration, config_file)  # after the pair, protocol and objective: those name the file first
     if notes and behaviour:
         stored = calibration.pair.behaviour

@@ -74,6 +74,8 @@ def read_screen_inputs(
     prompts = check_inputs(config, list(chosen), config_file)
     pair = LoadedPair(config.pair, file=config_file)  # read once, shared
     calibration = load_checked_calibration(config, config_file=config_file, pair=pair)
+    if config.checkpoint is not None:  # checked against the calibration: from here on the student is the checkpoint
+        config, pair = at_checkpoint(config, pair)
     common = dict(config=config, file=config_file, chosen=chosen, calibration=calibration, pair=pair)
     if logs is not None:  # α spent over the gate's runs, as over looks
         confidence = confidence_per_look(config.policy.confidence, config.logs.gates)
@@ -91,3 +93,10 @@ def read_screen_inputs(
         prompt_ids=tuple(prompt_ids),
         seconds=time.perf_counter() - t0,
     )
+
+
+def at_checkpoint(config: ScreenConfig, pair: LoadedPair) -> tuple[ScreenConfig, LoadedPair]:
+    """The screen measured at `config.checkpoint`: the config whose pair.student is the checkpoint (the reference
+    and every engine load it; the tokenizer stays the pair's) and its `LoadedPair`, sharing the tokenizer."""
+    at = pair.with_student(config.checkpoint)
+    return config.model_copy(update={"pair": at.config}), at

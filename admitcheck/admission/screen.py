@@ -38,7 +38,13 @@ from typing import Any
 
 from admitcheck.admission.checks import LoggedVsProtocol, calibration_summary
 from admitcheck.admission.inputs import ScreenInputs, read_screen_inputs
-from admitcheck.admission.screen_report import CandidateDiagnostics, PartialScreenError, PolicySummary, ScreenReport
+from admitcheck.admission.screen_report import (
+    CandidateDiagnostics,
+    MeasuredWeights,
+    PartialScreenError,
+    PolicySummary,
+    ScreenReport,
+)
 from admitcheck.admission.sequential import (
     Decision,
     Verdict,
@@ -132,10 +138,20 @@ def screen_with(inputs: ScreenInputs, progress: Progress | None = None) -> Scree
         seconds_total=inputs.seconds + time.perf_counter() - t0,
         failures=failures,
         diagnostics=_diagnostics(inputs) if config.source == "engine" else {},
+        weights=measured_weights(config),
     )
     if failures:
         raise _partial_failure(result, inputs.file)
     return result
+
+
+def measured_weights(config: ScreenConfig) -> MeasuredWeights:
+    """Which weights a screen's inputs measured at (`inputs.at_checkpoint` made the checkpoint the pair's student)."""
+    if config.source == "logs":
+        return MeasuredWeights(at="logs", student=config.logs.checkpoint, step=config.logs.step)
+    if config.checkpoint is not None:
+        return MeasuredWeights(at="checkpoint", student=config.checkpoint, step=config.checkpoint_step)
+    return MeasuredWeights(at="start", student=config.pair.student)
 
 
 @dataclass(frozen=True)
@@ -160,12 +176,16 @@ def screen_run(
     strict: bool = False,
     dashboard: str | None = None,
     progress: Progress | None = None,
+    checkpoint: str | Path | None = None,
+    checkpoint_step: int | None = None,
 ) -> ScreenRun:
     """The screen command as one library call: the inputs read once (`--from-logs`: its reader's warnings issued),
     the logs' quantity beside the budget's protocol (`strict`: a ConfigError when they differ), the verdicts (a
-    `PartialScreenError` kept beside the partial report), and `dashboard`'s metrics per verdict."""
-    from admitcheck.admission.checks import logs_against_protocol
+    `PartialScreenError` kept beside the partial report), and `dashboard`'s metrics per verdict. `checkpoint`
+    (+ `checkpoint_step`): measure at a checkpoint of the student instead of the start weights."""
+    from admitcheck.admission.checks import logs_against_protocol, with_checkpoint
 
+    config = with_checkpoint(config, checkpoint, checkpoint_step)  # `--checkpoint DIR --checkpoint-step N`
     inputs = read_screen_inputs(
         config, config_file=config_file, candidates=candidates, from_logs=from_logs, log_format=log_format
     )

@@ -124,6 +124,23 @@ def _nan_for_null(v: Any) -> Any:
     return _nan_if_null(v)
 
 
+class MeasuredWeights(Section):
+    """Which student weights the mismatch was measured at: the pair's student (the start weights, where a
+    calibration's start x is measured), a checkpoint of it (`checkpoint`), or what scored a pipeline's logs."""
+
+    at: Literal["start", "checkpoint", "logs"]
+    student: str | None  # the dir the reference (and every engine) loaded; logs: `logs.checkpoint` when given
+    step: int | None = None  # the training step of a checkpoint (`checkpoint_step`) or of the logs (`logs.step`)
+
+    def describe(self) -> str:
+        step = f" (step {self.step})" if self.step is not None else ""
+        if self.at == "start":
+            return f"at the start weights ({self.student})"
+        if self.at == "checkpoint":
+            return f"at checkpoint {self.student}{step}"
+        return f"from the logs{step}" + (f", scored by {self.student}" if self.student else "")
+
+
 class ScreenReport(Section):
     """`screen`'s result: one verdict per candidate, the calibration used, the noise floor, timings (s)."""
 
@@ -136,6 +153,7 @@ class ScreenReport(Section):
     seconds_total: float
     failures: dict[str, str] = {}  # candidate name -> its engine failure (no verdict)
     diagnostics: dict[str, CandidateDiagnostics] = {}
+    weights: MeasuredWeights | None = None  # None: a report written before it (the start weights)
     admitcheck: str = Field(default_factory=_version)  # the version that screened
 
     @model_validator(mode="before")

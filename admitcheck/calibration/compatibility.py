@@ -189,24 +189,35 @@ def _check_budget_can_admit(config: Any, calibration: CalibrationArtifact, file:
 def check_logs_checkpoint(config: ScreenConfig, calibration: CalibrationArtifact, file: str | None) -> None:
     """`logs.checkpoint`: the trainer checkpoint that scored the logs must be this pair's student after training
     (the calibration's student architecture and tokenizer; its weights have moved, so they are not compared)."""
-    ckpt = Path(config.logs.checkpoint)
+    check_student_checkpoint(config.logs.checkpoint, calibration, file, "logs.checkpoint", "the trainer checkpoint")
+
+
+def check_student_checkpoint(path: str, calibration: CalibrationArtifact, file: str | None, field: str,
+                             what: str = "the checkpoint") -> None:  # fmt: skip
+    """A checkpoint dir must be this pair's student after training: the calibration's student architecture
+    (`STRUCTURAL_KEYS` of config.json) and, when it holds one, tokenizer; its weights have moved, so they are not
+    compared. Reads config.json and the tokenizer files only (no weights)."""
+    ckpt = Path(path)
     if not (ckpt / "config.json").is_file():
-        raise ConfigError(f"not a model dir (no config.json): {ckpt}", file=file, field="logs.checkpoint")
+        raise ConfigError(f"not a model dir (no config.json): {ckpt}", file=file, field=field)
     stored = calibration.pair.student.architecture
-    present = io.read_json(ckpt / "config.json")
+    try:
+        present = io.read_json(ckpt / "config.json")
+    except ConfigError as exc:
+        raise ConfigError(f"{ckpt / 'config.json'}: {exc.message}", file=file, field=field) from None
+    if not isinstance(present, dict):
+        raise ConfigError(f"{ckpt / 'config.json'} is not a JSON object", file=file, field=field)
     for key in STRUCTURAL_KEYS:  # the weights moved in training and are not hashed (a checkpoint can be large)
         if stored.get(key) != present.get(key):
             raise CalibrationError(
-                f"the trainer checkpoint is not a checkpoint of this pair's student: {key} is "
+                f"{what} is not a checkpoint of this pair's student: {key} is "
                 f"{present.get(key)!r} there, {stored.get(key)!r} in the calibration",
                 file=file,
-                field="logs.checkpoint",
+                field=field,
             )
     has_tokenizer = (ckpt / "tokenizer.json").is_file() or (ckpt / "tokenizer_config.json").is_file()
     if has_tokenizer and fingerprint.tokenizer_fingerprint(ckpt) != calibration.pair.tokenizer:
-        raise CalibrationError(
-            "the trainer checkpoint's tokenizer is not the calibration's", file=file, field="logs.checkpoint"
-        )
+        raise CalibrationError(f"{what}'s tokenizer is not the calibration's", file=file, field=field)
 
 
 def calibration_matches(config: CalibrateConfig, artifact: CalibrationArtifact | str | Path) -> tuple[bool, str]:

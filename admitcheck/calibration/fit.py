@@ -22,7 +22,7 @@ import numpy as np
 from admitcheck.calibration.curve import OFFSET_SHARE, Estimate, LevelData, Tolerance, estimate, fit_levels
 from admitcheck.calibration.levels import Level
 from admitcheck.calibration.record import RunRecord
-from admitcheck.calibration.schema import RunEntry
+from admitcheck.calibration.schema import BudgetUnderX, LackOfFitEntry, RunEntry
 from admitcheck.config import CalibrateConfig
 from admitcheck.errors import CalibrationError
 
@@ -44,7 +44,8 @@ class Fit:
     estimate: Estimate
     x: str  # "start" | "run"
     x_reason: str
-    by_x: dict[str, dict[str, Any]]
+    by_x: dict[str, BudgetUnderX]
+    by_x_missing: dict[str, str]  # an x with no budget, and why
     baseline: dict[int, float]  # replicate -> baseline quality
     runs: tuple[RunEntry, ...]  # in the order of the placed runs
 
@@ -55,7 +56,46 @@ def run_x(run: RunRecord, which: str, window: int) -> float:
     axis)."""
     if which == "start":
         return max(float(run.mismatch), 1e-12)
+    if not run.in_run_k3:
+        raise CalibrationError(f"run {run.key} carries no in_run_k3: it has no run-averaged x", field="in_run_k3")
     return max(float(np.mean(run.in_run_k3[:window])), 1e-12)
+
+
+def run_x_missing(placed: list[PlacedRun], metric: str) -> str | None:
+    """Why the runs have no run-averaged x (None: they have one): it is the engine-vs-trainer k3 of every training
+    step (`RunRecord.in_run_k3`), which ledgers recorded before it lack; and only a k3 calibration has it."""
+    if metric != "k3":
+        return f"the run-averaged x is k3 and this calibration's metric is {metric}"
+    lacking = [p for p in placed if p.level.kind != "baseline" and not p.record.in_run_k3]
+    if lacking:
+        return (
+            f"{len(lacking)} of the ledger's level runs carry no in_run_k3 (recorded before it; first: "
+            f"{lacking[0].level.name}, seed {lacking[0].record.seed}): no run-averaged x, so no run-averaged budget"
+        )
+    return None
+
+
+def _lack_of_fit(t) -> LackOfFitEntry | None:
+    """A `model.LackOfFit` as the artifact stores it (NaN F, a test without degrees of freedom, as None)."""
+    if t is None:
+        return None
+    return LackOfFitEntry(f=t.f if math.isfinite(t.f) else None, dof=t.dof, p_value=t.p_value)
+
+
+def budget_under_x(e: Estimate, score: dict[str, Any] | None) -> BudgetUnderX:
+    """One x's budget with its interval, how it was made and the model's lack-of-fit verdict (`budget.by_x`)."""
+    m = e.model
+    return BudgetUnderX(
+        value=e.budget.value,
+        kind=e.budget.kind,
+        interval=e.budget.interval,
+        score=score,
+        method=e.method,
+        method_reason=e.method_reason,
+        lack_of_fit=_lack_of_fit(m.lack_of_fit) if m is not None else None,
+        lack_of_fit_x_known=_lack_of_fit(m.lack_of_fit_x_known) if m is not None else None,
+        accepted=m.accepted if m is not None else None,
+    )
 
 
 def _level_data(
@@ -105,12 +145,13 @@ def fit_runs(config: CalibrateConfig, levels: list[Level], placed: list[PlacedRu
     base = {p.replicate: p.record.quality for p in placed if p.level.kind == "baseline"}
     costs = [p.record.quality - base[p.replicate] for p in placed]
     tol = Tolerance(config.tolerance.relative, config.tolerance.absolute)
-    choices = ["start", "run"] if config.metric == "k3" else ["start"]
+    missing = run_x_missing(placed, config.metric)
+    choices = ["start"] if missing else ["start", "run"]
     scores = {w: one_scale_score(config, levels, placed, costs, w, tol) for w in choices}
     if config.levels.x != "auto":
         which, reason = config.levels.x, "set in the config (levels.x)"
-        if which == "run" and config.metric != "k3":
-            raise CalibrationError("the run-averaged x is k3: set metric k3 or levels.x start", field="levels.x")
+        if which == "run" and missing:
+            raise CalibrationError(f"levels.x is run, but {missing}: set levels.x start", field="levels.x")
     elif all(scores[w] is not None for w in choices) and len(choices) == 2:
         which = min(choices, key=lambda w: scores[w]["mean_z2"])
         reason = (
@@ -142,17 +183,12 @@ def fit_runs(config: CalibrateConfig, levels: list[Level], placed: list[PlacedRu
                 looks=looks,
             )
         )
-        alt[w] = {
-            "value": e.budget.value,
-            "kind": e.budget.kind,
-            "interval": list(e.budget.interval),
-            "score": scores[w],
-        }
-    entries = tuple(_entry(config, p, c, which, est) for p, c in zip(placed, costs))
-    return Fit(est, which, reason, alt, base, entries)
+        alt[w] = budget_under_x(e, scores[w])
+    entries = tuple(_entry(config, p, c, which, est, has_run=not missing) for p, c in zip(placed, costs))
+    return Fit(est, which, reason, alt, {"run": missing} if missing else {}, base, entries)
 
 
-def _entry(config: CalibrateConfig, p: PlacedRun, cost: float, which: str, est: Estimate) -> RunEntry:
+def _entry(config: CalibrateConfig, p: PlacedRun, cost: float, which: str, est: Estimate, has_run: bool) -> RunEntry:
     """A run's artifact entry: its record's kept measurements, its place, and the fit's x and costs."""
     r, lv = p.record, p.level
     if lv.kind == "baseline":  # paired with itself: cost 0 by construction, x not measured
@@ -160,7 +196,7 @@ def _entry(config: CalibrateConfig, p: PlacedRun, cost: float, which: str, est: 
         predicted = 0.0
     else:
         x_start = run_x(r, "start", config.levels.run_window)
-        x_run = run_x(r, "run", config.levels.run_window) if config.metric == "k3" else None
+        x_run = run_x(r, "run", config.levels.run_window) if has_run else None
         fit_x = x_start if which == "start" else x_run
         predicted = float(est.curve.predict(fit_x))
     return RunEntry(

@@ -339,11 +339,26 @@ class BudgetScore(Section):
     z: dict[str, float]
 
 
+class LackOfFitEntry(Section):
+    f: float | None  # None: the test had no degrees of freedom
+    dof: tuple[int, int]
+    p_value: float
+
+
 class BudgetUnderX(Section):
+    """The budget fitted from the same runs under one x (`budget.by_x`): "start" (the probe at the start weights,
+    what a screen measures) or "run" (the engine-vs-trainer k3 averaged over the first `protocol.run_window` steps,
+    what a pipeline's logged mismatch is). Older artifacts carry value, kind, interval and score only."""
+
     value: float
     kind: BudgetKind
     interval: tuple[float, float]
     score: BudgetScore | None = None
+    method: Literal["model", "bracket"] | None = None  # how this x's budget was made (as `budget.method`)
+    method_reason: str | None = None
+    lack_of_fit: LackOfFitEntry | None = None  # the model's test under this x (None: no model fitted)
+    lack_of_fit_x_known: LackOfFitEntry | None = None
+    accepted: bool | None = None  # the model passed its gate's lack-of-fit tests under this x
 
 
 class BootstrapDraws(Section):
@@ -361,12 +376,6 @@ class AdaptiveProtocol(Section):
     max_runs: int
     runs: int
     added_levels: list[str] | None = None
-
-
-class LackOfFitEntry(Section):
-    f: float | None  # None: the test had no degrees of freedom
-    dof: tuple[int, int]
-    p_value: float
 
 
 class BudgetModel(Section):
@@ -426,6 +435,7 @@ class BudgetEntry(Section):
     decided_by: list[str] = []
     width_factor: float | None = None  # interval high / low; None when open
     by_x: dict[str, BudgetUnderX] = {}
+    by_x_missing: dict[str, str] = {}  # an x with no budget, and why (a ledger recorded before `in_run_k3`)
     bootstrap: BootstrapDraws | None = None
     protocol: AdaptiveProtocol | None = None
     warnings: list[str] = []  # what a user must know before gating on it (`calibrate.budget_warnings`)
@@ -572,6 +582,7 @@ class CalibrationArtifact(Section):
             (f"{100 * b.confidence:.0f}% interval", f"[{b.interval[0]:.3g}, {b.interval[1]:.3g}]"),
             *self._method_rows(),
             ("x (mismatch fitted)", f"{b.x}: {b.x_reason}"),
+            *self._by_x_rows(),
             ("decided by", ", ".join(b.decided_by) or "-"),
             ("runs", str(len(self.runs))),
         ]
@@ -588,6 +599,15 @@ class CalibrationArtifact(Section):
                 )
             )
         return rows + [("WARNING", w) for w in self.budget.warnings]
+
+    def _by_x_rows(self) -> list[tuple[str, str]]:
+        """The budget under each x, fitted from the same runs (`budget.by_x`), and an x without one and why."""
+        rows = []
+        for w, v in self.budget.by_x.items():
+            lof = f", lack of fit p {v.lack_of_fit.p_value:.3g}" if v.lack_of_fit is not None else ""
+            how = f" ({v.method}{lof})" if v.method is not None else ""
+            rows.append((f"budget, {w} x", f"{v.value:.3g} [{v.interval[0]:.3g}, {v.interval[1]:.3g}]{how}"))
+        return rows + [(f"budget, {w} x", f"none: {why}") for w, why in self.budget.by_x_missing.items()]
 
     def _method_rows(self) -> list[tuple[str, str]]:
         """How the budget was made: the model (or why not) and the shape-free bracket beside it."""

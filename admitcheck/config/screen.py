@@ -91,6 +91,10 @@ class ScreenConfig(Strict):
     logs: LogsSource | None = None
     full_logprobs: bool = True
     diagnostics: list[Literal["prefix_shift"]] = []  # prefix_shift per rollout candidate (hf engines)
+    # a student checkpoint (HF dir) of this pair to measure at instead of pair.student (`--checkpoint`): the
+    # reference and every candidate's engine load it; the pair's fingerprints are still checked on pair.student
+    checkpoint: str | None = None
+    checkpoint_step: int | None = Field(None, ge=0)  # the training step it was saved at (reported with the verdicts)
 
     @model_validator(mode="after")
     def _check(self) -> ScreenConfig:
@@ -99,4 +103,8 @@ class ScreenConfig(Strict):
             raise ValueError("candidate names must be unique")
         if self.source == "logs" and self.logs is None:
             raise ValueError("source: logs needs a logs: {path: ...} section")
+        if self.checkpoint_step is not None and self.checkpoint is None:
+            raise ValueError("checkpoint_step names the step of a checkpoint: set checkpoint too")
+        if self.checkpoint is not None and self.source == "logs":
+            raise ValueError("checkpoint is what an engine screen measures at; logs name theirs in logs.checkpoint")
         return self

@@ -94,6 +94,16 @@ class LoadedPair:
             self._tokens = load_pair_tokenizer(self.config, file=self.file)
         return self._tokens
 
+    def with_student(self, student: str) -> LoadedPair:
+        """The same pair with `student` (a checkpoint of it: `screen`'s `checkpoint`) as its student dir: the
+        tokenizer kept (the pair's, read once and shared), the teacher loaded again on use."""
+        moved = self.config.model_copy(
+            update={"student": student, "tokenizer": self.config.tokenizer or self.config.student}
+        )
+        out = LoadedPair(moved, file=self.file)
+        out._tokens = self._tokens
+        return out
+
     def student(self, dtype: str = "float32", device: str = "cpu") -> torch.nn.Module:
         """The student in `dtype` on `device` (`io.load_causal_lm`: eval mode), loaded once per (dtype, device)."""
         return self._model("student", dtype, device)
