@@ -461,6 +461,23 @@ def render_logged(logged) -> None:
         f"temperature {s.get('temperature')}, top_p {s.get('top_p')}, top_k {s.get('top_k')}",
         markup=False,
     )
+    r = logged.run_average
+    if r is None:
+        return
+    per_step = ", ".join(f"{st.step if st.step is not None else 'all'}: {fmt(st.k3)}" for st in r.steps[:12])
+    more = f" (+{len(r.steps) - 12} steps)" if len(r.steps) > 12 else ""
+    against = (
+        f"the run-averaged budget {fmt(r.budget)} {fmt_interval(r.budget_interval)}: {r.position}"
+        if r.budget is not None
+        else "no run-averaged budget"
+    )
+    out.print(
+        f"logged k3 per step (token means) {per_step}{more}; their mean {fmt(r.value)} nats/token against {against} "
+        "(a point, no interval: not a verdict)",
+        markup=False,
+    )
+    for note in r.notes:
+        out.print(f"note: {note}", markup=False, style="yellow")
 
 
 # --------------------------------------------------------------------------------------------------- plan

@@ -9,6 +9,7 @@ engines, the calibration (compatible, behaving as stored), and each candidate's 
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -30,7 +31,7 @@ from admitcheck.config import CandidateConfig, RolloutConfig, ScreenConfig
 from admitcheck.errors import AdmitcheckError, AdmitcheckWarning, CalibrationError, Collected, ConfigError, EngineError
 
 if TYPE_CHECKING:
-    from admitcheck.measurement.logs import LoggedQuantity
+    from admitcheck.measurement.logs import LoggedQuantity, StepMismatch
     from admitcheck.measurement.metrics import Functional
 
 # Re-exported: the verdict and the look plan were defined here before `admission` (cli, report, bench use them).
@@ -48,6 +49,12 @@ def select_candidates(config: ScreenConfig, names: list[str] | None) -> list[Can
 def with_logs(config: ScreenConfig, path: str | Path, log_format: str = "auto") -> ScreenConfig:
     """The config with `source: logs` reading `path` in `log_format` (what `--from-logs FILE --format F` means): the
     config's own logs section (`step`, `checkpoint`, `gates`) stays, its path and format are these."""
+    if config.checkpoint is not None:  # (`--checkpoint`, or the config's) the logs' weights are theirs
+        raise ConfigError(
+            "checkpoint is what an engine screen measures at; a logs screen names the trainer checkpoint that "
+            "scored them in logs.checkpoint",
+            field="checkpoint",
+        )
     logs = (config.logs.model_dump() if config.logs else {}) | {"path": str(Path(path).resolve()), "format": log_format}
     return ScreenConfig.model_validate(config.model_dump() | {"source": "logs", "logs": logs})
 
@@ -334,6 +341,65 @@ class BudgetProtocolSummary:
     sampling: dict[str, Any]  # as stored
 
 
+def position_against(value: float, interval: tuple[float, float] | None) -> str:
+    """Where a point mismatch lies against a budget's interval: below its lower end, within, above its upper end."""
+    if interval is None:
+        return "no budget"
+    if not math.isfinite(value):
+        return "not finite"
+    return "below" if value < interval[0] else "above" if value > interval[1] else "within"
+
+
+@dataclass(frozen=True)
+class LoggedRunAverage:
+    """A pipeline's logged mismatch per step set against the run-averaged budget (`budget.by_x["run"]`), which is
+    the same quantity: each step's token-mean k3 (as a calibration run records `in_run_k3`), averaged over the
+    steps. A point beside the budget's interval, not a verdict: no interval on the logged mean has been tested."""
+
+    steps: list[StepMismatch]
+    value: float  # mean over the logged steps of their token-mean k3, nats/token
+    budget: float | None  # B under the run-averaged x; None: the artifact has none (`why`)
+    budget_interval: tuple[float, float] | None
+    position: str  # below / within / above the budget's interval, "no budget" or "not finite"
+    ratio_to_budget: float | None
+    run_window: int | None  # the steps of a calibration run the budget's x averages (the first N)
+    notes: list[str]
+
+
+def logged_run_average(logs: Any, calibration: CalibrationArtifact) -> LoggedRunAverage:
+    """The logs' per-step k3 against the calibration's run-averaged budget (`LoggedRunAverage`)."""
+    import numpy as np
+
+    from admitcheck.measurement.logs import per_step_k3
+
+    steps = per_step_k3(logs)
+    value = float(np.mean([s.k3 for s in steps]))
+    run = calibration.budget.by_x.get("run")
+    window = calibration.protocol.run_window
+    notes = []
+    if run is None:
+        why = calibration.budget.by_x_missing.get("run", "written before both budgets were stored: re-fit it")
+        notes.append(f"the calibration has no run-averaged budget: {why}")
+    if steps[0].step is None:
+        notes.append("the rows state no training step: every row is taken as one step")
+    elif window is not None and steps[-1].step >= window:
+        notes.append(
+            f"logged steps reach {steps[-1].step}, while the budget's x averages a calibration run's first {window} "
+            "steps: mismatch can drift later in a run (admission.trajectory measures it at checkpoints)"
+        )
+    interval = (float(run.interval[0]), float(run.interval[1])) if run is not None else None
+    return LoggedRunAverage(
+        steps=steps,
+        value=value,
+        budget=run.value if run is not None else None,
+        budget_interval=interval,
+        position=position_against(value, interval),
+        ratio_to_budget=value / run.value if run is not None and run.value > 0 else None,
+        run_window=window,
+        notes=notes,
+    )
+
+
 @dataclass(frozen=True)
 class LoggedVsProtocol:
     """What a screen's logs measure beside the budget's protocol (`logs_against_protocol`; JSON: `to_dict`)."""
@@ -342,10 +408,13 @@ class LoggedVsProtocol:
     budget_protocol: BudgetProtocolSummary
     differences: list[str]
     step: int | None  # the config's logs.step
+    run_average: LoggedRunAverage | None = None  # the logs per step against the run-averaged budget
 
     def to_dict(self) -> dict[str, Any]:
-        """The quantity's fields, then the protocol, the differences and the step (`screen --json`'s `logged`)."""
+        """The quantity's fields, then the protocol, the differences, the step and the run-averaged comparison
+        (`screen --json`'s `logged`)."""
         rest = {"budget_protocol": asdict(self.budget_protocol), "differences": self.differences, "step": self.step}
+        rest |= {"run_average": asdict(self.run_average)} if self.run_average is not None else {}
         return asdict(self.quantity) | rest
 
 
@@ -381,4 +450,4 @@ def logs_against_protocol(
         )
     for d in diffs:
         warnings.warn(AdmitcheckWarning(f"logs vs the budget's protocol: {d}"), stacklevel=2)
-    return LoggedVsProtocol(quantity, budget, diffs, cfg.logs.step)
+    return LoggedVsProtocol(quantity, budget, diffs, cfg.logs.step, logged_run_average(logs, calibration))

@@ -100,6 +100,7 @@ class LoggedLogprobs:
     groups: np.ndarray | None = None  # (B,) int: process / rank of each sequence, when the logs say
     steps: tuple[int, ...] = ()  # the training steps the rows say they are from (prime-rl `step`), sorted
     sampling: dict[str, float] | None = None  # top_p / top_k the rows say they were sampled with, when they do
+    row_steps: np.ndarray | None = None  # (B,) int: each row's training step, when every row states one
 
     @property
     def num_sequences(self) -> int:
@@ -155,7 +156,37 @@ def read_logs(path: str | Path, *, format: str = "auto", field: str = "logs.path
     sampling = {k: v for _, r in rows for k, v in r.sampling.items()}
     warnings = _warnings(mu, pi, mask, fmt, rows, sampling)
     steps = tuple(sorted({r.step for _, r in rows if r.step is not None}))
-    return LoggedLogprobs(str(path), mu, pi, mask, fmt, tuple(warnings), groups, steps, sampling or None)
+    row_steps = (
+        np.array([r.step for _, r in rows], dtype=np.int64) if all(r.step is not None for _, r in rows) else None
+    )
+    return LoggedLogprobs(str(path), mu, pi, mask, fmt, tuple(warnings), groups, steps, sampling or None, row_steps)
+
+
+@dataclass(frozen=True)
+class StepMismatch:
+    """The logs' k3 at one training step: the token mean over its rows, as a calibration run records each step's
+    engine-vs-trainer k3 (`RunRecord.in_run_k3`). `step` None: the rows state no step (all rows as one)."""
+
+    step: int | None
+    sequences: int
+    tokens: int
+    k3: float  # nats/token
+
+
+def per_step_k3(logs: LoggedLogprobs) -> list[StepMismatch]:
+    """One `StepMismatch` per logged step (ascending), or one for all rows when they do not all state a step."""
+    from admitcheck.measurement.metrics import k3_terms
+
+    ell = np.where(logs.mask, logs.trainer_logprobs - logs.rollout_logprobs, 0.0)  # (B, T) log π − log μ
+    terms = np.where(logs.mask, k3_terms(ell), 0.0)  # (B, T)
+    groups = [(None, np.ones(logs.num_sequences, dtype=bool))]
+    if logs.row_steps is not None:
+        groups = [(int(s), logs.row_steps == s) for s in np.unique(logs.row_steps)]
+    out = []
+    for step, rows in groups:
+        n = int(logs.mask[rows].sum())
+        out.append(StepMismatch(step, int(rows.sum()), n, float(terms[rows].sum()) / max(n, 1)))
+    return out
 
 
 @dataclass(frozen=True)
@@ -198,7 +229,8 @@ def protocol_differences(quantity: LoggedQuantity, protocol: dict[str, Any], *, 
     if protocol.get("x", "start") == "start" and at:
         out.append(
             f"the logs are from training step {at}: their mismatch is the engine's against the trainer at θ_{at}, "
-            "while the budget was fitted on the mismatch at the start weights (budget.x: start)"
+            "while the budget was fitted on the mismatch at the start weights (budget.x: start); the run-averaged "
+            "budget, which is that quantity, is set beside it (logged.run_average)"
         )
     cap = (protocol.get("probe") or {}).get("max_new_tokens")
     if cap and quantity.tokens_per_sequence_max > cap:
