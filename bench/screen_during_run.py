@@ -82,7 +82,7 @@ def timed(fn):
 def cost(cfg, path: Path, tmp: Path, names: list[str]) -> dict:
     """Part 1 (module docstring)."""
     from admitcheck import io
-    from admitcheck.admission.checks import with_checkpoint
+    from admitcheck.admission.checkpoint import with_checkpoint
     from admitcheck.admission.screen import screen
     from admitcheck.calibration.levels import Level, load_context, run_one
     from admitcheck.config import CalibrateConfig

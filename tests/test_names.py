@@ -290,6 +290,7 @@ NAMED = "a mapping keyed by a name (metric, term, phase, split): a table of numb
 NOT_OUTPUTS: dict[str, dict[str, str]] = {
     # pydantic's error dicts (ValidationError.errors()): loc, msg, type
     "admission/screen_report.py": {"e": INPUT},
+    "admission/checkpoint.py": {"e": INPUT},
     "calibration/artifact.py": {"err": INPUT, "data": INPUT},  # data: the YAML before its schema (schema_version)
     "calibration/ledger.py": {"err": INPUT},
     "config/base.py": {"e": INPUT, "item": INPUT},

@@ -98,7 +98,7 @@ def _logs(rows_per_step: dict[int | None, list[float]]):
 
 
 def test_logged_k3_per_step_against_the_run_budget():
-    from admitcheck.admission.checks import logged_run_average
+    from admitcheck.admission.run_x import logged_run_average
     from admitcheck.measurement.metrics import k3_terms
 
     cal = load_calibration(ROOT / "calibrations" / "toy.yaml")

@@ -1,3 +1,4 @@
+# long module: every check a screen makes before a model loads (files, candidates, calibration, engines, logs)
 """What a screen checks before it measures, and the guards around each engine call: candidates, input files,
 engines, the calibration (compatible, behaving as stored), and each candidate's KV-cache capacity.
 
@@ -9,7 +10,6 @@ engines, the calibration (compatible, behaving as stored), and each candidate's 
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -17,9 +17,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
 from admitcheck import fingerprint, io
+from admitcheck.admission.checkpoint import check_checkpoint_inputs
 from admitcheck.admission.screen_report import CalibrationSummary, RecipeSummary
 from admitcheck.admission.sequential import (
     confidence_per_look,
@@ -31,7 +30,8 @@ from admitcheck.config import CandidateConfig, RolloutConfig, ScreenConfig
 from admitcheck.errors import AdmitcheckError, AdmitcheckWarning, CalibrationError, Collected, ConfigError, EngineError
 
 if TYPE_CHECKING:
-    from admitcheck.measurement.logs import LoggedQuantity, StepMismatch
+    from admitcheck.admission.run_x import LoggedRunAverage
+    from admitcheck.measurement.logs import LoggedQuantity
     from admitcheck.measurement.metrics import Functional
 
 # Re-exported: the verdict and the look plan were defined here before `admission` (cli, report, bench use them).
@@ -59,20 +59,6 @@ def with_logs(config: ScreenConfig, path: str | Path, log_format: str = "auto") 
     return ScreenConfig.model_validate(config.model_dump() | {"source": "logs", "logs": logs})
 
 
-def with_checkpoint(config: ScreenConfig, path: str | Path | None, step: int | None = None) -> ScreenConfig:
-    """The config measured at checkpoint `path` (what `--checkpoint DIR --checkpoint-step N` means); unchanged when
-    both are None. A ConfigError (exit 2) when the combination is invalid (a logs screen, a step without a dir)."""
-    if path is None and step is None:
-        return config
-    data = config.model_dump() | {"checkpoint": str(Path(path).resolve()) if path is not None else config.checkpoint}
-    data |= {"checkpoint_step": step} if step is not None else {}
-    try:
-        return ScreenConfig.model_validate(data)
-    except ValidationError as exc:
-        message = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
-        raise ConfigError(message, field="--checkpoint") from None
-
-
 def check_inputs(config: ScreenConfig, chosen: list[CandidateConfig], file: str | None) -> list[dict] | None:
     """Files and dirs the screen needs exist (before any hashing or loading); the probe prompts, read (engine
     screens; None for logs)."""
@@ -94,22 +80,6 @@ def check_inputs(config: ScreenConfig, chosen: list[CandidateConfig], file: str 
     if cap and not Path(cap).is_file():
         raise ConfigError(f"file not found: {cap}", file=file, field="capacity.model_config_path")
     return prompts
-
-
-def check_checkpoint_inputs(config: ScreenConfig, chosen: list[CandidateConfig], file: str | None) -> None:
-    """`checkpoint`: a causal-LM dir with weights (`io.check_causal_lm`), and no staleness candidate beside it (θc
-    against θc+k needs the run's own optimizer state and schedule at step c: `admission.trajectory` measures it from
-    the run; a fresh optimizer from θc would not)."""
-    io.check_causal_lm(config.checkpoint, file=file, field="checkpoint")
-    for c in chosen:
-        if c.staleness is not None:
-            raise ConfigError(
-                f"a staleness candidate cannot be screened at a checkpoint: θc against θc+{c.staleness} needs the "
-                "run's optimizer state at step c; measure it along a run with admission.trajectory "
-                "(bench/screen_during_run.py), or screen it at the start weights (no checkpoint)",
-                file=file,
-                field=f"candidates.{c.name}.staleness",
-            )
 
 
 def load_checked_calibration(
@@ -341,65 +311,6 @@ class BudgetProtocolSummary:
     sampling: dict[str, Any]  # as stored
 
 
-def position_against(value: float, interval: tuple[float, float] | None) -> str:
-    """Where a point mismatch lies against a budget's interval: below its lower end, within, above its upper end."""
-    if interval is None:
-        return "no budget"
-    if not math.isfinite(value):
-        return "not finite"
-    return "below" if value < interval[0] else "above" if value > interval[1] else "within"
-
-
-@dataclass(frozen=True)
-class LoggedRunAverage:
-    """A pipeline's logged mismatch per step set against the run-averaged budget (`budget.by_x["run"]`), which is
-    the same quantity: each step's token-mean k3 (as a calibration run records `in_run_k3`), averaged over the
-    steps. A point beside the budget's interval, not a verdict: no interval on the logged mean has been tested."""
-
-    steps: list[StepMismatch]
-    value: float  # mean over the logged steps of their token-mean k3, nats/token
-    budget: float | None  # B under the run-averaged x; None: the artifact has none (`why`)
-    budget_interval: tuple[float, float] | None
-    position: str  # below / within / above the budget's interval, "no budget" or "not finite"
-    ratio_to_budget: float | None
-    run_window: int | None  # the steps of a calibration run the budget's x averages (the first N)
-    notes: list[str]
-
-
-def logged_run_average(logs: Any, calibration: CalibrationArtifact) -> LoggedRunAverage:
-    """The logs' per-step k3 against the calibration's run-averaged budget (`LoggedRunAverage`)."""
-    import numpy as np
-
-    from admitcheck.measurement.logs import per_step_k3
-
-    steps = per_step_k3(logs)
-    value = float(np.mean([s.k3 for s in steps]))
-    run = calibration.budget.by_x.get("run")
-    window = calibration.protocol.run_window
-    notes = []
-    if run is None:
-        why = calibration.budget.by_x_missing.get("run", "written before both budgets were stored: re-fit it")
-        notes.append(f"the calibration has no run-averaged budget: {why}")
-    if steps[0].step is None:
-        notes.append("the rows state no training step: every row is taken as one step")
-    elif window is not None and steps[-1].step >= window:
-        notes.append(
-            f"logged steps reach {steps[-1].step}, while the budget's x averages a calibration run's first {window} "
-            "steps: mismatch can drift later in a run (admission.trajectory measures it at checkpoints)"
-        )
-    interval = (float(run.interval[0]), float(run.interval[1])) if run is not None else None
-    return LoggedRunAverage(
-        steps=steps,
-        value=value,
-        budget=run.value if run is not None else None,
-        budget_interval=interval,
-        position=position_against(value, interval),
-        ratio_to_budget=value / run.value if run is not None and run.value > 0 else None,
-        run_window=window,
-        notes=notes,
-    )
-
-
 @dataclass(frozen=True)
 class LoggedVsProtocol:
     """What a screen's logs measure beside the budget's protocol (`logs_against_protocol`; JSON: `to_dict`)."""
@@ -408,7 +319,7 @@ class LoggedVsProtocol:
     budget_protocol: BudgetProtocolSummary
     differences: list[str]
     step: int | None  # the config's logs.step
-    run_average: LoggedRunAverage | None = None  # the logs per step against the run-averaged budget
+    run_average: LoggedRunAverage | None = None  # the logs per step against the run-averaged budget (`run_x`)
 
     def to_dict(self) -> dict[str, Any]:
         """The quantity's fields, then the protocol, the differences, the step and the run-averaged comparison
@@ -424,6 +335,7 @@ def logs_against_protocol(
     """What a screen's logs measure (`logs.logged_quantity`) beside the budget's protocol; each difference is a
     warning, or with `strict` a ConfigError (exit 2). `logs` and `calibration` as a screen read them
     (`ScreenInputs`), else read here."""
+    from admitcheck.admission import run_x
     from admitcheck.calibration.artifact import load_calibration
     from admitcheck.measurement.logs import logged_quantity, protocol_differences, read_logs
 
@@ -450,4 +362,4 @@ def logs_against_protocol(
         )
     for d in diffs:
         warnings.warn(AdmitcheckWarning(f"logs vs the budget's protocol: {d}"), stacklevel=2)
-    return LoggedVsProtocol(quantity, budget, diffs, cfg.logs.step, logged_run_average(logs, calibration))
+    return LoggedVsProtocol(quantity, budget, diffs, cfg.logs.step, run_x.logged_run_average(logs, calibration))

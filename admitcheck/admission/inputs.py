@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from admitcheck import io
+from admitcheck.admission.checkpoint import at_checkpoint
 from admitcheck.admission.checks import (
     check_engines,
     check_inputs,
@@ -93,10 +94,3 @@ def read_screen_inputs(
         prompt_ids=tuple(prompt_ids),
         seconds=time.perf_counter() - t0,
     )
-
-
-def at_checkpoint(config: ScreenConfig, pair: LoadedPair) -> tuple[ScreenConfig, LoadedPair]:
-    """The screen measured at `config.checkpoint`: the config whose pair.student is the checkpoint (the reference
-    and every engine load it; the tokenizer stays the pair's) and its `LoadedPair`, sharing the tokenizer."""
-    at = pair.with_student(config.checkpoint)
-    return config.model_copy(update={"pair": at.config}), at

@@ -183,7 +183,8 @@ def screen_run(
     the logs' quantity beside the budget's protocol (`strict`: a ConfigError when they differ), the verdicts (a
     `PartialScreenError` kept beside the partial report), and `dashboard`'s metrics per verdict. `checkpoint`
     (+ `checkpoint_step`): measure at a checkpoint of the student instead of the start weights."""
-    from admitcheck.admission.checks import logs_against_protocol, with_checkpoint
+    from admitcheck.admission.checkpoint import with_checkpoint
+    from admitcheck.admission.checks import logs_against_protocol
 
     config = with_checkpoint(config, checkpoint, checkpoint_step)  # `--checkpoint DIR --checkpoint-step N`
     inputs = read_screen_inputs(

@@ -15,7 +15,7 @@ the run's trainer sees at step c + k (a screen at the start weights instead trai
 `staleness.stale_reference`); where c + k passes the recipe's last step, c is moved back to it.
 
 How the run-averaged x is predicted: the run's x is the mean over steps t = 0 … H−1 of the engine-vs-trainer k3
-token mean of step t (`fit.run_x`); a checkpoint screen gives the same quantity (the verdict's uncapped `metrics.k3`,
+token mean of step t (`fit.run_x`); a checkpoint screen gives the same quantity (the verdict's uncapped k3,
 a token mean) on the probe prompts at θc. x(t) is taken piecewise linear between the checkpoints and its mean over
 the H steps is the prediction (the trapezoid rule: exact when x drifts linearly, and it needs no model of how x
 moves). A staleness-k candidate's step t ≥ k is its screen at c = t − k; for t < k the engine still holds θ0 and the
@@ -37,8 +37,9 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from admitcheck.admission.checks import with_checkpoint
+from admitcheck.admission.checkpoint import with_checkpoint
 from admitcheck.admission.inputs import read_screen_inputs
+from admitcheck.admission.run_x import position_against
 from admitcheck.admission.screen import screen
 from admitcheck.calibration.levels import replicate_seed
 from admitcheck.config import CandidateConfig, ScreenConfig
@@ -74,7 +75,7 @@ class RunX(Section):
     value: float  # nats/token
     budget: float | None  # B under the run-averaged x; None: the artifact has none (`budget.by_x_missing`)
     budget_interval: tuple[float, float] | None
-    position: Literal["below", "within", "above", "no budget"]  # against B_run's interval (no interval on value)
+    position: Literal["below", "within", "above", "no budget", "not finite"]  # against B_run's interval (a point)
     ratio_to_budget: float | None
 
 
@@ -114,12 +115,6 @@ def run_average(steps: list[int], values: list[float], horizon: int, staleness: 
     if staleness:
         at = np.where(t < staleness, values[0] * t / staleness, at)
     return float(at.mean())
-
-
-def _position(value: float, interval: tuple[float, float] | None) -> str:
-    if interval is None:
-        return "no budget"
-    return "below" if value < interval[0] else "above" if value > interval[1] else "within"
 
 
 def save_run_checkpoints(inputs, steps: list[int], out_dir: Path) -> tuple[dict[int, Path], int, float]:
@@ -214,7 +209,7 @@ def screen_trajectory(
             report = screen(cfg, config_file=config_file)
             for v in report.verdicts:
                 measured[v.name] = CheckpointMeasure(
-                    k3=v.metrics["k3"],
+                    k3=v.k3,
                     mismatch=v.mismatch,
                     mismatch_interval=v.mismatch_interval,
                     decision=v.decision,
@@ -222,7 +217,7 @@ def screen_trajectory(
                     seconds=v.seconds,
                 )
         points.append(TrajectoryPoint(step=step, weights=str(saved[step]), candidates=measured))
-    run_budget = cal.budget.by_x.get("run")
+    run_budget = cal.budget.run_averaged
     interval = tuple(run_budget.interval) if run_budget is not None else None
     run_x = {}
     for c in inputs.chosen:
@@ -231,7 +226,7 @@ def screen_trajectory(
             value=value,
             budget=run_budget.value if run_budget is not None else None,
             budget_interval=interval,
-            position=_position(value, interval),
+            position=position_against(value, interval),
             ratio_to_budget=value / run_budget.value if run_budget is not None and run_budget.value > 0 else None,
         )
     return Trajectory(

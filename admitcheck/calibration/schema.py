@@ -48,6 +48,7 @@ from admitcheck.measurement.metrics import Functional
 SCHEMA_VERSION = 2
 BudgetKind = Literal["point", "lower_bound", "upper_bound"]
 XMeasure = Literal["start", "run"]
+RUN_X: XMeasure = "run"  # the run-averaged x (`BudgetEntry.run_averaged`)
 
 
 class Section(BaseModel):
@@ -445,6 +446,16 @@ class BudgetEntry(Section):
     bracket: BudgetBracket | None = None
     isotonic: IsotonicBudget | None = None
     baseline_check: BaselineCheck | None = None
+
+    @property
+    def run_averaged(self) -> BudgetUnderX | None:
+        """The budget under the run-averaged x (`by_x`'s run entry); None when the artifact has none."""
+        return self.by_x.get(RUN_X)
+
+    @property
+    def run_missing(self) -> str | None:
+        """Why the artifact has no run-averaged budget (`by_x_missing`), when it says."""
+        return self.by_x_missing.get(RUN_X)
 
 
 class Provenance(BaseModel):
