@@ -507,6 +507,37 @@ def screen(
     _run(config, "screen", run, render, as_json=as_json, text=text, code=_screen_exit)
 
 
+@app.command()
+def trajectory(
+    config: ConfigArg,
+    out_dir: Annotated[
+        Path, typer.Option("--out-dir", help="Where the run's checkpoints are saved (one step-N HF dir each).")
+    ],
+    horizon: Annotated[
+        int | None,
+        typer.Option(
+            "--horizon",
+            help="Steps of the run to follow; default the calibration's run window (what the run-averaged budget "
+            "averages). The recipe's steps follow the whole run.",
+        ),
+    ] = None,
+    candidate: Annotated[
+        list[str] | None, typer.Option("--candidate", help="Only this candidate (repeatable).")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Screen each candidate at the start, 1/4, 1/2 and end of a calibration-protocol run (a screen config), and set
+    the run-averaged mismatch they predict against the run-averaged budget (a point, not a verdict)."""
+
+    def run(cfg, file):
+        from admitcheck.admission.trajectory import screen_trajectory
+
+        return screen_trajectory(cfg, config_file=file, out_dir=out_dir, candidates=candidate or None, horizon=horizon)
+
+    text = lambda t: t.model_dump_json(indent=2)  # noqa: E731  non-finite numbers as null
+    _run(config, "screen", run, terminal.render_trajectory, as_json=as_json, text=text)
+
+
 def _screen_exit(r) -> int:
     """0 all admitted, 1 any rejected; an engine that failed exits 3 after the reports of the verdicts obtained."""
     if r.failure is not None:

@@ -367,6 +367,27 @@ def render_screen(result: ScreenReport, dashes: dict) -> None:
         render_dashboard(d, budget=result.calibration.budget, title=f" for {name}")
 
 
+def render_trajectory(t) -> None:
+    """`admitcheck trajectory`'s table (`admission.trajectory.Trajectory`): k3 per checkpoint and the predicted
+    run-averaged x against the run-averaged budget."""
+    steps = [p.step for p in t.points]
+    table = Table(
+        title=f"mismatch along the run (k3 token means, nats/token; horizon {t.horizon} steps, seed {t.seed})"
+    )
+    table.add_column("candidate", no_wrap=True)
+    for st in steps:
+        table.add_column(f"step {st}", justify="right")
+    table.add_column("run-averaged x", justify="right")
+    table.add_column("run budget [CI]", justify="right")
+    table.add_column("position", no_wrap=True)
+    for name, rx in t.run_x.items():
+        ks = [fmt(p.candidates[name].k3) for p in t.points]
+        budget = f"{fmt(rx.budget)} {fmt_interval(rx.budget_interval)}" if rx.budget is not None else "-"
+        table.add_row(name, *ks, fmt(rx.value), budget, rx.position)
+    out.print(table)
+    out.print(f"rule: {t.rule}", markup=False)
+
+
 # --------------------------------------------------------------------------------------------------- validate
 
 

@@ -182,3 +182,23 @@ def test_a_trajectory_predicts_the_run_x_from_its_checkpoints(tmp_path, toy_pair
         assert rx.budget == load_calibration(ROOT / "calibrations" / "toy.yaml").budget.by_x["run"].value
     assert (tmp_path / "traj" / "step-1" / "config.json").is_file()
     assert (tmp_path / "traj" / "step-3" / "config.json").is_file()  # θ2+1: the stale reference at the last point
+
+
+def test_trajectory_command_bad_inputs_exit_2(tmp_path, toy_pair_dir):
+    p = screen_config(tmp_path, toy_pair_dir)
+    out = str(tmp_path / "ck")
+    assert_user_error(run("trajectory", str(p), "--out-dir", out, "--horizon", "0"), "--horizon:", "≥ 1")
+    assert_user_error(run("trajectory", str(p), "--out-dir", out, "--horizon", "500"), "--horizon:", "200 steps")
+    at = screen_config(tmp_path, toy_pair_dir, "at.yaml", checkpoint=str(toy_pair_dir / "student"))
+    assert_user_error(run("trajectory", str(at), "--out-dir", out), "checkpoint:", "own checkpoints")
+
+
+@pytest.mark.slow
+def test_trajectory_command_prints_one_json_document(tmp_path, toy_pair_dir):
+    p = screen_config(tmp_path, toy_pair_dir, **{"probe.num_prompts": 32, "probe.min_prompts": 32})
+    r = run("trajectory", str(p), "--out-dir", str(tmp_path / "ck"), "--horizon", "1", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert [pt["step"] for pt in doc["points"]] == [0, 1] and doc["run_x"]["bf16"]["position"] in ("below", "within")
+    table = run("trajectory", str(p), "--out-dir", str(tmp_path / "ck2"), "--horizon", "1")
+    assert table.exit_code == 0 and "run-averaged x" in table.output

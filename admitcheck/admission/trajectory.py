@@ -98,7 +98,7 @@ def checkpoint_steps(horizon: int, fractions: tuple[float, ...] = FRACTIONS) -> 
     """The checkpoint steps round(f · horizon), sorted and unique; 0 and `horizon` must be among them (the
     prediction interpolates between checkpoints, it does not extrapolate)."""
     if horizon < 1:
-        raise ConfigError(f"the horizon is {horizon} steps: it must be ≥ 1", field="horizon")
+        raise ConfigError(f"the horizon is {horizon} steps: it must be ≥ 1", field="--horizon")
     if any(not 0.0 <= f <= 1.0 for f in fractions):
         raise ConfigError(f"fractions must lie in [0, 1], got {list(fractions)}", field="fractions")
     steps = sorted({round(f * horizon) for f in fractions})
@@ -132,7 +132,7 @@ def save_run_checkpoints(inputs, steps: list[int], out_dir: Path) -> tuple[dict[
     cfg = recipe.train_config(str(path))
     last = max(steps)
     if last > cfg.steps:
-        raise ConfigError(f"checkpoint step {last} is beyond the recipe's {cfg.steps} steps", field="horizon")
+        raise ConfigError(f"checkpoint step {last} is beyond the recipe's {cfg.steps} steps", field="--horizon")
     seed = replicate_seed(recipe.seed, 0)  # every level's replicate 0, the baseline's included
     device = inputs.config.reference.device
     student = cast_parameters(copy.deepcopy(pair.student("float32", device)), "float32")  # the shared one untouched
@@ -168,13 +168,18 @@ def screen_trajectory(
     predicted against the run-averaged budget (module docstring). `horizon`: steps (default the artifact's
     `protocol.run_window`); `out_dir`: where the checkpoints are saved."""
     if config.checkpoint is not None or config.source != "engine":
-        raise ConfigError("a trajectory screens an engine at its own checkpoints: unset checkpoint and source: logs")
+        field = "checkpoint" if config.checkpoint is not None else "source"
+        raise ConfigError(
+            "a trajectory screens an engine at the run's own checkpoints: unset checkpoint, and source must be engine",
+            file=config_file,
+            field=field,
+        )
     inputs = read_screen_inputs(config, config_file=config_file, candidates=candidates)
     cal = inputs.calibration
     window = cal.protocol.run_window
-    horizon = int(horizon if horizon is not None else (window or 0))
-    if horizon < 1:
+    if horizon is None and window is None:
         raise CalibrationError(f"{cal.path} states no protocol.run_window: pass a horizon", field="protocol.run_window")
+    horizon = int(horizon if horizon is not None else window)
     steps = checkpoint_steps(horizon, fractions)
     stale = {c.name: c.staleness for c in inputs.chosen if c.staleness is not None}
     total = cal.recipe.steps

@@ -13,7 +13,9 @@ measurement: sampling, probe, reference dtype, and `x`: which mismatch the budge
 quality (definition, eval, baseline); tolerance (value, rule); levels; level_report (per level: replicates, x, paired
 cost with interval, fitted cost, decided_budget); auto_noise (the grid measurement); runs (level, replicate, seed,
 x_start, x_run, quality, paired quality_cost); curve (form "isotonic": points x, cost); budget (value, kind,
-interval, confidence, x, rule, decided_by, bootstrap draws and quantiles, the adaptive protocol that stopped);
+interval, confidence, x, rule, decided_by, bootstrap draws and quantiles, the adaptive protocol that stopped; `by_x`:
+the budget fitted under each x from the same runs, each with its interval, method and lack-of-fit verdict, and
+`by_x_missing`: an x without one and why);
 provenance (versions, created_at, the resolved config with paths relative to the artifact). Units: mismatch and
 quality in nats/token (quality: 1 − task reward for a GRPO recipe).
 
