@@ -115,6 +115,20 @@ def test_logged_k3_per_step_against_the_run_budget():
     assert logged_run_average(_logs({0: [0.1]}), old).position == "no budget"
 
 
+def test_a_logs_screen_reports_its_steps_against_the_run_budget(tmp_path, toy_pair_dir):
+    rows = [json.loads(x) for x in (ROOT / "examples" / "logs" / "toy_bf16.jsonl").read_text().splitlines() if x]
+    logs = tmp_path / "steps.jsonl"
+    logs.write_text("".join(json.dumps(r | {"step": 10 * (i % 3)}) + "\n" for i, r in enumerate(rows)))
+    r = run("screen", str(screen_config(tmp_path, toy_pair_dir)), "--from-logs", str(logs), "--json")
+    assert r.exit_code in (0, 1), r.output
+    doc = json.loads(r.stdout)
+    ra = doc["logged"]["run_average"]
+    assert [s["step"] for s in ra["steps"]] == [0, 10, 20] and sum(s["sequences"] for s in ra["steps"]) == len(rows)
+    assert ra["value"] == pytest.approx(np.mean([s["k3"] for s in ra["steps"]]))
+    assert ra["budget"] == load_calibration(ROOT / "calibrations" / "toy.yaml").budget.by_x["run"].value
+    assert doc["weights"]["at"] == "logs"
+
+
 # --------------------------------------------------------------------------------------------------- bad inputs
 
 
