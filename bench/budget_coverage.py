@@ -2,6 +2,7 @@
 
     nice -n 10 python bench/budget_coverage.py --sims 200 --out bench/results/budget_coverage.json
     python bench/budget_coverage.py --sims 20 --protocols smollm2 --truths power step      # a quick look
+    nice -n 10 python bench/budget_coverage.py --x run --jobs 2 --out bench/results/budget_coverage_run_x.json
 
 Each simulated calibration is `design.simulate_protocol`: calibrate's rounds and design without the OPD runs, on
 simulated *runs* with the ledgers' structure — seed r's baseline run and every level's run r share a seed effect
@@ -20,8 +21,11 @@ Truths (each reaches τ at B; B log-uniform inside the grid, for SmolLM2 between
 τ(x/B)^0.75 (the model), linear, power2, flat_then_rising, sigmoid, step (3τ above B), slow_crossing
 τ(1 + 0.1 ln(x/B)) floored at 0, flat_beyond_grid (power 0.75 held flat outside the grid), and for SmolLM2 the three
 calibrations' mean level costs interpolated in log x and shifted along x (smollm2_mean, flat beyond the grid).
-Per cell: coverage, P(B_lo > B), P(B_hi < B), how often the model was used, median hi/lo, mean runs. Must hold:
-coverage ≥ 0.93 and P(B_lo > B) ≤ 0.035 in every cell with ≥ 200 sims.
+`--x run` reads the same protocols in the run-averaged x (`budget.by_x.run`): the levels at their runs' mean in-run
+k3 over the first 20 steps and its spread between replicates (about a third of the start x's), the toy's configured
+grid scaled by the noise levels' median x_run / x_start. Per cell: coverage, P(B_lo > B), P(B_hi < B), how often
+the model was used, median hi/lo, mean runs. Must hold: coverage ≥ 0.93 and P(B_lo > B) ≤ 0.035 in every cell
+with ≥ 200 sims.
 """
 
 from __future__ import annotations
@@ -43,8 +47,13 @@ TRUTHS = ("power", "linear", "power2", "flat_then_rising", "sigmoid", "step", "s
 SMOLLM2_TRUTHS = (*TRUTHS, "smollm2_mean")
 
 
+X = "start"  # the x the protocols are read in: "start" or "run" (`--x run`: the run-averaged budget's x)
+RUN_WINDOW = 20  # the shipped calibrations' protocol.run_window (steps the run-averaged x averages)
+
+
 def ledger_runs(name: str) -> list[tuple[str, int, float, float]]:
-    """(level key, seed, quality, start mismatch) of a shipped ledger's baseline and noise runs."""
+    """(level key, seed, quality, x) of a shipped ledger's baseline and noise runs; x is the start mismatch, or with
+    `X = "run"` the mean in-run k3 over the first RUN_WINDOW steps (`fit.run_x`)."""
     out = []
     for line in (ROOT / "calibrations" / f"{name}.ledger.jsonl").read_text().splitlines():
         d = json.loads(line)
@@ -52,7 +61,12 @@ def ledger_runs(name: str) -> list[tuple[str, int, float, float]]:
             continue
         lv = json.loads(d["key"])["level"]
         if lv["kind"] in ("baseline", "noise"):
-            x = 0.0 if lv["kind"] == "baseline" else float(d["mismatch"])
+            start = float(d["mismatch"]) if lv["kind"] != "baseline" else 0.0
+            x = (
+                0.0
+                if lv["kind"] == "baseline"
+                else (start if X == "start" else float(np.mean(d["in_run_k3"][:RUN_WINDOW])))
+            )
             out.append((json.dumps(lv, sort_keys=True), int(d["seed"]), float(d["quality"]), x))
     return out
 
@@ -87,7 +101,7 @@ def protocols() -> dict[str, dict]:
     import yaml
     from calibration_repro import shipped_protocol
 
-    toy = shipped_protocol()
+    toy = shipped_protocol(X)
     toy_run_sd, toy_seed_sd, toy_dof = two_way_noise(ledger_runs("toy"))
     # within a level, a toy run's cost follows its own x (correlation 0.45, p = 0.0002 over 64 pairs): the spread of
     # x between replicates is the runs' actual mismatch, not the probe's measurement error
@@ -241,7 +255,7 @@ def run(sims: int, names=("toy", "smollm2"), truths=None, seed: int = 0, jobs: i
             rows.append(one_cell(w))
             print(json.dumps(rows[-1]), flush=True)
     ok = all(r["coverage"] >= 0.93 and r["lower_above_truth"] <= 0.035 for r in rows)
-    return {"protocols": {n: protos[n] for n in names}, "rows": rows, "must_hold": "coverage >= 0.93 and "
+    return {"x": X, "protocols": {n: protos[n] for n in names}, "rows": rows, "must_hold": "coverage >= 0.93 and "
             "P(B_lo > B) <= 0.035 in every cell", "ok": ok, "seconds": round(time.perf_counter() - t0, 1)}  # fmt: skip
 
 
@@ -274,11 +288,18 @@ if __name__ == "__main__":
         help="the model's design points: the levels bracketing B within B/2..2B (shipped), or B/2 and 2B",
     )
     ap.add_argument("--truths", nargs="+", default=None)
+    ap.add_argument(
+        "--x",
+        choices=["start", "run"],
+        default="start",
+        help="the x the protocols' levels and their spread are read in (run: the run-averaged budget's)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--cutoff-check", action="store_true", help="the profile cutoff's check (800 sims, SmolLM2)")
     a = ap.parse_args()
+    X = a.x  # module global: read by ledger_runs and protocols (and, through fork, by --jobs workers)
     if a.design == "around":
         from admitcheck.calibration import design
 

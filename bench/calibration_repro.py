@@ -104,22 +104,27 @@ def true_cost(shape: str, tau: float, b: float):
     }[shape]
 
 
-def shipped_protocol() -> dict:
+def shipped_protocol(x: str = "start") -> dict:
     """The protocol and the noise every figure is about: examples/toy_calibrate.yaml's grid, replicates, factor, run
     cap, tolerance and bootstrap; the paired-cost sd per level (interpolated in log x) and the sd of log x between
-    replicates, from the shipped calibrations/toy.yaml's runs."""
+    replicates, from the shipped calibrations/toy.yaml's runs. `x`: "start" (the probe mismatch), or "run" (the
+    runs' x_run, the grid scaled by the noise levels' median x_run / x_start)."""
     cfg = yaml.safe_load((ROOT / "examples" / "toy_calibrate.yaml").read_text())
     cal = yaml.safe_load((ROOT / "calibrations" / "toy.yaml").read_text())
     by: dict[str, list[tuple[float, float]]] = {}
+    ratios = []
     for r in cal["runs"]:
         if r["level"].startswith("noise") and r.get("in_fit", True):
-            by.setdefault(r["level"], []).append((float(r["mismatch"]), float(r["quality_cost"])))
+            by.setdefault(r["level"], []).append((float(r["mismatch" if x == "start" else "x_run"]),
+                                                  float(r["quality_cost"])))  # fmt: skip
+            ratios.append(float(r["x_run"]) / float(r["x_start"]))
     pts = sorted((float(np.mean([x for x, _ in v])), float(np.std([c for _, c in v], ddof=1)),
                   float(np.std(np.log([x for x, _ in v]), ddof=1))) for v in by.values() if len(v) > 1)  # fmt: skip
     auto, lv = cfg["levels"]["auto_noise"], cfg["levels"]
+    scale = 1.0 if x == "start" else float(np.median(ratios))
     base = [float(r["quality"]) for r in cal["runs"] if r["level"] == "baseline"]
     return {
-        "grid": [float(v) for v in np.geomspace(auto["min_mismatch"], auto["max_mismatch"], auto["count"])],
+        "grid": [float(v) * scale for v in np.geomspace(auto["min_mismatch"], auto["max_mismatch"], auto["count"])],
         "replicates": int(lv["replicates"]), "factor": float(lv["interval_factor"]), "max_runs": int(lv["max_runs"]),
         "pairs_per_round": int(lv.get("pairs_per_round", 1)),
         "relative": float(cfg["tolerance"]["relative"]), "n_boot": int(cfg["bootstrap"]),
