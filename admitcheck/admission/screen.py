@@ -75,7 +75,7 @@ def _diagnostics(inputs: ScreenInputs) -> dict[str, CandidateDiagnostics]:
     shared = load_prefix_shift_inputs(config, pair=inputs.pair, prompt_ids=list(inputs.prompt_ids))  # once for all
     return {
         c.name: CandidateDiagnostics(
-            prefix_shift=prefix_shift_for(config, c.rollout, config_file=inputs.file, inputs=shared).to_dict()
+            prefix_shift=prefix_shift_for(config, c.rollout, config_file=inputs.file, inputs=shared)
         )
         for c in coupled
     }
