@@ -454,12 +454,12 @@ def render_logged(logged) -> None:
     """What logged log-probs measure (`checks.LoggedVsProtocol`), beside the budget's protocol."""
     q, b = logged.quantity, logged.budget_protocol
     steps = ", ".join(map(str, q.steps)) or (f"{logged.step} (logs.step)" if logged.step is not None else "not logged")
-    s = b.sampling  # as the artifact stores it
+    s = logged.stored  # as the artifact stores it (None: not stored)
     out.print(
         f"logged quantity: {q.sequences} sequences of the pipeline's own prompts, step {steps}, "
         f"{q.tokens_per_sequence_mean:.1f} counted tokens per sequence (max {q.tokens_per_sequence_max}); "
         f"the budget's protocol: {b.prompts} at the {b.x} weights, max_new_tokens {b.max_new_tokens}, "
-        f"temperature {s.get('temperature')}, top_p {s.get('top_p')}, top_k {s.get('top_k')}",
+        f"temperature {s.temperature}, top_p {s.top_p}, top_k {s.top_k}",
         markup=False,
     )
 

@@ -23,12 +23,12 @@ from admitcheck.admission.sequential import (
     looks_plan,
 )
 from admitcheck.calibration.compatibility import check_compatibility, check_is_calibration
-from admitcheck.calibration.schema import CalibrationArtifact
+from admitcheck.calibration.schema import CalibrationArtifact, Protocol
 from admitcheck.config import CandidateConfig, RolloutConfig, ScreenConfig
 from admitcheck.errors import AdmitcheckError, AdmitcheckWarning, CalibrationError, Collected, ConfigError, EngineError
 
 if TYPE_CHECKING:
-    from admitcheck.measurement.logs import LoggedQuantity
+    from admitcheck.measurement.logs import LoggedQuantity, StoredProtocol
     from admitcheck.measurement.metrics import Functional
 
 # Re-exported: the verdict and the look plan were defined here before `admission` (cli, report, bench use them).
@@ -306,11 +306,30 @@ class LoggedVsProtocol:
     budget_protocol: BudgetProtocolSummary
     differences: list[str]
     step: int | None  # the config's logs.step
+    stored: StoredProtocol  # the protocol the differences are of, typed (not in the JSON: budget_protocol is)
 
     def to_dict(self) -> dict[str, Any]:
         """The quantity's fields, then the protocol, the differences and the step (`screen --json`'s `logged`)."""
         rest = {"budget_protocol": asdict(self.budget_protocol), "differences": self.differences, "step": self.step}
         return asdict(self.quantity) | rest
+
+
+def stored_protocol(protocol: Protocol) -> StoredProtocol:
+    """The parts of an artifact's protocol a logs screen is compared in, as stored: a field the artifact does not
+    store (the model's default stands in for it) is None, `x` "start"."""
+    from admitcheck.measurement.logs import StoredProtocol
+
+    def stored(model: Any, name: str) -> Any:
+        return getattr(model, name) if name in model.model_fields_set else None
+
+    return StoredProtocol(
+        x=protocol.x if "x" in protocol.model_fields_set else "start",
+        num_prompts=stored(protocol.probe, "num_prompts"),
+        max_new_tokens=stored(protocol.probe, "max_new_tokens"),
+        temperature=stored(protocol.sampling, "temperature"),
+        top_p=stored(protocol.sampling, "top_p"),
+        top_k=stored(protocol.sampling, "top_k"),
+    )
 
 
 def logs_against_protocol(
@@ -325,17 +344,16 @@ def logs_against_protocol(
     logs = logs if logs is not None else read_logs(cfg.logs.path, format=cfg.logs.format)
     calibration = calibration if calibration is not None else load_calibration(cfg.calibration)
     quantity = logged_quantity(logs)
-    protocol = calibration.protocol.model_dump(mode="json", exclude_unset=True)  # as stored
+    stored = stored_protocol(calibration.protocol)
     try:
-        diffs = protocol_differences(quantity, protocol, step=cfg.logs.step)
+        diffs = protocol_differences(quantity, stored, step=cfg.logs.step)
     except ConfigError as exc:
         raise ConfigError(exc.message, file=file, field=exc.field) from None
-    probe, sampling = protocol.get("probe", {}), protocol.get("sampling", {})
     budget = BudgetProtocolSummary(
-        prompts=f"{probe.get('num_prompts')} probe prompts",
-        x=protocol.get("x", "start"),
-        max_new_tokens=probe.get("max_new_tokens"),
-        sampling=sampling,
+        prompts=f"{stored.num_prompts} probe prompts",
+        x=stored.x,
+        max_new_tokens=stored.max_new_tokens,
+        sampling=calibration.protocol.sampling.model_dump(mode="json", exclude_unset=True),  # as stored
     )
     if diffs and strict:
         raise ConfigError(
@@ -345,4 +363,4 @@ def logs_against_protocol(
         )
     for d in diffs:
         warnings.warn(AdmitcheckWarning(f"logs vs the budget's protocol: {d}"), stacklevel=2)
-    return LoggedVsProtocol(quantity, budget, diffs, cfg.logs.step)
+    return LoggedVsProtocol(quantity, budget, diffs, cfg.logs.step, stored)
