@@ -199,7 +199,7 @@ def render_dashboard(d, *, metrics=None, budget: float | None = None, title: str
 def render_pair(name: str, summary, *, reused: bool = False) -> None:
     """A built-in pair's build summary; a reused (cached) pair shows no build_seconds: they were another run's."""
     d = summary.to_dict()
-    table = Table(title=f"{name} pair in {d.get('directory', '')}" + (" (reused: cached build)" if reused else ""))
+    table = Table(title=f"{name} pair in {summary.directory}" + (" (reused: cached build)" if reused else ""))
     table.add_column("field")
     table.add_column("value", justify="right")
     for k, v in d.items():

@@ -52,7 +52,7 @@ from admitcheck.admission.backtest_report import (
 from admitcheck.calibration.artifact import plain, training_recipe_of
 from admitcheck.calibration.campaign import Campaign, check_jobs, open_executor, run_key
 from admitcheck.calibration.compatibility import calibration_matches
-from admitcheck.calibration.ledger import Ledger, ledger_header, ledger_path, read_run
+from admitcheck.calibration.ledger import Ledger, ledger_header, ledger_path, line_kind, read_run
 from admitcheck.calibration.levels import Level, load_context, replicate_seed
 from admitcheck.calibration.record import RunRecord
 from admitcheck.calibration.schema import CalibrationArtifact
@@ -232,7 +232,7 @@ def _reusable_runs(calibration: CalibrationArtifact, header: dict[str, Any]) -> 
         return {}
     if not records or any(records[0].get(k) != header[k] for k in ("ledger_version", "pair", "config")):
         return {}
-    runs = [read_run(r, path, i) for i, r in enumerate(records[1:], start=1) if r.get("kind") == "run"]
+    runs = [read_run(r, path, i) for i, r in enumerate(records[1:], start=1) if line_kind(r) == "run"]
     return {r.key: r.reused(path.name) for r in runs}
 
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from admitcheck import io
 from admitcheck.calibration.fit import run_x
-from admitcheck.calibration.ledger import first_difference, ledger_path, read_run
+from admitcheck.calibration.ledger import first_difference, ledger_path, line_kind, read_run
 from admitcheck.calibration.record import RunRecord
 from admitcheck.calibration.schema import CalibrationArtifact
 from admitcheck.calibration.timing import Efficiency, LearningCurve, steps_efficiency, summarize
@@ -46,7 +46,7 @@ def _records(path: Path, field_name: str, config_file: str | None) -> list[dict[
     if not path.is_file():
         raise ConfigError(f"ledger not found: {path}", file=config_file, field=field_name)
     records = io.read_jsonl(path)
-    if not records or records[0].get("kind") != "header":
+    if not records or line_kind(records[0]) != "header":
         raise ConfigError(f"{path} is not a calibration ledger (no header line)", file=config_file, field=field_name)
     return records
 
@@ -58,7 +58,7 @@ def load_runs(cal: CalibrationArtifact, ledgers: list[str], config_file: str | N
     path = ledger_path(cal.path)
     records = _records(path, "calibration", config_file)
     header = records[0]
-    runs = {r.key: r for r in (read_run(x, path, i) for i, x in enumerate(records[1:], 1) if x.get("kind") == "run")}
+    runs = {r.key: r for r in (read_run(x, path, i) for i, x in enumerate(records[1:], 1) if line_kind(x) == "run")}
     for i, path in enumerate(ledgers):
         more = _records(Path(path), f"ledgers.{i}", config_file)
         keys = ("pair", "config")
@@ -71,7 +71,7 @@ def load_runs(cal: CalibrationArtifact, ledgers: list[str], config_file: str | N
                 field=f"ledgers.{i}",
             )
         for j, r in enumerate(more[1:], start=1):
-            if r.get("kind") == "run":
+            if line_kind(r) == "run":
                 run = read_run(r, Path(path), j)
                 runs.setdefault(run.key, run)
     return header, list(runs.values())

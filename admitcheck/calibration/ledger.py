@@ -51,6 +51,12 @@ def run_relevant_config(config: CalibrateConfig) -> dict[str, Any]:
     return data
 
 
+def line_kind(line: dict[str, Any]) -> str | None:
+    """A ledger line's kind ("header", "grid" or "run"), read before the line's schema: the one reader of it (a run
+    line then goes through `read_run`)."""
+    return line.get("kind")
+
+
 def first_difference(a: Any, b: Any, prefix: str = "") -> str | None:
     """The first dotted key (sorted order) where two nested dicts differ, or None."""
     if isinstance(a, dict) and isinstance(b, dict):
@@ -83,7 +89,7 @@ class Ledger:
             records = io.read_jsonl(path)
         except AdmitcheckError as exc:
             raise CalibrationError(f"corrupt ledger: {exc.message}", file=str(path)) from None
-        if not records or records[0].get("kind") != "header":
+        if not records or line_kind(records[0]) != "header":
             raise CalibrationError("not a calibration ledger (no header line)", file=str(path), field="kind")
         theirs = records[0]
         for section in ("ledger_version", "pair", "config"):
@@ -107,9 +113,9 @@ class Ledger:
                 field="functional",
             )
         for i, rec in enumerate(records[1:], start=1):
-            if rec.get("kind") == "grid":
+            if line_kind(rec) == "grid":
                 ledger.grid = rec
-            elif rec.get("kind") == "run":
+            elif line_kind(rec) == "run":
                 run = read_run(rec, path, i)
                 ledger.runs[run.key] = run
         return ledger
@@ -214,6 +220,6 @@ def read_progress(path: Path) -> LedgerProgress:
             line = json.loads(raw) if raw.strip() else {}
         except json.JSONDecodeError as exc:
             raise CalibrationError(f"corrupt ledger line {i + 1}: {exc.msg}", file=str(path)) from None
-        if line.get("kind") == "run":
+        if line_kind(line) == "run":
             runs.append(read_run(line, path, i))
     return progress_of(path, runs)

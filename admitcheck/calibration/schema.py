@@ -623,8 +623,9 @@ class CalibrationArtifact(Section):
     def dump(self) -> dict[str, Any]:
         """The YAML's mapping: the keys it was read or built with, in the schema's order (JSON types)."""
         data = self.model_dump(mode="json", exclude_unset=True)
-        if "runs" in data:
-            data["runs"] = [{k: r[k] for k in RUN_ENTRY_ORDER if k in r} for r in data["runs"]]
+        if "runs" in self.model_fields_set:  # each run's keys in the order of RUN_ENTRY_ORDER
+            runs = (r.model_dump(mode="json", exclude_unset=True) for r in self.runs)
+            data["runs"] = [{k: r[k] for k in RUN_ENTRY_ORDER if k in r} for r in runs]
         return data
 
     def to_dict(self) -> dict[str, Any]:
