@@ -407,5 +407,5 @@ def test_systematic_noise_is_another_level_key_and_fresh_noise_keeps_the_old_one
     from admitcheck.calibration.levels import Level
 
     fresh = Level("n", "noise", relative_std=0.02).spec()
-    assert fresh == {"kind": "noise", "relative_std": 0.02, "rollout": None, "staleness": 0}
-    assert Level("n", "noise", relative_std=0.02, systematic=True).spec() == fresh | {"systematic": True}
+    assert fresh.dump() == {"kind": "noise", "relative_std": 0.02, "rollout": None, "staleness": 0}
+    assert Level("n", "noise", relative_std=0.02, systematic=True).spec().dump() == fresh.dump() | {"systematic": True}

@@ -114,12 +114,12 @@ def _json_safe(obj: Any) -> Any:
 def _matches(cand: PlanCandidate, lv: LevelRuns) -> bool:
     s = lv.spec
     if cand.rollout is not None:
-        mine = spec_key({**s, "rollout": cand.rollout.model_dump(mode="json")})
-        return s["kind"] == "rollout" and spec_key(s) == mine
+        mine = spec_key(replace(s, rollout=cand.rollout.model_dump(mode="json")))
+        return s.kind == "rollout" and spec_key(s) == mine
     if cand.staleness is not None:
-        return s["kind"] == "staleness" and s["staleness"] == cand.staleness
+        return s.kind == "staleness" and s.staleness == cand.staleness
     if cand.relative_std is not None:
-        return s["kind"] == "noise" and math.isclose(s["relative_std"], cand.relative_std, rel_tol=1e-3)
+        return s.kind == "noise" and math.isclose(s.relative_std, cand.relative_std, rel_tol=1e-3)
     return False
 
 

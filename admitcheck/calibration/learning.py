@@ -12,6 +12,7 @@ reverse KL, or 1 − task reward for a GRPO recipe.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ import numpy as np
 from admitcheck import io
 from admitcheck.calibration.fit import run_x
 from admitcheck.calibration.ledger import first_difference, ledger_path, line_kind, read_run
-from admitcheck.calibration.record import RunRecord
+from admitcheck.calibration.record import LevelSpec, RunRecord
 from admitcheck.calibration.schema import CalibrationArtifact
 from admitcheck.calibration.timing import Efficiency, LearningCurve, steps_efficiency, summarize
 from admitcheck.config import RolloutConfig
@@ -36,7 +37,7 @@ class LevelRuns:
     """One level's runs in the ledgers, paired by seed with the baseline's: x and efficiency over the pairs."""
 
     name: str
-    spec: dict[str, Any]  # the ledger key's level: kind, relative_std, rollout, staleness
+    spec: LevelSpec  # the ledger key's level, its rollout canonical (`canonical_spec`)
     x: float | None  # mean x over its runs on the budget's scale, nats/token (None: baseline)
     curves: list[LearningCurve]
     efficiency: Efficiency
@@ -77,30 +78,30 @@ def load_runs(cal: CalibrationArtifact, ledgers: list[str], config_file: str | N
     return header, list(runs.values())
 
 
-def _level_name(spec: dict[str, Any], names: dict[str, str]) -> str:
+def _level_name(spec: LevelSpec, names: dict[str, str]) -> str:
     key = spec_key(spec)
     if key in names:
         return names[key]
-    if spec["kind"] == "noise":
-        return f"noise σ {spec['relative_std']:g}"
-    if spec["kind"] == "staleness":
-        return f"stale {spec['staleness']}"
+    if spec.kind == "noise":
+        return f"noise σ {spec.relative_std:g}"
+    if spec.kind == "staleness":
+        return f"stale {spec.staleness}"
     import hashlib
 
     return "rollout " + hashlib.sha256(key.encode()).hexdigest()[:6]
 
 
-def canonical_spec(spec: dict[str, Any]) -> dict[str, Any]:
+def canonical_spec(spec: LevelSpec) -> LevelSpec:
     """A level spec with its rollout config through the schema (defaults filled in)."""
-    rollout = spec.get("rollout")
+    rollout = spec.rollout
     if rollout is not None:
         rollout = RolloutConfig.from_key_dump(rollout).model_dump(mode="json")  # an old FP8-KV key: the old recipe
-    return {**spec, "rollout": rollout}
+    return dataclasses.replace(spec, rollout=rollout)
 
 
-def spec_key(spec: dict[str, Any]) -> str:
+def spec_key(spec: LevelSpec) -> str:
     """A level spec as a canonical JSON key (`canonical_spec`)."""
-    return json.dumps(canonical_spec(spec), sort_keys=True)
+    return json.dumps(canonical_spec(spec).dump(), sort_keys=True)
 
 
 def level_names(cal: CalibrationArtifact, ledgers: list[str]) -> dict[str, str]:
@@ -108,24 +109,15 @@ def level_names(cal: CalibrationArtifact, ledgers: list[str]) -> dict[str, str]:
     ledger (`<stem>.yaml` of `<stem>.ledger.jsonl`), when there is one."""
     names = {}
     for lv in cal.levels:
-        spec = {
-            "kind": lv.kind,
-            "relative_std": lv.relative_std or 0.0,
-            "rollout": lv.rollout,
-            "staleness": lv.staleness or 0,
-        }
+        spec = LevelSpec(lv.kind, lv.relative_std or 0.0, lv.rollout, lv.staleness or 0)
         names[spec_key(spec)] = lv.name
     for path in map(Path, ledgers):
         report = path.with_name(path.name.removesuffix(".ledger.jsonl") + ".yaml")
         data = io.read_yaml(report) if report.is_file() and report != path else None
         for c in data.get("candidates", []) if isinstance(data, dict) and data.get("kind") == "backtest" else []:
             cand = c.get("candidate") or {}
-            spec = {
-                "kind": "staleness" if cand.get("staleness") else "rollout",
-                "relative_std": 0.0,
-                "rollout": cand.get("rollout"),
-                "staleness": cand.get("staleness") or 0,
-            }
+            kind = "staleness" if cand.get("staleness") else "rollout"
+            spec = LevelSpec(kind, 0.0, cand.get("rollout"), cand.get("staleness") or 0)
             names.setdefault(spec_key(spec), str(c.get("name")))
     return names
 
@@ -143,16 +135,13 @@ def level_runs(
         return LearningCurve.from_evals(r.evals, task_error=rl)
 
     groups: dict[str, list[RunRecord]] = {}
-    specs: dict[str, dict[str, Any]] = {}
+    specs: dict[str, LevelSpec] = {}
     for r in runs:
         spec = canonical_spec(r.run_key.level)
-        key = json.dumps(spec, sort_keys=True)
+        key = json.dumps(spec.dump(), sort_keys=True)
         groups.setdefault(key, []).append(r)
         specs.setdefault(key, spec)
-    base = {
-        r.run_key.seed: curve(r)
-        for r in groups.get(spec_key({"kind": BASELINE, "relative_std": 0.0, "rollout": None, "staleness": 0}), [])
-    }
+    base = {r.run_key.seed: curve(r) for r in groups.get(spec_key(LevelSpec(BASELINE, 0.0, None, 0)), [])}
     if not base:
         raise CalibrationError("the calibration's ledger has no baseline runs", file=str(cal.path), field="runs")
     out = []
@@ -163,15 +152,16 @@ def level_runs(
             continue
         curves = [curve(r) for r in paired]
         effs = [steps_efficiency(c, base[r.run_key.seed], tau) for c, r in zip(curves, paired)]
-        x = None if spec["kind"] == BASELINE else float(np.mean([run_x(r, which, window) for r in paired]))
+        x = None if spec.kind == BASELINE else float(np.mean([run_x(r, which, window) for r in paired]))
         out.append(LevelRuns(_level_name(spec, names), spec, x, curves, summarize(effs, confidence)))
     return sorted(out, key=lambda lv: (lv.x is not None, lv.x or 0.0))
 
 
-def is_noise(spec: dict[str, Any]) -> bool:
+def is_noise(spec: LevelSpec) -> bool:
     """A noise level, or a rollout level that is weight noise alone (a backtest's noise candidates)."""
-    r = spec.get("rollout") or {}
-    only_noise = not r.get("weights") and r.get("kv_cache", {}).get("dtype") == "auto" and not r.get("weights_from")
-    return spec["kind"] == "noise" or (
-        spec["kind"] == "rollout" and only_noise and r.get("noise", {}).get("relative_std", 0) > 0
-    )
+    if spec.kind == "noise":
+        return True
+    if spec.kind != "rollout" or spec.rollout is None:
+        return False
+    r = RolloutConfig.from_key_dump(spec.rollout)
+    return r.weights is None and r.kv_cache.dtype == "auto" and r.weights_from is None and r.noise.relative_std > 0

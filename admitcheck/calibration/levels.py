@@ -32,7 +32,7 @@ import torch
 from admitcheck import io
 from admitcheck.calibration import opd
 from admitcheck.calibration.phases import GpuSampler, PhaseClock
-from admitcheck.calibration.record import LevelKind, RunRecord
+from admitcheck.calibration.record import LevelKind, LevelSpec, RunRecord
 from admitcheck.calibration.runs import derive_seed
 from admitcheck.calibration.workers import EngineKeep, kept, new_evaluator
 from admitcheck.config import CalibrateConfig, NoiseConfig, RolloutConfig
@@ -60,13 +60,12 @@ class Level:
     systematic: bool = False  # noise: the step-0 draw kept for the whole run (opd.train's redraw_noise=False)
     fit: bool = True  # in the curve fit (false: a held-out check of the curve's prediction)
 
-    def spec(self) -> dict[str, Any]:
+    def spec(self) -> LevelSpec:
         """What determines this level's runs (not its name): the ledger's key."""
         rollout = self.rollout.key_dump() if self.rollout is not None else None  # old FP8-KV recipe: its old key
         if rollout is not None:  # how the engine decodes, at its default, is not part of the key (older ledgers)
             rollout = {k: v for k, v in rollout.items() if not (k in EXECUTION_OPTIONS and v is None)}
-        spec = {"kind": self.kind, "relative_std": self.relative_std, "rollout": rollout, "staleness": self.staleness}
-        return spec | {"systematic": True} if self.systematic else spec  # fresh noise keeps the older ledgers' keys
+        return LevelSpec(self.kind, self.relative_std, rollout, self.staleness, self.systematic)
 
     def engine_rollout(self, base: RolloutConfig, seed: int) -> RolloutConfig:
         """The rollout config of the run's engine; weight noise is seeded by the run seed."""
