@@ -104,15 +104,13 @@ def load_checked_calibration(
             )
         pair = pair if pair is not None else LoadedPair(config.pair, file=config_file)
         student, teacher = pair.student("float32", "cpu"), pair.teacher("float32", "cpu")
-        drift = fingerprint.check_behaviour(
-            stored.model_dump(), student, teacher, budget=calibration.budget.value, file=config_file
-        )
+        drift = fingerprint.check_behaviour(stored, student, teacher, budget=calibration.budget.value, file=config_file)
         del student, teacher
         warnings.warn(
             PairRewrittenWarning(
                 f"the pair's files differ from the calibration's ({'; '.join(notes[:3])}"
                 f"{'; …' if len(notes) > 3 else ''}) but it behaves the same (log-prob drift student "
-                f"{drift['student']:.2g}, teacher {drift['teacher']:.2g} nats/token, within "
+                f"{drift.student:.2g}, teacher {drift.teacher:.2g} nats/token, within "
                 f"{fingerprint.BEHAVIOUR_TOLERANCE:g} × budget)"
             ),
             stacklevel=2,

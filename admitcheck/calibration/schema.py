@@ -298,7 +298,7 @@ class LogLogisticCurve(Section):
     params: CurveParams
 
     def fit(self) -> CurveFit:
-        return CurveFit(self.form, self.params.model_dump())
+        return CurveFit(self.form, self.params.plateau, self.params.x50, self.params.steepness)
 
 
 class SeedPowerLawCurve(Section):
