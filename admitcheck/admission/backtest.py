@@ -52,7 +52,7 @@ from admitcheck.admission.backtest_report import (
 from admitcheck.calibration.artifact import plain, training_recipe_of
 from admitcheck.calibration.campaign import Campaign, check_jobs, open_executor, run_key
 from admitcheck.calibration.compatibility import calibration_matches
-from admitcheck.calibration.ledger import Ledger, ledger_header, ledger_path, line_kind, read_run
+from admitcheck.calibration.ledger import Ledger, LedgerHeader, ledger_header, ledger_path, line_kind, read_run
 from admitcheck.calibration.levels import Level, load_context, replicate_seed
 from admitcheck.calibration.record import RunRecord
 from admitcheck.calibration.schema import CalibrationArtifact
@@ -218,7 +218,7 @@ def _seed(inputs: Inputs, r: int) -> int:
     return replicate_seed(inputs.calibrate.seed, r)
 
 
-def _reusable_runs(calibration: CalibrationArtifact, header: dict[str, Any]) -> dict[str, RunRecord]:
+def _reusable_runs(calibration: CalibrationArtifact, header: LedgerHeader) -> dict[str, RunRecord]:
     """Runs of the calibration's ledger that this backtest may take as its own: same header (pair, run-relevant
     config), made with the torch and transformers installed here (else their numerics could differ)."""
     path = ledger_path(calibration.path)
@@ -230,7 +230,10 @@ def _reusable_runs(calibration: CalibrationArtifact, header: dict[str, Any]) -> 
         records = io.read_jsonl(path)
     except AdmitcheckError:  # a ledger that cannot be read is not reused; the runs are simply made again
         return {}
-    if not records or any(records[0].get(k) != header[k] for k in ("ledger_version", "pair", "config")):
+    if not records:
+        return {}
+    theirs = LedgerHeader.read(records[0])
+    if (theirs.ledger_version, theirs.pair, theirs.config) != (header.ledger_version, header.pair, header.config):
         return {}
     runs = [read_run(r, path, i) for i, r in enumerate(records[1:], start=1) if line_kind(r) == "run"]
     return {r.key: r.reused(path.name) for r in runs}

@@ -162,7 +162,7 @@ def plan(config: PlanConfig, *, config_file: str | None = None) -> Plan:
     bench = io.read_json(config.bench) if config.bench is not None else None
     scale, unit = (config.step_seconds, "s") if config.step_seconds else (1.0, "baseline steps")
     warnings = []
-    every = header.get("config", {}).get("eval", {}).get("every", 0)
+    every = (header.config or {}).get("eval", {}).get("every", 0)  # the run-relevant config as the ledger holds it
     if not every:
         warnings.append(
             "eval.every 0: each run has two evaluations (start and end), so steps-to-target is read off "

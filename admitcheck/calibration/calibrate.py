@@ -26,6 +26,7 @@ thread, in this process (`jobs=1`) or in workers (`jobs>1`, Ray), so all give bi
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -131,11 +132,14 @@ def calibrate(
     # checks the pair, prompts and engine before anything runs; the behaviour fingerprint is taken on CPU (float32),
     # so a finished ledger of GPU runs fits into the same artifact on a machine without one
     here = load_context(config, config_file, device="cpu")
-    header = ledger_header(config)
     functional = level_functional(config, here.tokens.vocab_size)
     # what the levels' x is: a ledger of another functional (an older admitcheck's x) is refused, not mixed in
-    header["functional"] = functional.to_dict() if functional is not None else None
-    pair_fp = header["pair"]
+    header = dataclasses.replace(
+        ledger_header(config),
+        functional=functional.to_dict() if functional is not None else None,
+        names_functional=True,
+    )
+    pair_fp = header.pair
     rows = io.read_prompts(config.probe.prompts, limit=config.probe.num_prompts, field="probe.prompts")
     seqs = fingerprint.behaviour_sequences(here.tokens.tokenizer, rows)
     behaviour = fingerprint.behaviour_fingerprint(here.student, here.teacher, seqs)
@@ -173,7 +177,7 @@ def calibrate(
         adaptive=adaptive,
         warnings=warnings,
         timings=timings,
-        functional=header["functional"],
+        functional=header.functional,
     )
     return write_calibration(cal, out)
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from admitcheck import io
 from admitcheck.calibration.fit import run_x
-from admitcheck.calibration.ledger import first_difference, ledger_path, line_kind, read_run
+from admitcheck.calibration.ledger import LedgerHeader, first_difference, ledger_path, line_kind, read_run
 from admitcheck.calibration.record import LevelSpec, RunRecord
 from admitcheck.calibration.schema import CalibrationArtifact
 from admitcheck.calibration.timing import Efficiency, LearningCurve, steps_efficiency, summarize
@@ -52,18 +52,22 @@ def _records(path: Path, field_name: str, config_file: str | None) -> list[dict[
     return records
 
 
-def load_runs(cal: CalibrationArtifact, ledgers: list[str], config_file: str | None) -> tuple[dict, list[RunRecord]]:
+def load_runs(
+    cal: CalibrationArtifact, ledgers: list[str], config_file: str | None
+) -> tuple[LedgerHeader, list[RunRecord]]:
     """(header, runs): the calibration's ledger, then each of `ledgers` (same header: recipe, eval, seeds, pair);
     a run key in two ledgers is one run (the first kept). ConfigError naming `calibration` / `ledgers.i`."""
     assert cal.path is not None
     path = ledger_path(cal.path)
     records = _records(path, "calibration", config_file)
-    header = records[0]
+    header = LedgerHeader.read(records[0])
     runs = {r.key: r for r in (read_run(x, path, i) for i, x in enumerate(records[1:], 1) if line_kind(x) == "run")}
     for i, path in enumerate(ledgers):
         more = _records(Path(path), f"ledgers.{i}", config_file)
-        keys = ("pair", "config")
-        diff = first_difference({k: more[0].get(k) for k in keys}, {k: header.get(k) for k in keys})
+        theirs = LedgerHeader.read(more[0])
+        diff = first_difference(
+            {"pair": theirs.pair, "config": theirs.config}, {"pair": header.pair, "config": header.config}
+        )
         if diff:
             raise ConfigError(
                 f"{path} holds runs of another recipe or pair than the calibration's ledger ({diff} "

@@ -25,7 +25,7 @@ from admitcheck.calibration.artifact import load_calibration, plain
 from admitcheck.calibration.calibrate import budget_warnings, build_artifact
 from admitcheck.calibration.campaign import run_key
 from admitcheck.calibration.fit import PlacedRun, fit_runs
-from admitcheck.calibration.ledger import ledger_path, line_kind, read_run
+from admitcheck.calibration.ledger import LedgerHeader, ledger_path, line_kind, read_run
 from admitcheck.calibration.levels import Level
 from admitcheck.calibration.record import RunRecord
 from admitcheck.calibration.schema import CalibrationArtifact, Provenance
@@ -86,7 +86,7 @@ def ledger_functional(cal: CalibrationArtifact) -> dict[str, Any] | None:
     """What the ledger's level x are, as its header says (`bench/remeasure_levels.py` or a `calibrate` of this
     admitcheck writes it); None for an older ledger (the uncapped token mean): the artifact then claims none."""
     first = _ledger_lines(cal)[1][0]
-    return first.get("functional") if line_kind(first) == "header" else None
+    return LedgerHeader.read(first).functional if line_kind(first) == "header" else None
 
 
 def _placed(cal: CalibrationArtifact, levels: list[Level], offset: int = 0, prefix: str = "") -> list[PlacedRun]:
