@@ -458,14 +458,19 @@ def _provenance(config: CalibrateConfig, out: Path) -> dict[str, Any]:
     except ImportError:  # a stale editable install can expose admitcheck as a namespace package
         __version__ = version("admitcheck")
 
-    resolved = config.model_dump(mode="json")  # paths relative to the artifact, so the provenance is portable
-    for holder, key in (
-        [(resolved["pair"], k) for k in ("student", "teacher", "tokenizer")]
-        + [(resolved[s], "prompts") for s in ("probe", "train", "eval")]
-        + [(resolved, "output")]
-    ):
-        if holder.get(key) and Path(holder[key]).is_absolute():
-            holder[key] = io.relative_path(holder[key], out.parent)
+    def portable(path: str | None) -> str | None:  # relative to the artifact, so the provenance is portable
+        return io.relative_path(path, out.parent) if path and Path(path).is_absolute() else path
+
+    pair = config.pair
+    paths = {k: portable(getattr(pair, k)) for k in ("student", "teacher", "tokenizer")}
+    sections = {s: getattr(config, s) for s in ("probe", "train", "eval")}
+    resolved = config.model_copy(
+        update={
+            "pair": pair.model_copy(update=paths),
+            **{s: c.model_copy(update={"prompts": portable(c.prompts)}) for s, c in sections.items()},
+            "output": portable(config.output),
+        }
+    ).model_dump(mode="json")
     return {
         "admitcheck": __version__,
         "torch": str(torch.__version__),
