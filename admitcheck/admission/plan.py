@@ -19,16 +19,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from admitcheck import io
+from admitcheck.admission.backtest_report import load_backtest
 from admitcheck.admission.screen_report import load_screen_report
 from admitcheck.admission.step_time import measured_rollout_share, step_time_ratio
 from admitcheck.calibration.artifact import load_calibration
 from admitcheck.calibration.learning import LevelRuns, is_noise, level_names, level_runs, load_runs, spec_key
 from admitcheck.calibration.ledger import ledger_path
+from admitcheck.calibration.record import LevelSpec
+from admitcheck.calibration.schema import CalibrationArtifact
 from admitcheck.calibration.timing import Efficiency, interpolate, mean_curve, pool, steps_to_target, summarize
 from admitcheck.config import PlanCandidate, PlanConfig
 from admitcheck.errors import CalibrationError, ConfigError
@@ -111,6 +115,25 @@ def _json_safe(obj: Any) -> Any:
     return None if isinstance(obj, float) and not math.isfinite(obj) else obj
 
 
+def _level_names(cal: CalibrationArtifact, ledgers: list[str]) -> dict[str, str]:
+    """Level spec (JSON, `learning.spec_key`) -> name: the calibration's levels, then the candidates of the backtest
+    report beside each ledger (`<stem>.yaml` of `<stem>.ledger.jsonl`), when there is one."""
+    names = level_names(cal)
+    for path in map(Path, ledgers):
+        report = path.with_name(path.name.removesuffix(".ledger.jsonl") + ".yaml")
+        if not report.is_file() or report == path:
+            continue
+        try:
+            rows = load_backtest(report).candidates
+        except CalibrationError:  # not a backtest report (the calibration beside its own ledger)
+            continue
+        for row in rows:
+            cand = row.candidate  # the candidate config as given (an old FP8-KV recipe names no attention backend)
+            kind = "staleness" if cand.get("staleness") else "rollout"
+            names.setdefault(spec_key(LevelSpec(kind, 0.0, cand.get("rollout"), cand.get("staleness") or 0)), row.name)
+    return names
+
+
 def _matches(cand: PlanCandidate, lv: LevelRuns) -> bool:
     s = lv.spec
     if cand.rollout is not None:
@@ -152,7 +175,7 @@ def plan(config: PlanConfig, *, config_file: str | None = None) -> Plan:
     cal = load_calibration(config.calibration)
     header, runs = load_runs(cal, config.ledgers, config_file)
     tau = cal.tau
-    levels = level_runs(cal, runs, tau, config.confidence, level_names(cal, config.ledgers))
+    levels = level_runs(cal, runs, tau, config.confidence, _level_names(cal, config.ledgers))
     base = levels[0]
     t_base_each = [steps_to_target(c, c.final + tau) for c in base.curves]
     t_base = summarize([t for t in t_base_each if t is not None], config.confidence)

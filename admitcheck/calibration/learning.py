@@ -1,11 +1,11 @@
 """The learning curves in a calibration's ledger (and more ledgers of its recipe), by level, for `admitcheck plan`.
 
     header, runs = load_runs(cal, ["calibrations/toy.backtest.ledger.jsonl"], config_file="plan.yaml")
-    levels = level_runs(cal, runs, cal.tau, 0.95, level_names(cal, ledgers))   # baseline first, then by x
+    levels = level_runs(cal, runs, cal.tau, 0.95, level_names(cal))   # baseline first, then by x
     lv = levels[1]; lv.name, lv.x, lv.curves, lv.efficiency        # paired with the baseline's runs by seed
 
 A level is the ledger run key's level spec (kind, relative_std, rollout, staleness); its name comes from the
-calibration's levels, or the backtest report beside a ledger (`<stem>.yaml` of `<stem>.ledger.jsonl`). x is on the
+calibration's levels (`admission.plan` adds those of the backtest report beside a ledger). x is on the
 budget's scale (`CalibrationArtifact.x_measure`, as `fit.run_x`). Quality is what the calibration fitted: the
 reverse KL, or 1 − task reward for a GRPO recipe.
 """
@@ -108,21 +108,13 @@ def spec_key(spec: LevelSpec) -> str:
     return json.dumps(canonical_spec(spec).dump(), sort_keys=True)
 
 
-def level_names(cal: CalibrationArtifact, ledgers: list[str]) -> dict[str, str]:
-    """Level spec (JSON) -> name: the calibration's levels, then the candidates of the backtest report beside each
-    ledger (`<stem>.yaml` of `<stem>.ledger.jsonl`), when there is one."""
+def level_names(cal: CalibrationArtifact) -> dict[str, str]:
+    """Level spec (JSON, `spec_key`) -> name: the calibration's levels (`admission.plan` adds the candidates of the
+    backtest reports beside its ledgers)."""
     names = {}
     for lv in cal.levels:
         spec = LevelSpec(lv.kind, lv.relative_std or 0.0, lv.rollout, lv.staleness or 0)
         names[spec_key(spec)] = lv.name
-    for path in map(Path, ledgers):
-        report = path.with_name(path.name.removesuffix(".ledger.jsonl") + ".yaml")
-        data = io.read_yaml(report) if report.is_file() and report != path else None
-        for c in data.get("candidates", []) if isinstance(data, dict) and data.get("kind") == "backtest" else []:
-            cand = c.get("candidate") or {}
-            kind = "staleness" if cand.get("staleness") else "rollout"
-            spec = LevelSpec(kind, 0.0, cand.get("rollout"), cand.get("staleness") or 0)
-            names.setdefault(spec_key(spec), str(c.get("name")))
     return names
 
 
