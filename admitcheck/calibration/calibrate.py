@@ -49,7 +49,7 @@ from admitcheck.calibration.campaign import Campaign, check_jobs, open_executor,
 from admitcheck.calibration.curve import Estimate, Tolerance
 from admitcheck.calibration.design import RoundPlan, plan_round, wanted_replicates
 from admitcheck.calibration.fit import Fit, PlacedRun, fit_runs
-from admitcheck.calibration.ledger import Ledger, ledger_header, ledger_path
+from admitcheck.calibration.ledger import Ledger, NoiseGrid, ledger_header, ledger_path
 from admitcheck.calibration.levels import (
     GRID_STDS,
     Level,
@@ -148,7 +148,7 @@ def calibrate(
         stds = list(GRID_STDS)
         ks = measure_grid(load_context(config, config_file), config, stds, progress)
         ledger.append({"kind": "grid", "relative_std": stds, "mismatch": ks, "seed": config.seed})
-    levels = resolve_levels(config, ledger.grid)
+    levels = resolve_levels(config, ledger.noise_grid)
     try:
         placed, fitted, rounds, stop = _rounds(Campaign(config, config_file, ledger, runner, progress), levels)
     finally:
@@ -204,7 +204,7 @@ def _rounds(campaign: Campaign, levels: list[Level]):
         }
         decide = tuple(config.levels.decide)
         plan = plan_round(fitted.estimate, _fit_counts(levels, counts), config.levels.interval_factor, 2, fit_x, decide)
-        added = _added_levels(levels, _measured_grid(levels, fitted.runs) or ledger.grid, plan.new_levels)
+        added = _added_levels(levels, _measured_grid(levels, fitted.runs) or ledger.noise_grid, plan.new_levels)
         if plan.new_levels and not added:  # no σ for a new level: more pairs where B is decided instead
             want = wanted_replicates(
                 fitted.estimate, _fit_counts(levels, counts), config.levels.interval_factor, 2, decide
@@ -251,7 +251,7 @@ def budget_warnings(est: Estimate, factor: float, runs: int, stop: str) -> list[
     return out
 
 
-def _measured_grid(levels: list[Level], runs: tuple[RunEntry, ...]) -> dict[str, list[float]] | None:
+def _measured_grid(levels: list[Level], runs: tuple[RunEntry, ...]) -> NoiseGrid | None:
     """(σ, mean start-weights x) of the noise levels run so far, as a grid for `noise_for_mismatch`: the levels'
     own measurements (several replicates each) place a new level better than the one-seed grid measured before
     training. None with fewer than two noise levels."""
@@ -264,10 +264,10 @@ def _measured_grid(levels: list[Level], runs: tuple[RunEntry, ...]) -> dict[str,
     )
     if len(pts) < 2:
         return None
-    return {"relative_std": [p[0] for p in pts], "mismatch": [p[1] for p in pts]}
+    return NoiseGrid([p[0] for p in pts], [p[1] for p in pts])
 
 
-def _added_levels(levels: list[Level], grid, targets) -> list[Level]:
+def _added_levels(levels: list[Level], grid: NoiseGrid | None, targets) -> list[Level]:
     """Noise levels at the design's target mismatches (σ interpolated on `grid`: the measured levels, else the auto
     grid's measurement); none without either, where σ for a target is unknown (the plan's replicates still run)."""
     if grid is None or not targets:

@@ -92,6 +92,20 @@ def first_difference(a: Any, b: Any, prefix: str = "") -> str | None:
     return prefix.rstrip(".") if a != b else None
 
 
+@dataclass(frozen=True)
+class NoiseGrid:
+    """Weight-noise sizes σ (relative to each tensor's RMS) and the k3 measured at each, nats/token: the auto grid's
+    measurement (a ledger's grid line) or the noise levels' own (`calibrate`), for `levels.noise_for_mismatch`."""
+
+    relative_std: list[float]
+    mismatch: list[float]
+
+    @classmethod
+    def read(cls, line: dict[str, Any]) -> NoiseGrid:
+        """A ledger's grid line (kind "grid", as `calibrate` appends it): the one reader of its format."""
+        return cls(line["relative_std"], line["mismatch"])
+
+
 @dataclass
 class Ledger:
     """The runs (and the grid) a calibration has finished, keyed so that a re-run can skip them."""
@@ -148,6 +162,11 @@ class Ledger:
                 run = read_run(rec, path, i)
                 ledger.runs[run.key] = run
         return ledger
+
+    @property
+    def noise_grid(self) -> NoiseGrid | None:
+        """The grid line, typed; None before the grid is measured."""
+        return NoiseGrid.read(self.grid) if self.grid is not None else None
 
     def append(self, record: RunRecord | dict[str, Any]) -> None:
         """Append a run (a `RunRecord` filed under its key) or the grid measurement (a dict of kind "grid")."""

@@ -31,6 +31,7 @@ import torch
 
 from admitcheck import io
 from admitcheck.calibration import opd
+from admitcheck.calibration.ledger import NoiseGrid
 from admitcheck.calibration.phases import GpuSampler, PhaseClock
 from admitcheck.calibration.record import LevelKind, LevelSpec, RunRecord
 from admitcheck.calibration.runs import derive_seed
@@ -95,7 +96,7 @@ def replicate_seed(base: int, replicate: int) -> int:
     return derive_seed("replicate", base, replicate) % 1_000_000
 
 
-def resolve_levels(config: CalibrateConfig, grid: dict[str, Any] | None) -> list[Level]:
+def resolve_levels(config: CalibrateConfig, grid: NoiseGrid | None) -> list[Level]:
     """Baseline, the automatic noise grid (σ from `grid`), then the extra levels, in that order."""
     levels = [Level("baseline", "baseline")]
     auto = config.levels.auto_noise
@@ -113,11 +114,11 @@ def resolve_levels(config: CalibrateConfig, grid: dict[str, Any] | None) -> list
     return levels
 
 
-def noise_for_mismatch(grid: dict[str, Any], targets: Any) -> list[float]:
+def noise_for_mismatch(grid: NoiseGrid, targets: Any) -> list[float]:
     """σ whose k3 is each target: piecewise-linear in (log σ, log k3) through the grid, made monotone, extended
     past its ends with the end slopes (at least 1). Rounded to 4 significant digits (stable run keys)."""
-    s = np.log(np.asarray(grid["relative_std"], dtype=np.float64))  # (n,)
-    k = np.maximum.accumulate(np.log(np.maximum(np.asarray(grid["mismatch"], dtype=np.float64), 1e-30)))  # (n,)
+    s = np.log(np.asarray(grid.relative_std, dtype=np.float64))  # (n,)
+    k = np.maximum.accumulate(np.log(np.maximum(np.asarray(grid.mismatch, dtype=np.float64), 1e-30)))  # (n,)
     k = k + 1e-9 * np.arange(k.size)  # strictly increasing for the inverse
     out = []
     for t in np.log(np.asarray(targets, dtype=np.float64)):
