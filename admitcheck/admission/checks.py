@@ -23,7 +23,7 @@ from admitcheck.admission.sequential import (
     looks_plan,
 )
 from admitcheck.calibration.compatibility import check_compatibility, check_is_calibration
-from admitcheck.calibration.schema import CalibrationArtifact, Protocol
+from admitcheck.calibration.schema import CalibrationArtifact
 from admitcheck.config import CandidateConfig, RolloutConfig, ScreenConfig
 from admitcheck.errors import AdmitcheckError, AdmitcheckWarning, CalibrationError, Collected, ConfigError, EngineError
 
@@ -312,24 +312,6 @@ class LoggedVsProtocol:
         return asdict(self.quantity) | rest
 
 
-def stored_protocol(protocol: Protocol) -> StoredProtocol:
-    """The parts of an artifact's protocol a logs screen is compared in, as stored: a field the artifact does not
-    store (the model's default stands in for it) is None, `x` "start"."""
-    from admitcheck.measurement.logs import StoredProtocol
-
-    def stored(model: Any, name: str) -> Any:
-        return getattr(model, name) if name in model.model_fields_set else None
-
-    return StoredProtocol(
-        x=protocol.x if "x" in protocol.model_fields_set else "start",
-        num_prompts=stored(protocol.probe, "num_prompts"),
-        max_new_tokens=stored(protocol.probe, "max_new_tokens"),
-        temperature=stored(protocol.sampling, "temperature"),
-        top_p=stored(protocol.sampling, "top_p"),
-        top_k=stored(protocol.sampling, "top_k"),
-    )
-
-
 def logs_against_protocol(
     cfg: Any, *, strict: bool, file: str | None, logs: Any = None, calibration: Any = None
 ) -> LoggedVsProtocol:
@@ -342,7 +324,7 @@ def logs_against_protocol(
     logs = logs if logs is not None else read_logs(cfg.logs.path, format=cfg.logs.format)
     calibration = calibration if calibration is not None else load_calibration(cfg.calibration)
     quantity = logged_quantity(logs)
-    stored = stored_protocol(calibration.protocol)
+    stored = calibration.protocol.stored()
     try:
         diffs = protocol_differences(quantity, stored, step=cfg.logs.step)
     except ConfigError as exc:

@@ -37,18 +37,18 @@ REPLICATE_OFFSET = 1000  # refit_pooled: calibration k's replicate r is replicat
 
 def _config(cal: CalibrationArtifact) -> CalibrateConfig:
     """The resolved config the artifact stores, its paths (stored relative to the artifact) made absolute."""
-    data = dict(cal.provenance.config)
+    config = CalibrateConfig.model_validate(cal.provenance.config)  # no validator reads a path
     base = cal.path.parent if cal.path is not None else Path.cwd()
-    for section, keys in (("pair", ("student", "teacher", "tokenizer")), ("probe", ("prompts",)),
-                          ("train", ("prompts",)), ("eval", ("prompts",))):  # fmt: skip
-        part = dict(data.get(section) or {})
-        for k in keys:
-            if part.get(k) and not Path(part[k]).is_absolute():
-                part[k] = str((base / part[k]).resolve())
-        data[section] = part
-    if data.get("output") and not Path(data["output"]).is_absolute():
-        data["output"] = str((base / data["output"]).resolve())
-    return CalibrateConfig.model_validate(data)
+
+    def absolute(model: Any, keys: tuple[str, ...]) -> dict[str, str]:  # the relative paths of `model`, made absolute
+        paths = {k: getattr(model, k) for k in keys}
+        return {k: str((base / v).resolve()) for k, v in paths.items() if v and not Path(v).is_absolute()}
+
+    sections = {"pair": ("student", "teacher", "tokenizer"), "probe": ("prompts",), "train": ("prompts",),
+                "eval": ("prompts",)}  # fmt: skip
+    update: dict[str, Any] = {s: getattr(config, s).model_copy(update=absolute(getattr(config, s), keys))
+                              for s, keys in sections.items()}  # fmt: skip
+    return config.model_copy(update=update | absolute(config, ("output",)))
 
 
 def _levels(cal: CalibrationArtifact, prefix: str = "") -> list[Level]:

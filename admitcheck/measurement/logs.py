@@ -186,7 +186,7 @@ def logged_quantity(logs: LoggedLogprobs) -> LoggedQuantity:
 
 @dataclass(frozen=True)
 class StoredProtocol:
-    """A budget's measurement protocol as its artifact stores it (`checks.stored_protocol`), the parts logged
+    """A budget's measurement protocol as its artifact stores it (`schema.Protocol.stored`), the parts logged
     log-probs are compared with: a key the artifact does not store is None (`x` absent means "start")."""
 
     x: str | None = "start"  # the weights the budget's mismatch is measured at: start or run
