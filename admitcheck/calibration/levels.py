@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import json
 import math
 import time
@@ -224,7 +225,19 @@ def level_functional(config: CalibrateConfig, vocab_size: int) -> Functional | N
     return Functional("k3")
 
 
-def _measure(ctx: RunContext, config: CalibrateConfig, engine, reference) -> dict[str, Any]:
+@dataclass(frozen=True)
+class LevelMismatch:
+    """A run's x (`level_mismatch`), nats/token: the calibration's functional with its interval, the uncapped token
+    means beside it, and the probe's tokens; the fields of the run's record it fills (`dataclasses.asdict`)."""
+
+    mismatch: float | None = None
+    mismatch_interval: list[float] | None = None  # [lo, hi]
+    k3: float | None = None
+    kl_exact: float | None = None  # None where the probe kept no full rows
+    probe_tokens: int = 0
+
+
+def _measure(ctx: RunContext, config: CalibrateConfig, engine, reference) -> LevelMismatch:
     """The engine's mismatch against `reference` on the probe set, as `screen` measures it: the level's x is the
     calibration's functional through `ProbeRun.functional`, the screen's code path (k3 and kl_exact beside it)."""
     probe = config.probe
@@ -237,13 +250,13 @@ def _measure(ctx: RunContext, config: CalibrateConfig, engine, reference) -> dic
         x, (lo, hi) = fv.value, fv.interval
     else:
         x, (lo, hi) = m.values[config.metric], m.intervals[config.metric]
-    return {
-        "mismatch": float(x),
-        "mismatch_interval": [float(lo), float(hi)],
-        "k3": float(m.values["k3"]),
-        "kl_exact": float(m.values["kl_exact"]) if "kl_exact" in m.values else None,
-        "probe_tokens": acc.num_tokens,
-    }
+    return LevelMismatch(
+        mismatch=float(x),
+        mismatch_interval=[float(lo), float(hi)],
+        k3=float(m.values["k3"]),
+        kl_exact=float(m.values["kl_exact"]) if "kl_exact" in m.values else None,
+        probe_tokens=acc.num_tokens,
+    )
 
 
 def measure_grid(
@@ -255,7 +268,7 @@ def measure_grid(
         for i, std in enumerate(stds):
             rollout = config.rollout.model_copy(update={"noise": NoiseConfig(relative_std=std, seed=config.seed)})
             engine = _engine(ctx, ctx.student, rollout)
-            out.append(_measure(ctx, config, engine, ctx.reference)["k3"])
+            out.append(_measure(ctx, config, engine, ctx.reference).k3)
             engine.close()
             if progress:
                 progress("auto-noise grid", i + 1, len(stds))
@@ -264,7 +277,7 @@ def measure_grid(
 
 def level_mismatch(
     ctx: RunContext, config: CalibrateConfig, level: Level, seed: int, keep: EngineKeep | None = None
-) -> dict[str, Any]:
+) -> LevelMismatch:
     """The run's x: its engine at the starting weights (staleness: θ0 against θk) measured on the probe set; the
     engine is `keep`'s when given (a worker's kept engine, retargeted), else built and closed here."""
     make = keep.engine if keep is not None else _engine
@@ -292,7 +305,7 @@ def run_task(config: CalibrateConfig, config_file: str | None, level: Level, see
     return run_one(ctx, config, level, seed, keep=kept(ctx), started=started)
 
 
-_NOT_MEASURED = {"mismatch": None, "mismatch_interval": None, "k3": None, "kl_exact": None, "probe_tokens": 0}
+_NOT_MEASURED = LevelMismatch()
 
 
 def run_one(
@@ -344,7 +357,7 @@ def run_one(
         seed=seed,
         relative_std=level.relative_std if level.kind == "noise" else None,
         staleness=level.staleness or None,
-        **x,
+        **dataclasses.asdict(x),
         quality=opd.quality_value(config.train, result.final),  # reverse KL, or 1 − task reward (grpo)
         quality_start=opd.quality_value(config.train, result.initial),
         quality_se=getattr(result.final, "standard_error", None) if config.train.loss != "grpo" else None,
