@@ -23,7 +23,7 @@ from admitcheck.calibration.artifact import load_calibration
 from admitcheck.calibration.calibrate import calibrate
 from admitcheck.calibration.compatibility import calibration_matches
 from admitcheck.calibration.fit import PlacedRun, fit_runs
-from admitcheck.calibration.ledger import ledger_path
+from admitcheck.calibration.ledger import NoiseGrid, ledger_path
 from admitcheck.calibration.levels import Level, noise_for_mismatch
 from admitcheck.calibration.record import RunRecord
 from admitcheck.config import CalibrateConfig
@@ -94,7 +94,7 @@ def reference(pair, tmp_path_factory):
 
 
 def test_auto_grid_interpolates_log_log_and_is_monotone() -> None:
-    grid = {"relative_std": [0.01, 0.1, 1.0], "mismatch": [1e-4, 1e-2, 1e-2 * 0.9]}  # saturating, non-monotone end
+    grid = NoiseGrid([0.01, 0.1, 1.0], [1e-4, 1e-2, 1e-2 * 0.9])  # saturating, non-monotone end
     stds = noise_for_mismatch(grid, [1e-4, 1e-3, 1e-2, 1e-6, 10.0])
     assert stds[0] == pytest.approx(0.01) and stds[2] == pytest.approx(0.1, rel=1e-3)
     assert stds[1] == pytest.approx(10**-1.5, rel=1e-3)  # halfway in log-log
@@ -407,5 +407,5 @@ def test_systematic_noise_is_another_level_key_and_fresh_noise_keeps_the_old_one
     from admitcheck.calibration.levels import Level
 
     fresh = Level("n", "noise", relative_std=0.02).spec()
-    assert fresh == {"kind": "noise", "relative_std": 0.02, "rollout": None, "staleness": 0}
-    assert Level("n", "noise", relative_std=0.02, systematic=True).spec() == fresh | {"systematic": True}
+    assert fresh.dump() == {"kind": "noise", "relative_std": 0.02, "rollout": None, "staleness": 0}
+    assert Level("n", "noise", relative_std=0.02, systematic=True).spec().dump() == fresh.dump() | {"systematic": True}

@@ -298,9 +298,9 @@ def test_calibration_x_and_screen_mismatch_are_one_functional(tmp_path, toy_pair
     p = write_config(tmp_path / "s.yaml", toy_pair_dir, cal, [BF16], probe=probe)
     v = screen(io.load_config(p, ScreenConfig)).verdicts[0]
     assert v.estimator == functional.estimator == "k3" and v.probes == 64  # k3: what every engine and log has
-    assert x["mismatch"] == pytest.approx(v.mismatch, rel=1e-12)
-    assert x["mismatch_interval"] == pytest.approx(list(v.mismatch_interval), rel=1e-9)
-    assert x["k3"] == pytest.approx(v.k3, rel=1e-12)  # the uncapped token mean stays beside it
+    assert x.mismatch == pytest.approx(v.mismatch, rel=1e-12)
+    assert x.mismatch_interval == pytest.approx(list(v.mismatch_interval), rel=1e-9)
+    assert x.k3 == pytest.approx(v.k3, rel=1e-12)  # the uncapped token mean stays beside it
 
 
 @pytest.mark.slow

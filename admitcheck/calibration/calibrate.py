@@ -26,6 +26,7 @@ thread, in this process (`jobs=1`) or in workers (`jobs>1`, Ray), so all give bi
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -48,7 +49,7 @@ from admitcheck.calibration.campaign import Campaign, check_jobs, open_executor,
 from admitcheck.calibration.curve import Estimate, Tolerance
 from admitcheck.calibration.design import RoundPlan, plan_round, wanted_replicates
 from admitcheck.calibration.fit import Fit, PlacedRun, fit_runs
-from admitcheck.calibration.ledger import Ledger, ledger_header, ledger_path
+from admitcheck.calibration.ledger import Ledger, NoiseGrid, ledger_header, ledger_path
 from admitcheck.calibration.levels import (
     GRID_STDS,
     Level,
@@ -131,11 +132,14 @@ def calibrate(
     # checks the pair, prompts and engine before anything runs; the behaviour fingerprint is taken on CPU (float32),
     # so a finished ledger of GPU runs fits into the same artifact on a machine without one
     here = load_context(config, config_file, device="cpu")
-    header = ledger_header(config)
     functional = level_functional(config, here.tokens.vocab_size)
     # what the levels' x is: a ledger of another functional (an older admitcheck's x) is refused, not mixed in
-    header["functional"] = functional.to_dict() if functional is not None else None
-    pair_fp = header["pair"]
+    header = dataclasses.replace(
+        ledger_header(config),
+        functional=functional.to_dict() if functional is not None else None,
+        names_functional=True,
+    )
+    pair_fp = header.pair
     rows = io.read_prompts(config.probe.prompts, limit=config.probe.num_prompts, field="probe.prompts")
     seqs = fingerprint.behaviour_sequences(here.tokens.tokenizer, rows)
     behaviour = fingerprint.behaviour_fingerprint(here.student, here.teacher, seqs)
@@ -144,7 +148,7 @@ def calibrate(
         stds = list(GRID_STDS)
         ks = measure_grid(load_context(config, config_file), config, stds, progress)
         ledger.append({"kind": "grid", "relative_std": stds, "mismatch": ks, "seed": config.seed})
-    levels = resolve_levels(config, ledger.grid)
+    levels = resolve_levels(config, ledger.noise_grid)
     try:
         placed, fitted, rounds, stop = _rounds(Campaign(config, config_file, ledger, runner, progress), levels)
     finally:
@@ -173,7 +177,7 @@ def calibrate(
         adaptive=adaptive,
         warnings=warnings,
         timings=timings,
-        functional=header["functional"],
+        functional=header.functional,
     )
     return write_calibration(cal, out)
 
@@ -200,7 +204,7 @@ def _rounds(campaign: Campaign, levels: list[Level]):
         }
         decide = tuple(config.levels.decide)
         plan = plan_round(fitted.estimate, _fit_counts(levels, counts), config.levels.interval_factor, 2, fit_x, decide)
-        added = _added_levels(levels, _measured_grid(levels, fitted.runs) or ledger.grid, plan.new_levels)
+        added = _added_levels(levels, _measured_grid(levels, fitted.runs) or ledger.noise_grid, plan.new_levels)
         if plan.new_levels and not added:  # no σ for a new level: more pairs where B is decided instead
             want = wanted_replicates(
                 fitted.estimate, _fit_counts(levels, counts), config.levels.interval_factor, 2, decide
@@ -247,7 +251,7 @@ def budget_warnings(est: Estimate, factor: float, runs: int, stop: str) -> list[
     return out
 
 
-def _measured_grid(levels: list[Level], runs: tuple[RunEntry, ...]) -> dict[str, list[float]] | None:
+def _measured_grid(levels: list[Level], runs: tuple[RunEntry, ...]) -> NoiseGrid | None:
     """(σ, mean start-weights x) of the noise levels run so far, as a grid for `noise_for_mismatch`: the levels'
     own measurements (several replicates each) place a new level better than the one-seed grid measured before
     training. None with fewer than two noise levels."""
@@ -260,10 +264,10 @@ def _measured_grid(levels: list[Level], runs: tuple[RunEntry, ...]) -> dict[str,
     )
     if len(pts) < 2:
         return None
-    return {"relative_std": [p[0] for p in pts], "mismatch": [p[1] for p in pts]}
+    return NoiseGrid([p[0] for p in pts], [p[1] for p in pts])
 
 
-def _added_levels(levels: list[Level], grid, targets) -> list[Level]:
+def _added_levels(levels: list[Level], grid: NoiseGrid | None, targets) -> list[Level]:
     """Noise levels at the design's target mismatches (σ interpolated on `grid`: the measured levels, else the auto
     grid's measurement); none without either, where σ for a target is unknown (the plan's replicates still run)."""
     if grid is None or not targets:
@@ -454,14 +458,19 @@ def _provenance(config: CalibrateConfig, out: Path) -> dict[str, Any]:
     except ImportError:  # a stale editable install can expose admitcheck as a namespace package
         __version__ = version("admitcheck")
 
-    resolved = config.model_dump(mode="json")  # paths relative to the artifact, so the provenance is portable
-    for holder, key in (
-        [(resolved["pair"], k) for k in ("student", "teacher", "tokenizer")]
-        + [(resolved[s], "prompts") for s in ("probe", "train", "eval")]
-        + [(resolved, "output")]
-    ):
-        if holder.get(key) and Path(holder[key]).is_absolute():
-            holder[key] = io.relative_path(holder[key], out.parent)
+    def portable(path: str | None) -> str | None:  # relative to the artifact, so the provenance is portable
+        return io.relative_path(path, out.parent) if path and Path(path).is_absolute() else path
+
+    pair = config.pair
+    paths = {k: portable(getattr(pair, k)) for k in ("student", "teacher", "tokenizer")}
+    sections = {s: getattr(config, s) for s in ("probe", "train", "eval")}
+    resolved = config.model_copy(
+        update={
+            "pair": pair.model_copy(update=paths),
+            **{s: c.model_copy(update={"prompts": portable(c.prompts)}) for s, c in sections.items()},
+            "output": portable(config.output),
+        }
+    ).model_dump(mode="json")
     return {
         "admitcheck": __version__,
         "torch": str(torch.__version__),
