@@ -202,5 +202,6 @@ def test_the_coverage_bench_design_travels_with_each_cell(monkeypatch) -> None:
         rows = list(pool.map(bench.one_cell, [("smollm2", "power", 1, 7, proto, False)]))
     assert rows[0]["design"] == "around"
     before = design.LOCAL
-    assert bench.one_cell(("smollm2", "power", 1, 7, proto, not before))["design"] == ("local" if not before else "around")
-    assert design.LOCAL == before
+    row = bench.one_cell(("smollm2", "power", 1, 7, proto, not before))
+    assert row["design"] == ("local" if not before else "around")
+    assert before == design.LOCAL
