@@ -183,10 +183,8 @@ def test_verdicts(result):
     assert v["noise"].decision == "REJECT" and v["noise"].mismatch_interval[0] > 0.1 and v["noise"].margin > 0
     assert v["nan"].decision == "REJECT" and v["nan"].reason.startswith("engine produced")
     assert "non-finite log-probs" in v["nan"].reason and v["nan"].quality_cost is None
-    assert v["stale"].k3 > 0 and v["stale"].capacity["ratio_vs_bf16"] == 1.0
-    assert v["bf16"].capacity["ratio_vs_bf16"] == 1.0 and v["noise"].capacity["ratio_vs_bf16"] == pytest.approx(
-        0.5, rel=1e-4
-    )
+    assert v["stale"].k3 > 0 and v["stale"].capacity.ratio_vs_bf16 == 1.0
+    assert v["bf16"].capacity.ratio_vs_bf16 == 1.0 and v["noise"].capacity.ratio_vs_bf16 == pytest.approx(0.5, rel=1e-4)
     for x in (v["bf16"], v["noise"]):
         assert x.floor is not None and abs(x.floor) < 1e-6 and x.tokens > x.probes > 0 and x.seconds > 0
         assert x.quality_cost is not None and x.quality_cost_interval[0] <= x.quality_cost <= x.quality_cost_interval[1]

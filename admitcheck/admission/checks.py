@@ -30,6 +30,7 @@ from admitcheck.errors import AdmitcheckError, AdmitcheckWarning, CalibrationErr
 if TYPE_CHECKING:
     from admitcheck.measurement.logs import LoggedQuantity, StoredProtocol
     from admitcheck.measurement.metrics import Functional
+    from admitcheck.rollout.capacity import CapacitySummary
 
 # Re-exported: the verdict and the look plan were defined here before `admission` (cli, report, bench use them).
 
@@ -253,7 +254,7 @@ def engine_call(name: str, fn: Callable[[], Any]) -> Any:
         return fn()
 
 
-def candidate_capacity(config: ScreenConfig, cand: CandidateConfig) -> dict[str, Any]:
+def candidate_capacity(config: ScreenConfig, cand: CandidateConfig) -> CapacitySummary:
     """KV-cache capacity of the candidate on the configured GPU (staleness changes no memory: plain BF16)."""
     from admitcheck.rollout.capacity import capacity_summary
 
