@@ -312,9 +312,47 @@ def test_interrupted_calibration_resumes_to_the_identical_artifact(pair, referen
     monkeypatch.setattr(opd, "train", real_train)
     resumed = calibrate(cfg)
     assert comparable(resumed) == comparable(want)
-    assert len(io.read_jsonl(ledger_path(out))) == 2 + len(want.runs)
+    assert sum(r["kind"] == "run" for r in io.read_jsonl(ledger_path(out))) == len(want.runs)
     again = calibrate(cfg)  # everything in the ledger: no run is repeated, same artifact
     assert comparable(again) == comparable(want)
+
+
+def test_a_ledger_replays_its_recorded_rounds_whatever_the_design(pair, reference, tmp_path, monkeypatch) -> None:
+    """Every decision after a round is in the ledger before it is acted on (a "round" line: the next round's levels
+    and counts, or the stop under its effort settings); a re-run on the finished ledger follows them without
+    planning (a design changed since would otherwise ask for runs the ledger lacks and train them), and gives the
+    same artifact. Without the round lines (a ledger written before them) the rounds are planned again."""
+    from admitcheck.calibration import calibrate as driver
+
+    cfg0, want = reference
+    lines = io.read_jsonl(ledger_path(Path(cfg0.output)))
+    rounds = [r for r in lines if r["kind"] == "round"]
+    assert [r["round"] for r in rounds] == list(range(len(rounds))) and rounds[-1]["stop"] == "run cap"
+    assert rounds[0]["stop"] is None and rounds[0]["added"], rounds  # the round that added a level below the grid
+    out = tmp_path / "tiny.yaml"
+    shutil.copy(ledger_path(Path(cfg0.output)), ledger_path(out))
+    cfg = CalibrateConfig.model_validate(tiny_config_dict(pair, out))
+
+    def no_planning(*args, **kwargs):
+        raise AssertionError("planned again")
+
+    monkeypatch.setattr(driver, "plan_round", no_planning)
+    monkeypatch.setattr(driver.Campaign, "run_round", lambda self, tasks, label: None)  # no run may be made
+    assert comparable(calibrate(cfg)) == comparable(want)
+    assert io.read_jsonl(ledger_path(out)) == lines  # nothing appended: every decision was read back
+    _write_lines(ledger_path(out), [r for r in lines if r["kind"] != "round"])
+    with pytest.raises(AssertionError, match="planned again"):
+        calibrate(cfg)
+    _write_lines(ledger_path(out), lines)
+    raised = cfg.model_copy(update={"levels": cfg.levels.model_copy(update={"max_runs": 13})})
+    with pytest.raises(AssertionError, match="planned again"):  # a stop recorded under another cap: a continuation
+        calibrate(raised)
+
+
+def _write_lines(path: Path, lines: list[dict]) -> None:
+    path.unlink()
+    for line in lines:
+        io.append_jsonl(path, line)
 
 
 @pytest.mark.slow

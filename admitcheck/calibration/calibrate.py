@@ -49,7 +49,7 @@ from admitcheck.calibration.campaign import Campaign, check_jobs, open_executor,
 from admitcheck.calibration.curve import Estimate, Tolerance
 from admitcheck.calibration.design import RoundPlan, plan_round, wanted_replicates
 from admitcheck.calibration.fit import Fit, PlacedRun, fit_runs
-from admitcheck.calibration.ledger import Ledger, NoiseGrid, ledger_header, ledger_path
+from admitcheck.calibration.ledger import AddedLevel, Ledger, NoiseGrid, RoundLine, ledger_header, ledger_path
 from admitcheck.calibration.levels import (
     GRID_STDS,
     Level,
@@ -188,11 +188,17 @@ def _rounds(campaign: Campaign, levels: list[Level]):
     at the levels nearest the `levels.decide` candidates B's interval leaves undecided; at
     the bracket's levels otherwise; new levels there, below the grid while the interval reaches 0, or between
     bracketing levels) until the next round would pass `levels.max_runs` (decided
-    from the ledger alone: resumable, the added levels included). Each round's fit spends the bracket's α over the
-    rounds so far (`looks`). `levels` grows in place with the added levels."""
+    from the ledger alone: resumable, the added levels included). Each decision is recorded in the ledger before it
+    is acted on (`ledger.RoundLine`) and a resumed calibration follows the recorded ones (a recorded stop only under
+    the same max_runs, interval_factor and decide), so a ledger replays as it was made whatever design or fit a later
+    admitcheck has; rounds without a record (ledgers written before) are planned again and then recorded. Each
+    round's fit spends the bracket's α over the rounds so far (`looks`). `levels` grows in place with the added
+    levels."""
     config, ledger = campaign.config, campaign.ledger
     counts = {lv.name: config.levels.replicates for lv in levels}
     rounds = 0
+    decide = tuple(config.levels.decide)
+    effort = (config.levels.max_runs, config.levels.interval_factor, decide)
     while True:
         campaign.run_round(planned_tasks(config, levels, counts), f"runs (round {rounds})")
         placed = [PlacedRun(lv, r, campaign.record(lv, s)) for lv, s, r in _with_replicates(config, levels, counts)]
@@ -202,7 +208,23 @@ def _rounds(campaign: Campaign, levels: list[Level]):
             for lv in levels
             if lv.kind != "baseline" and lv.fit
         }
-        decide = tuple(config.levels.decide)
+        recorded = ledger.rounds.get(rounds)
+        added = [] if recorded is None else [Level(a.name, "noise", relative_std=a.relative_std, target=a.target)
+                                              for a in recorded.added]  # fmt: skip
+        if (
+            recorded is not None
+            and recorded.stop is None
+            and set(recorded.counts) != {lv.name for lv in levels + added}
+        ):
+            recorded = None  # decided over other levels (the config's levels changed): planned again
+        if recorded is not None and recorded.stop is None:  # the next round as it was decided
+            if len(planned_tasks(config, levels + added, recorded.counts)) > config.levels.max_runs:
+                return placed, fitted, rounds, "run cap"  # a lowered cap still holds
+            levels.extend(added)
+            counts, rounds = dict(recorded.counts), rounds + 1
+            continue
+        if recorded is not None and (recorded.max_runs, recorded.interval_factor, recorded.decide) == effort:
+            return placed, fitted, rounds, recorded.stop
         plan = plan_round(fitted.estimate, _fit_counts(levels, counts), config.levels.interval_factor, 2, fit_x, decide)
         added = _added_levels(levels, _measured_grid(levels, fitted.runs) or ledger.noise_grid, plan.new_levels)
         if plan.new_levels and not added:  # no σ for a new level: more pairs where B is decided instead
@@ -214,10 +236,17 @@ def _rounds(campaign: Campaign, levels: list[Level]):
         for name in plan.replicates:
             grown[name] += config.levels.pairs_per_round
         grown["baseline"] = max(grown.values())
-        if plan.done:
-            return placed, fitted, rounds, "interval narrower than the factor"
-        if len(planned_tasks(config, levels + added, grown)) > config.levels.max_runs:
-            return placed, fitted, rounds, "run cap"
+        stop = (
+            "interval narrower than the factor"
+            if plan.done
+            else "run cap"
+            if len(planned_tasks(config, levels + added, grown)) > config.levels.max_runs
+            else None
+        )
+        new = tuple(AddedLevel(lv.name, lv.relative_std, lv.target) for lv in added)
+        ledger.append(RoundLine(rounds, {} if stop else grown, () if stop else new, stop, *effort))
+        if stop:
+            return placed, fitted, rounds, stop
         levels.extend(added)
         counts, rounds = grown, rounds + 1
 

@@ -76,8 +76,8 @@ def run_relevant_config(config: CalibrateConfig) -> dict[str, Any]:
 
 
 def line_kind(line: dict[str, Any]) -> str | None:
-    """A ledger line's kind ("header", "grid" or "run"), read before the line's schema: the one reader of it (a run
-    line then goes through `read_run`)."""
+    """A ledger line's kind ("header", "grid", "run" or "round"), read before the line's schema: the one reader of
+    it (a run line then goes through `read_run`)."""
     return line.get("kind")
 
 
@@ -106,14 +106,53 @@ class NoiseGrid:
         return cls(line["relative_std"], line["mismatch"])
 
 
+@dataclass(frozen=True)
+class AddedLevel:
+    """A noise level an adaptive round added: its name, σ and the mismatch it aimed at (nats/token)."""
+
+    name: str
+    relative_std: float
+    target: float | None = None
+
+
+@dataclass(frozen=True)
+class RoundLine:
+    """What `calibrate` decided after round `round`'s runs, as its ledger records it before acting (kind "round"):
+    the next round (its added levels and every level's replicate count) or the stop (`stop`: why), with the effort
+    settings it was decided under. A resumed calibration follows the recorded decisions instead of planning again,
+    so a ledger replays as it was made whatever design or fit a later admitcheck has (`calibrate._rounds`); a ledger
+    without them (written before) is planned again."""
+
+    round: int
+    counts: dict[str, int]  # the next round's replicates per level name (empty at a stop)
+    added: tuple[AddedLevel, ...] = ()
+    stop: str | None = None
+    max_runs: int | None = None  # the effort the decision was made under: a stop recorded under another
+    interval_factor: float | None = None  # max_runs or interval_factor is planned again (a continuation)
+    decide: tuple[float, ...] = ()
+
+    def line(self) -> dict[str, Any]:
+        return {"kind": "round", "round": self.round, "counts": self.counts,
+                "added": [vars(a) for a in self.added], "stop": self.stop, "max_runs": self.max_runs,
+                "interval_factor": self.interval_factor, "decide": list(self.decide)}  # fmt: skip
+
+    @classmethod
+    def read(cls, line: dict[str, Any]) -> RoundLine:
+        """A ledger's round line (kind "round"): the one reader of its format."""
+        return cls(line["round"], dict(line["counts"]), tuple(AddedLevel(**a) for a in line["added"]), line["stop"],
+                   line["max_runs"], line["interval_factor"], tuple(line["decide"]))  # fmt: skip
+
+
 @dataclass
 class Ledger:
-    """The runs (and the grid) a calibration has finished, keyed so that a re-run can skip them."""
+    """The runs (and the grid) a calibration has finished, keyed so that a re-run can skip them, and the decisions
+    its adaptive rounds took (`rounds`, by the round they followed)."""
 
     path: Path
     header: LedgerHeader
     grid: dict[str, Any] | None = None
     runs: dict[str, RunRecord] = field(default_factory=dict)
+    rounds: dict[int, RoundLine] = field(default_factory=dict)
 
     @classmethod
     def open(cls, path: Path, header: LedgerHeader) -> Ledger:
@@ -161,6 +200,13 @@ class Ledger:
             elif line_kind(rec) == "run":
                 run = read_run(rec, path, i)
                 ledger.runs[run.key] = run
+            elif line_kind(rec) == "round":
+                try:
+                    decided = RoundLine.read(rec)
+                except (KeyError, TypeError) as exc:
+                    raise CalibrationError(f"corrupt ledger line {i + 1}: a round line without {exc}", file=str(path),
+                                           field="round") from None  # fmt: skip
+                ledger.rounds[decided.round] = decided  # a decision taken again (a continuation) replaces the older
         return ledger
 
     @property
@@ -168,11 +214,15 @@ class Ledger:
         """The grid line, typed; None before the grid is measured."""
         return NoiseGrid.read(self.grid) if self.grid is not None else None
 
-    def append(self, record: RunRecord | dict[str, Any]) -> None:
-        """Append a run (a `RunRecord` filed under its key) or the grid measurement (a dict of kind "grid")."""
+    def append(self, record: RunRecord | RoundLine | dict[str, Any]) -> None:
+        """Append a run (a `RunRecord` filed under its key), a round's decision, or the grid measurement (a dict of
+        kind "grid")."""
         if isinstance(record, RunRecord):
             io.append_jsonl(self.path, record.line())
             self.runs[record.key] = record
+        elif isinstance(record, RoundLine):
+            io.append_jsonl(self.path, record.line())
+            self.rounds[record.round] = record
         else:
             io.append_jsonl(self.path, record)
             self.grid = record
