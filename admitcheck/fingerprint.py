@@ -277,39 +277,45 @@ def behaviour_fingerprint(student: Any, teacher: Any, seqs: list[list[int]]) -> 
     }
 
 
-def behaviour_drift(stored: dict[str, Any], student: Any, teacher: Any) -> dict[str, float]:
-    """{"student": d, "teacher": d}: mean over the stored tokens of (Δ log p)²/2 between the stored log-probs and
-    those of the present models, nats/token (a k2 estimate of their KL on those tokens)."""
-    seqs = stored["sequences"]
-    out = {}
-    for name, model in (("student", student), ("teacher", teacher)):
-        now = _token_logprobs(model, seqs)
-        sq = [(a - b) ** 2 / 2 for ra, rb in zip(stored[f"{name}_logprobs"], now) for a, b in zip(ra, rb)]
-        out[name] = math.fsum(sq) / max(len(sq), 1) if all(map(math.isfinite, sq)) else math.inf
-    return out
+@dataclass(frozen=True)
+class BehaviourDrift:
+    """Mean over the stored tokens of (Δ log p)²/2 between the stored log-probs and the present model's, nats/token
+    (a k2 estimate of their KL on those tokens), per model."""
+
+    student: float
+    teacher: float
+
+
+def behaviour_drift(stored: Any, student: Any, teacher: Any) -> BehaviourDrift:
+    """The drift of each model from `stored`, the artifact's `pair.behaviour` (`schema.Behaviour`: sequences and
+    both models' log-probs on them)."""
+
+    def drift(model: Any, logprobs: list[list[float]]) -> float:
+        now = _token_logprobs(model, stored.sequences)
+        sq = [(a - b) ** 2 / 2 for ra, rb in zip(logprobs, now) for a, b in zip(ra, rb)]
+        return math.fsum(sq) / max(len(sq), 1) if all(map(math.isfinite, sq)) else math.inf
+
+    return BehaviourDrift(drift(student, stored.student_logprobs), drift(teacher, stored.teacher_logprobs))
 
 
 def check_behaviour(
-    stored: dict[str, Any], student: Any, teacher: Any, *, budget: float, file: str | None = None
-) -> dict[str, float]:
+    stored: Any, student: Any, teacher: Any, *, budget: float, file: str | None = None
+) -> BehaviourDrift:
     """The drift of each model (`behaviour_drift`); a CalibrationError naming the model and the size of the drift
     when it exceeds BEHAVIOUR_TOLERANCE × budget."""
     drift = behaviour_drift(stored, student, teacher)
     limit = max(BEHAVIOUR_TOLERANCE * budget, 1e-12) if math.isfinite(budget) and budget > 0 else 1e-12
-    for name, d in drift.items():
+    for name, d in (("student", drift.student), ("teacher", drift.teacher)):
         if not d <= limit:
             raise CalibrationError(
                 f"the {name} behaves differently from the one the calibration was made with: its log-probs on the "
-                f"calibration's {len(stored['sequences'])} fixed sequences drifted by {d:.3g} nats/token "
+                f"calibration's {len(stored.sequences)} fixed sequences drifted by {d:.3g} nats/token "
                 f"(mean (Δ log p)²/2), above the allowed {limit:.3g} ({BEHAVIOUR_TOLERANCE:g} × budget "
                 f"{budget:.3g}); calibrate this pair, or point the config at the pair the calibration was made with",
                 file=file,
                 field=f"pair.{name}",
             )
     return drift
-
-
-# --------------------------------------------------------------------------------------------- environment
 
 
 def environment() -> dict[str, Any]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from admitcheck.errors import ConfigError
 
@@ -317,22 +317,32 @@ def pair_dir_paths(d: Path) -> dict[str, str]:
     }
 
 
+class PairCacheMeta(BaseModel):
+    """A built-in pair's cache stamp (`<dir>/<meta_name>`, written by its builder): the recipe hash it was built for
+    and its build summary's fields; the rest of what a builder writes there is kept, not read."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    recipe_hash: str | None = None
+    summary: dict[str, Any] = {}
+
+
 def read_pair_cache(d: Path, meta_name: str, key: str, summary: Callable[..., T]) -> T | None:
     """The cached build summary of a built-in pair in `d` as `summary(**fields)` (with the paths of `d`, so a moved
     dir still hits), or None when `meta_name` is missing or unreadable, was made for another recipe hash `key`, a
     needed file is gone, or its fields are another version's (`summary` refuses them with a TypeError)."""
     try:
-        meta = json.loads((d / meta_name).read_text())
-    except (OSError, ValueError):
+        meta = PairCacheMeta.model_validate_json((d / meta_name).read_text())
+    except (OSError, ValueError):  # a pydantic ValidationError is a ValueError
         return None
     paths = pair_dir_paths(d)
     needed = [Path(paths[k]) for k in ("train_prompts", "probe_prompts", "eval_prompts")]
     for m in ("teacher_dir", "student_dir"):
         needed += [Path(paths[m]) / f for f in ("config.json", "model.safetensors", "tokenizer.json")]
-    if meta.get("recipe_hash") != key or not all(p.is_file() for p in needed):
+    if meta.recipe_hash != key or not all(p.is_file() for p in needed):
         return None
     try:
-        return summary(**{**meta.get("summary", {}), **paths})
+        return summary(**{**meta.summary, **paths})
     except TypeError:  # a summary written by another version of the builder
         return None
 

@@ -52,7 +52,7 @@ def to_json(result: ScreenReport) -> str:
 
 
 def _capacity_ratio(v: Verdict) -> float | None:
-    return v.capacity.get("ratio_vs_bf16") if v.capacity else None
+    return v.capacity.ratio_vs_bf16 if v.capacity else None
 
 
 def _verdict_word(v: Verdict) -> str:

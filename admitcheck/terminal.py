@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from admitcheck.admission.backtest_report import BacktestReport
     from admitcheck.admission.screen_report import ScreenReport
     from admitcheck.calibration.schema import CalibrationArtifact
+    from admitcheck.measurement.prefix_shift_report import PrefixShiftReport
 
 # Not a terminal (a CI log, a pipe): rich would cut tables to 80 columns and every number to "0.…"; render at the
 # tables' natural width instead (NO_WIDTH: wide enough for any table, and tables never stretch to fill it).
@@ -142,8 +143,8 @@ def render_measure(report) -> None:
     for b in report.candidate.metrics.position_buckets:
         buckets.add_row(f"{b.start}-{b.end - 1}", str(b.num_tokens), fmt(b.k3), fmt_interval(b.k3_interval))
     out.print(buckets)
-    if "prefix_shift" in report.diagnostics:
-        render_prefix_shift("candidate", report.diagnostics["prefix_shift"])
+    if report.prefix_shift is not None:
+        render_prefix_shift("candidate", report.prefix_shift)
     c = report.candidate
     out.print(
         f"{c.num_sequences} sequences, {c.num_tokens} tokens; engine start {c.seconds_engine_start:.1f} s, "
@@ -151,16 +152,16 @@ def render_measure(report) -> None:
     )
 
 
-def render_prefix_shift(name: str, d: dict) -> None:
+def render_prefix_shift(name: str, d: PrefixShiftReport) -> None:
     """The prefix-shift diagnostic in a few lines (coupled sampling against the reference engine)."""
-    q = d["divergence_quantiles"]
+    q = d.divergence_quantiles
     out.print(
-        f"[bold]prefix shift ({name})[/bold]: {100 * d['diverged_share']:.0f}% of responses diverge "
-        f"(first divergence p10/p50/p90 at {fmt(q.get('p10'))}/{fmt(q.get('p50'))}/{fmt(q.get('p90'))}); "
-        f"{100 * d['share_after_divergence']:.0f}% of tokens come after the divergence.\n"
-        f"  teacher log-lik of the prefixes reached, candidate − reference: {fmt(d['prefix_gap'])} nats/token; "
-        f"with TIS weights min(r, {d['tis_cap']:g}): {fmt(d['prefix_gap_tis'])} (TIS cannot move prefixes); "
-        f"per-token gap {fmt(d['token_gap'])} → {fmt(d['token_gap_tis'])} with TIS."
+        f"[bold]prefix shift ({name})[/bold]: {100 * d.diverged_share:.0f}% of responses diverge "
+        f"(first divergence p10/p50/p90 at {fmt(q.p10)}/{fmt(q.p50)}/{fmt(q.p90)}); "
+        f"{100 * d.share_after_divergence:.0f}% of tokens come after the divergence.\n"
+        f"  teacher log-lik of the prefixes reached, candidate − reference: {fmt(d.prefix_gap)} nats/token; "
+        f"with TIS weights min(r, {d.tis_cap:g}): {fmt(d.prefix_gap_tis)} (TIS cannot move prefixes); "
+        f"per-token gap {fmt(d.token_gap)} → {fmt(d.token_gap_tis)} with TIS."
     )
 
 
@@ -198,7 +199,7 @@ def render_dashboard(d, *, metrics=None, budget: float | None = None, title: str
 def render_pair(name: str, summary, *, reused: bool = False) -> None:
     """A built-in pair's build summary; a reused (cached) pair shows no build_seconds: they were another run's."""
     d = summary.to_dict()
-    table = Table(title=f"{name} pair in {d.get('directory', '')}" + (" (reused: cached build)" if reused else ""))
+    table = Table(title=f"{name} pair in {summary.directory}" + (" (reused: cached build)" if reused else ""))
     table.add_column("field")
     table.add_column("value", justify="right")
     for k, v in d.items():
@@ -474,12 +475,12 @@ def render_logged(logged) -> None:
     """What logged log-probs measure (`checks.LoggedVsProtocol`), beside the budget's protocol."""
     q, b = logged.quantity, logged.budget_protocol
     steps = ", ".join(map(str, q.steps)) or (f"{logged.step} (logs.step)" if logged.step is not None else "not logged")
-    s = b.sampling  # as the artifact stores it
+    s = logged.stored  # as the artifact stores it (None: not stored)
     out.print(
         f"logged quantity: {q.sequences} sequences of the pipeline's own prompts, step {steps}, "
         f"{q.tokens_per_sequence_mean:.1f} counted tokens per sequence (max {q.tokens_per_sequence_max}); "
         f"the budget's protocol: {b.prompts} at the {b.x} weights, max_new_tokens {b.max_new_tokens}, "
-        f"temperature {s.get('temperature')}, top_p {s.get('top_p')}, top_k {s.get('top_k')}",
+        f"temperature {s.temperature}, top_p {s.top_p}, top_k {s.top_k}",
         markup=False,
     )
     r = logged.run_average

@@ -196,11 +196,25 @@ def draw_truth(shape: str, proto: dict, tau: float, b_range: tuple[float, float]
 
 
 def one_cell(args: tuple) -> dict:
+    """One cell: (protocol name, truth, sims, seed, protocol[, local]). `local` (the design, `design.LOCAL`) travels
+    with the cell: a --jobs worker started by spawn or forkserver (Python 3.14's default on Linux) does not inherit
+    the parent's module state; it is restored after the cell."""
+    from admitcheck.calibration import design
+
+    name, shape, sims, seed, proto, *local = args
+    before = design.LOCAL
+    design.LOCAL = local[0] if local else before
+    try:
+        return _one_cell(name, shape, sims, seed, proto)
+    finally:
+        design.LOCAL = before
+
+
+def _one_cell(name: str, shape: str, sims: int, seed: int, proto: dict) -> dict:
     from admitcheck.calibration import design
     from admitcheck.calibration.curve import Tolerance
     from admitcheck.calibration.design import simulate_protocol
 
-    name, shape, sims, seed, proto = args
     rng = np.random.default_rng([seed, len(name), SMOLLM2_TRUTHS.index(shape)])
     tol = Tolerance(relative=proto["relative"])
     tau = tol.of(proto["baseline_mean"])
@@ -235,12 +249,12 @@ def one_cell(args: tuple) -> dict:
             "design": "local" if design.LOCAL else "around", "seconds": round(time.perf_counter() - t0, 1)}  # fmt: skip
 
 
-def run(sims: int, names=("toy", "smollm2"), truths=None, seed: int = 0, jobs: int = 1) -> dict:
+def run(sims: int, names=("toy", "smollm2"), truths=None, seed: int = 0, jobs: int = 1, local: bool = True) -> dict:
     from concurrent.futures import ProcessPoolExecutor
 
     protos = protocols()
     work = [
-        (n, t, sims, seed, protos[n])
+        (n, t, sims, seed, protos[n], local)
         for n in names
         for t in (truths or (SMOLLM2_TRUTHS if n.startswith("smollm2") else TRUTHS))
         if t != "smollm2_mean" or n.startswith("smollm2")
@@ -303,13 +317,13 @@ if __name__ == "__main__":
     if a.design == "around":
         from admitcheck.calibration import design
 
-        design.LOCAL = False  # in this process and, through fork, in --jobs workers
+        design.LOCAL = False  # in this process (the cutoff check); each cell of `run` sets it from its own task
     if a.cutoff_check:
         result = cutoff_check()
         if a.out:
             a.out.write_text(json.dumps(result, indent=2))
         raise SystemExit(0)
-    result = run(a.sims, tuple(a.protocols), a.truths, a.seed, a.jobs)
+    result = run(a.sims, tuple(a.protocols), a.truths, a.seed, a.jobs, local=a.design == "local")
     if a.out:
         a.out.write_text(json.dumps(result, indent=2))
     print(json.dumps({k: v for k, v in result.items() if k != "protocols"}, indent=2))

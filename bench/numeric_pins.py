@@ -20,6 +20,7 @@ AVX2 path. An AMX CPU's oneDNN AMX kernels cannot run here (no AMX tiles); the p
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import os
@@ -69,10 +70,10 @@ def worker(out_dir: Path) -> dict:
 
     torch.set_num_threads(1)
     cal = load_calibration(ROOT / "calibrations" / "toy.yaml")
-    stored = cal.pair.behaviour.model_dump(mode="json")
+    stored = cal.pair.behaviour
 
-    def drift(d: Path) -> dict[str, float]:
-        return behaviour_drift(stored, load_causal_lm(d / "student"), load_causal_lm(d / "teacher"))
+    def drift(d: Path) -> dict[str, float]:  # {"student": ..., "teacher": ...} in the results
+        return dataclasses.asdict(behaviour_drift(stored, load_causal_lm(d / "student"), load_causal_lm(d / "teacher")))
 
     shipped = drift(ROOT / "toy")  # before the build: the same weights, this path's forward pass
     t0 = time.perf_counter()

@@ -17,6 +17,7 @@ re-fit (the lead's re-fit command) so the artifact's budget and `protocol.functi
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         key = json.loads(rec["key"])
         cache_key = rec["key"]
         if cache_key not in cache:
-            cache[cache_key] = level_mismatch(ctx, config, level_of(key["level"]), key["seed"])
+            cache[cache_key] = dataclasses.asdict(level_mismatch(ctx, config, level_of(key["level"]), key["seed"]))
         new = cache[cache_key]
         same = {  # the uncapped token means as stored (CPU kernels differ in the 7th digit)
             k: (rec.get(k) is None and new[k] is None)

@@ -131,15 +131,23 @@ PY
   mps)  # NVIDIA MPS (the GPU shared by the workers' processes as one context): start the control daemon, check a
     # client gets the GPU through it, else quit it (the runs then time-slice as before). No GPU setting is changed.
     mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-    if nvidia-cuda-mps-control -d 2>&1 && sleep 1 && \
-       timeout 120 $PY -c "import torch; print('cuda through mps:', torch.ones(4, device='cuda').sum().item())"; then
+    started=0
+    if echo get_server_list | nvidia-cuda-mps-control > /dev/null 2>&1; then
+      echo "mps: a control daemon is already running here (kept as it is)"
+    elif nvidia-cuda-mps-control -d 2>&1; then
+      started=1; touch "$RUN/mps.started"; sleep 1
+    fi
+    if timeout 120 $PY -c "import torch; print('cuda through mps:', torch.ones(4, device='cuda').sum().item())"; then
       echo "mps=on" | tee "$RUN/mps.txt"
-    else
-      echo quit | nvidia-cuda-mps-control 2>/dev/null; echo "mps=failed" | tee "$RUN/mps.txt"
+    else  # quit only a daemon this stage started
+      [ $started = 1 ] && echo quit | nvidia-cuda-mps-control 2>/dev/null; rm -f "$RUN/mps.started"
+      echo "mps=failed" | tee "$RUN/mps.txt"
     fi
     exit 0
     ;;
-  mps_off) echo quit | nvidia-cuda-mps-control 2>/dev/null; sleep 2; echo "mps=off" >> "$RUN/mps.txt"; exit 0 ;;
+  mps_off)  # quit the daemon stage mps started (one that was running before is left as it was)
+    [ -f "$RUN/mps.started" ] && echo quit | nvidia-cuda-mps-control 2>/dev/null && sleep 2
+    rm -f "$RUN/mps.started"; echo "mps=off" >> "$RUN/mps.txt"; exit 0 ;;
   queue)  # one device session's GPU work, in order, detached (a call only polls it): the #37 figures (throughput of
     # kept workers over 30 runs with MPS and the theta0-evaluation cache; kept vs fresh vs the committed ledger,
     # re-measured on an H200 in issue 35; decode/OPD step), then the #36 SmolLM2 noise decomposition (inverse-CDF only: the captured decoder has no Gumbel path, docs/noise.md;
@@ -149,13 +157,13 @@ PY
     detach queue "${QCORES:+taskset -p -c $QCORES \$\$ > /dev/null;} bash '$0' mps; \
       $PY bench/gpu_smollm2.py --pair smollm2 --device cuda --parts campaign --campaign-config examples/smollm2_calibrate.yaml \
         --campaign-runs 30 --campaign-paths kept --jobs ${QJOBS:-10} --out '$RUN/bench_throughput_mps.json' \
-        > '$RUN/bench_throughput_mps.log' 2>&1; \
+        > '$RUN/bench_throughput_mps.log' 2>&1; echo throughput_mps rc=\$?; \
       bash '$0' mps_off; \
       $PY bench/gpu_smollm2.py --pair smollm2 --device cuda --parts campaign --campaign-config examples/smollm2_calibrate.yaml \
         --campaign-ledger calibrations/smollm2.ledger.jsonl --campaign-runs 6 --campaign-paths kept,fresh --jobs 6 \
-        --out '$RUN/bench_same.json' > '$RUN/bench_same.log' 2>&1; \
+        --out '$RUN/bench_same.json' > '$RUN/bench_same.log' 2>&1; echo bench_same rc=\$?; \
       $PY bench/gpu_smollm2.py --pair smollm2 --device cuda --parts decode,opd --out '$RUN/bench_decode.json' \
-        > '$RUN/bench_decode.log' 2>&1; \
+        > '$RUN/bench_decode.log' 2>&1; echo decode_opd rc=\$?; \
       $PY bench/noise.py --pair smollm2 --seeds 4 --eval-seeds 3 --couplings inverse_cdf --ema --big-eval-samples 32 \
         --jobs 8 --work /tmp/noise_smollm2 --out '$RUN/noise_smollm2.json' > '$RUN/noise.log' 2>&1"
     exit 0
@@ -189,7 +197,7 @@ PY
     for f in "$RUN"/*.pid; do [ -e "$f" ] && alive "$(basename "$f" .pid)" && kill -TERM -- "-$(cat "$f")"; done
     sleep 5
     for f in "$RUN"/*.pid; do [ -e "$f" ] && alive "$(basename "$f" .pid)" && kill -KILL -- "-$(cat "$f")"; done
-    echo quit | nvidia-cuda-mps-control 2>/dev/null
+    bash "$0" mps_off > /dev/null  # the MPS daemon, if stage mps started it
     status
     ;;
   collect) ;;

@@ -137,7 +137,9 @@ def run(sims: int, designs, names, seed: int, max_runs: int) -> dict:
         cost, b = truths(proto, est0)[name]
         for d in designs:
             design.LOCAL = d == "local"
-            rng = np.random.default_rng([seed, len(name)])  # the same stream for both designs
+            rng = np.random.default_rng([seed, len(name)])  # the same seed, not the same draws: each design
+            # draws as many values as its rounds need, so after the first calibration the designs see other truths
+            # and noise (unpaired; docs/calibration.md, "Continuing a calibration")
             w, used, held, runs, t0 = [], 0, 0, [], time.perf_counter()
             for _ in range(sims):
                 est, n = continue_once(data0, base0, cost, proto, tol, rng, max_runs)

@@ -1,66 +1,67 @@
 #!/usr/bin/env bash
-# The toy re-make (issues 39, 34, 36) on the device host's CPUs (CUDA hidden, the numeric pins on), DETACHED and
-# resumable, beside whatever the GPU runs: the toy calibration under the lower-noise protocol, then its two reseeds.
-# The runs need the toy pair rebuilt under the pins in toy/ (branch remake holds it: `git checkout remake -- toy`
-# before the device calls, `git checkout HEAD -- toy` after); `start` refuses any other pair.
+# The toy re-make (issues 39, 34, 36, 40) on the device host's CPUs (CUDA hidden, the numeric pins on), DETACHED and
+# resumable, beside whatever the GPU runs: the toy calibration under the lower-noise protocol, its backtest, its two
+# reseeds and its RL counterpart. The runs need the toy pair rebuilt under the pins in toy/ (branch remake holds it:
+# `git checkout remake -- toy` before the device calls, `git checkout HEAD -- toy` after, never committed on main);
+# `start` refuses any other pair.
 #
-# Why here: the re-make is ~120 toy runs per calibration at ~70 CPU-s each under the pins (docs/noise.md, README "Same
-# numbers on every x86-64 CPU"); the device host's idle cores make one calibration in ~10 minutes where this project's
-# 2-core machine needs hours. The runs are plain CPU work: what they compute does not depend on the GPU.
+# Why there: the re-make is ~120 toy runs per calibration, ~250 for the backtest and ~60 for RL, at ~70 CPU-s each
+# under the pins (docs/noise.md); the device host's 16 idle cores make it in about an hour of wall time where this
+# project's 2-core machine needs most of a day. The runs are plain CPU work: what they compute does not depend on the GPU.
 #
-#   bash bench/toy_remake.sh start CORES      # e.g. start 12-15: the chain on those cores (taskset), jobs = their count
-#   MAX_RUNS=18 bash bench/toy_remake.sh start 1   # only the grid (no adaptive round): a cap the ledger does not record
-#   bash bench/toy_remake.sh poll SECONDS     # progress, then the ledgers into $OUT/toy_remake.tgz
-#   bash bench/toy_remake.sh rebuild CORE      # the pinned toy build here: the same weights as toy/? ($RUN/rebuild.json)
-#   bash bench/toy_remake.sh stop             # SIGTERM the chain (finished runs are in the ledgers), then collect
+#   bash bench/toy_remake.sh start CORES      # e.g. start 8-15: one chain on those cores (taskset), jobs = their count,
+#                                             # running NAMES in order (default: toy toy_backtest toy-seed1000
+#                                             # toy-seed2000 toy_rl; the backtest needs toy's artifact, so after it)
+#   CHAIN=b NAMES="toy-seed1000 toy-seed2000 toy_rl" bash bench/toy_remake.sh start 12-15   # a second chain beside
+#   MAX_RUNS=18 bash bench/toy_remake.sh start 1   # calibrations only to the grid (a cap the ledger does not record)
+#   bash bench/toy_remake.sh poll SECONDS     # progress of every chain, then $RUN into $OUT/toy_remake.tgz
+#   bash bench/toy_remake.sh rebuild CORE     # the pinned toy build here: the same weights as toy/? ($RUN/rebuild.json)
+#   bash bench/toy_remake.sh stop             # SIGTERM every chain (finished runs are in the ledgers), then collect
 #
-# The configs are bench/toy_remake/*.yaml; each runs from a copy in $RUN (ignored by git) whose paths are absolute and
-# whose `output` is in $RUN, because every device call re-syncs the tracked files (a tracked ledger would be put back
-# under a running campaign). Resuming across machines: commit the collected ledgers as bench/toy_remake/NAME.ledger.jsonl
-# and `start` copies each one to $RUN when $RUN has none (only the missing runs are made).
+# The configs are bench/toy_remake/*.yaml (calibrate, backtest and the backtest's screen); each runs from a copy in $RUN
+# (ignored by git, made by bench/toy_remake/prepare.py) whose paths are absolute and whose outputs, and the re-made
+# artifacts it reads, are in $RUN, because every device call re-syncs the tracked files (a tracked ledger would be put
+# back under a running campaign). Resuming across machines: commit the collected ledgers as
+# bench/toy_remake/STEM.ledger.jsonl (STEM: the output's stem, e.g. toy.backtest) and `start` copies each one to $RUN
+# when $RUN has none (only the missing runs are made). Here (2 cores), `nice -n 19 bash bench/toy_remake.sh start 0-1`
+# from a worktree whose toy/ is branch remake's keeps the same chain going under other work.
 set -uo pipefail
 stage=${1:?stage: start CORES | rebuild CORE | poll SECONDS | status | stop | collect}
 OUT=${OUT:-/tmp/out}
 PY=${PY:-python3}
 RUN=${RUN:-reports/toy_remake}
 EVERY=${EVERY:-60}
-NAMES=${NAMES:-toy toy-seed1000 toy-seed2000}
+NAMES=${NAMES:-toy toy_backtest toy-seed1000 toy-seed2000 toy_rl}  # run in this order by one chain
+CHAIN=${CHAIN:-chain}  # several chains at once on other cores: CHAIN=b NAMES="toy_rl" ... start 8-15
 mkdir -p "$OUT" "$RUN"
 export PYTHONPATH=/tmp/site:$PWD OMP_NUM_THREADS=1 CUDA_VISIBLE_DEVICES= ADMITCHECK_NUMERIC_PINS=on PYTHONUNBUFFERED=1
 
-prepare() {  # $RUN/NAME.yaml: the config with absolute paths and its output in $RUN; a committed ledger seeds $RUN's
-  local n=$1
-  [ -f "$RUN/$n.ledger.jsonl" ] || [ ! -f "bench/toy_remake/$n.ledger.jsonl" ] \
-    || cp "bench/toy_remake/$n.ledger.jsonl" "$RUN/$n.ledger.jsonl"
-  $PY - "bench/toy_remake/$n.yaml" "$RUN/$n.config.yaml" <<'PY'
-import os, sys, yaml, pathlib
-src, dst = pathlib.Path(sys.argv[1]).resolve(), pathlib.Path(sys.argv[2]).resolve()
-c = yaml.safe_load(src.read_text())
-absolute = lambda p: str((src.parent / p).resolve())
-c["pair"]["student"], c["pair"]["teacher"] = absolute(c["pair"]["student"]), absolute(c["pair"]["teacher"])
-for part in ("probe", "train", "eval"):
-    c[part]["prompts"] = absolute(c[part]["prompts"])
-c["output"] = str(dst.with_name(pathlib.Path(c["output"]).name))
-if os.environ.get("MAX_RUNS"):  # e.g. 18: only the grid before any adaptive round (the ledger does not record the cap)
-    c["levels"]["max_runs"] = int(os.environ["MAX_RUNS"])
-dst.write_text(yaml.safe_dump(c, sort_keys=False))
-PY
+declare -A KIND
+prepare() {  # $RUN/NAME.config.yaml (bench/toy_remake/prepare.py); a committed ledger seeds $RUN's when it has none
+  local n=$1 out kind stem
+  out=$($PY bench/toy_remake/prepare.py "bench/toy_remake/$n.yaml" "$RUN/$n.config.yaml") || return 2
+  read -r kind stem <<< "$out"; KIND[$n]=$kind
+  [ -z "$stem" ] || [ -f "$RUN/$stem.ledger.jsonl" ] || [ ! -f "bench/toy_remake/$stem.ledger.jsonl" ] \
+    || cp "bench/toy_remake/$stem.ledger.jsonl" "$RUN/$stem.ledger.jsonl"
 }
-alive() { [ -f "$RUN/chain.pid" ] && kill -0 "$(cat "$RUN/chain.pid")" 2>/dev/null; }
+alive() { local c=${1:-$CHAIN}; [ -f "$RUN/$c.pid" ] && kill -0 "$(cat "$RUN/$c.pid")" 2>/dev/null; }
+chains() { for f in "$RUN"/*.pid; do [ -f "$f" ] && basename "$f" .pid; done; }
 collect() { tar czf "$OUT/toy_remake.tgz" "$RUN" 2>/dev/null; ls -la "$OUT"; }
 status() {
-  echo "== chain: $(alive && echo running || echo stopped)"; tail -n 2 "$RUN/chain.log" 2>/dev/null | cut -c1-300
-  for n in $NAMES; do
-    [ -f "$RUN/$n.config.yaml" ] || continue
-    echo "== $n: $(wc -l < "$RUN/$n.ledger.jsonl" 2>/dev/null || echo 0) ledger lines"
-    $PY -m admitcheck calibrate "$RUN/$n.config.yaml" --status 2>&1 | tail -n 2
+  for c in $(chains); do
+    echo "== $c: $(alive "$c" && echo running || echo stopped)"; tail -n 2 "$RUN/$c.log" 2>/dev/null | cut -c1-300
+  done
+  for f in "$RUN"/*.ledger.jsonl; do [ -f "$f" ] && echo "== $(basename "$f"): $(wc -l < "$f") lines"; done
+  for f in "$RUN"/*.config.yaml; do  # a calibration's progress (a backtest has no --status: its ledger lines above)
+    grep -q "^calibrate_config:\|^calibration:" "$f" && continue
+    echo "== $(basename "$f" .config.yaml):"; $PY -m admitcheck calibrate "$f" --status 2>&1 | tail -n 2
   done
 }
 case "$stage" in
   start)
     cores=${2:?CORES, e.g. 12-15}
     jobs=$($PY -c "import sys; a, _, b = sys.argv[1].partition('-'); print(int(b or a) - int(a) + 1)" "$cores")
-    if alive; then echo "chain already running (pid $(cat "$RUN/chain.pid"))"; exit 0; fi
+    if alive; then echo "$CHAIN already running (pid $(cat "$RUN/$CHAIN.pid"))"; exit 0; fi
     $PY - <<'PY' || exit 2  # the runs belong to the pinned pair (branch remake's toy/), not to the shipped one
 import sys
 from admitcheck.fingerprint import model_fingerprint
@@ -69,17 +70,21 @@ have = {s: model_fingerprint(f"toy/{s}")["weights"][:16] for s in want}
 if have != want:
     sys.exit(f"toy/ is not the pinned toy pair ({have}): `git checkout remake -- toy` first (and `git checkout HEAD -- toy` after)")
 PY
-    for n in $NAMES; do prepare "$n" || exit 2; done
+    for f in bench/toy_remake/*.yaml; do n=$(basename "$f" .yaml); prepare "$n" || exit 2; done  # all: a backtest reads the others
     $PY -c "import admitcheck; from admitcheck import numerics; import torch; print(numerics.in_effect())" \
       | tee "$RUN/numerics.txt"
     lscpu | grep -E "Model name|Flags" | cut -c1-400 > "$RUN/cpu.txt"
     chain=""; for n in $NAMES; do
-      chain="$chain taskset -c $cores $PY -m admitcheck calibrate '$RUN/$n.config.yaml' --jobs $jobs --json > '$RUN/$n.json' 2> '$RUN/$n.log'; echo $n rc=\$?;"
+      case "${KIND[$n]}" in
+        calibrate|backtest) ;;
+        *) echo "$n: a ${KIND[$n]} config is prepared, not run (NAMES lists calibrate and backtest configs)" >&2; exit 2 ;;
+      esac
+      chain="$chain taskset -c $cores $PY -m admitcheck ${KIND[$n]} '$RUN/$n.config.yaml' --jobs $jobs --json > '$RUN/$n.json' 2> '$RUN/$n.log'; echo $n rc=\$?;"
     done
-    rm -f "$RUN/chain.pid"
-    setsid -f nohup bash -c "echo \$\$ > '$RUN/chain.pid'; $chain" > "$RUN/chain.log" 2>&1 < /dev/null
-    for _ in $(seq 50); do [ -s "$RUN/chain.pid" ] && break; sleep 0.1; done
-    echo "chain started (pid $(cat "$RUN/chain.pid"), cores $cores, jobs $jobs)"
+    rm -f "$RUN/$CHAIN.pid"
+    setsid -f nohup bash -c "echo \$\$ > '$RUN/$CHAIN.pid'; $chain" > "$RUN/$CHAIN.log" 2>&1 < /dev/null
+    for _ in $(seq 50); do [ -s "$RUN/$CHAIN.pid" ] && break; sleep 0.1; done
+    echo "$CHAIN started (pid $(cat "$RUN/$CHAIN.pid"), cores $cores, jobs $jobs: $NAMES)"
     ;;
   rebuild)  # the pinned toy build on this host's CPU and torch, detached on one core: its weights digest against the
     # toy/ that travelled (the same bits on another CPU kind and torch version, or not): $RUN/rebuild.json
@@ -106,15 +111,15 @@ PY
   poll)
     limit=${2:-300}; t0=$(date +%s)
     while :; do
-      status; alive || break
+      status; any=0; for c in $(chains); do alive "$c" && any=1; done; [ $any = 1 ] || break
       [ $(( $(date +%s) - t0 + EVERY )) -gt "$limit" ] && break
       sleep "$EVERY"
     done
     ;;
   status) status; exit 0 ;;
-  stop)
-    alive && kill -TERM -- "-$(cat "$RUN/chain.pid")"; sleep 5
-    alive && kill -KILL -- "-$(cat "$RUN/chain.pid")"
+  stop)  # every chain
+    for c in $(chains); do alive "$c" && kill -TERM -- "-$(cat "$RUN/$c.pid")"; done; sleep 5
+    for c in $(chains); do alive "$c" && kill -KILL -- "-$(cat "$RUN/$c.pid")"; done
     status
     ;;
   collect) ;;

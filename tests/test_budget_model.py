@@ -184,3 +184,24 @@ def test_the_shipped_artifacts_are_their_ledgers_refit() -> None:
         assert again.budget.interval == pytest.approx(shipped.budget.interval, rel=1e-9)
         assert again.budget.method == shipped.budget.method
     assert load_calibration(ROOT / "calibrations" / "toy_rl.yaml").budget.method == "bracket"
+
+
+def test_the_coverage_bench_design_travels_with_each_cell(monkeypatch) -> None:
+    """`--design around --jobs N` ran the shipped design in workers that do not fork (spawn, or forkserver, Python
+    3.14's default on Linux): the design is part of each cell's task, and a cell run in this process leaves it as
+    it was."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from admitcheck.calibration import design
+
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))  # importable by name: a spawned worker unpickles one_cell
+    bench = importlib.import_module("budget_coverage")
+    proto = bench.protocols()["smollm2"]
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        rows = list(pool.map(bench.one_cell, [("smollm2", "power", 1, 7, proto, False)]))
+    assert rows[0]["design"] == "around"
+    before = design.LOCAL
+    row = bench.one_cell(("smollm2", "power", 1, 7, proto, not before))
+    assert row["design"] == ("local" if not before else "around")
+    assert before == design.LOCAL

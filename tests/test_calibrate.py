@@ -23,7 +23,7 @@ from admitcheck.calibration.artifact import load_calibration
 from admitcheck.calibration.calibrate import calibrate
 from admitcheck.calibration.compatibility import calibration_matches
 from admitcheck.calibration.fit import PlacedRun, fit_runs
-from admitcheck.calibration.ledger import ledger_path
+from admitcheck.calibration.ledger import NoiseGrid, ledger_path
 from admitcheck.calibration.levels import Level, noise_for_mismatch
 from admitcheck.calibration.record import RunRecord
 from admitcheck.config import CalibrateConfig
@@ -94,7 +94,7 @@ def reference(pair, tmp_path_factory):
 
 
 def test_auto_grid_interpolates_log_log_and_is_monotone() -> None:
-    grid = {"relative_std": [0.01, 0.1, 1.0], "mismatch": [1e-4, 1e-2, 1e-2 * 0.9]}  # saturating, non-monotone end
+    grid = NoiseGrid([0.01, 0.1, 1.0], [1e-4, 1e-2, 1e-2 * 0.9])  # saturating, non-monotone end
     stds = noise_for_mismatch(grid, [1e-4, 1e-3, 1e-2, 1e-6, 10.0])
     assert stds[0] == pytest.approx(0.01) and stds[2] == pytest.approx(0.1, rel=1e-3)
     assert stds[1] == pytest.approx(10**-1.5, rel=1e-3)  # halfway in log-log
@@ -312,9 +312,47 @@ def test_interrupted_calibration_resumes_to_the_identical_artifact(pair, referen
     monkeypatch.setattr(opd, "train", real_train)
     resumed = calibrate(cfg)
     assert comparable(resumed) == comparable(want)
-    assert len(io.read_jsonl(ledger_path(out))) == 2 + len(want.runs)
+    assert sum(r["kind"] == "run" for r in io.read_jsonl(ledger_path(out))) == len(want.runs)
     again = calibrate(cfg)  # everything in the ledger: no run is repeated, same artifact
     assert comparable(again) == comparable(want)
+
+
+def test_a_ledger_replays_its_recorded_rounds_whatever_the_design(pair, reference, tmp_path, monkeypatch) -> None:
+    """Every decision after a round is in the ledger before it is acted on (a "round" line: the next round's levels
+    and counts, or the stop under its effort settings); a re-run on the finished ledger follows them without
+    planning (a design changed since would otherwise ask for runs the ledger lacks and train them), and gives the
+    same artifact. Without the round lines (a ledger written before them) the rounds are planned again."""
+    from admitcheck.calibration import calibrate as driver
+
+    cfg0, want = reference
+    lines = io.read_jsonl(ledger_path(Path(cfg0.output)))
+    rounds = [r for r in lines if r["kind"] == "round"]
+    assert [r["round"] for r in rounds] == list(range(len(rounds))) and rounds[-1]["stop"] == "run cap"
+    assert rounds[0]["stop"] is None and rounds[0]["added"], rounds  # the round that added a level below the grid
+    out = tmp_path / "tiny.yaml"
+    shutil.copy(ledger_path(Path(cfg0.output)), ledger_path(out))
+    cfg = CalibrateConfig.model_validate(tiny_config_dict(pair, out))
+
+    def no_planning(*args, **kwargs):
+        raise AssertionError("planned again")
+
+    monkeypatch.setattr(driver, "plan_round", no_planning)
+    monkeypatch.setattr(driver.Campaign, "run_round", lambda self, tasks, label: None)  # no run may be made
+    assert comparable(calibrate(cfg)) == comparable(want)
+    assert io.read_jsonl(ledger_path(out)) == lines  # nothing appended: every decision was read back
+    _write_lines(ledger_path(out), [r for r in lines if r["kind"] != "round"])
+    with pytest.raises(AssertionError, match="planned again"):
+        calibrate(cfg)
+    _write_lines(ledger_path(out), lines)
+    raised = cfg.model_copy(update={"levels": cfg.levels.model_copy(update={"max_runs": 13})})
+    with pytest.raises(AssertionError, match="planned again"):  # a stop recorded under another cap: a continuation
+        calibrate(raised)
+
+
+def _write_lines(path: Path, lines: list[dict]) -> None:
+    path.unlink()
+    for line in lines:
+        io.append_jsonl(path, line)
 
 
 @pytest.mark.slow
@@ -407,5 +445,5 @@ def test_systematic_noise_is_another_level_key_and_fresh_noise_keeps_the_old_one
     from admitcheck.calibration.levels import Level
 
     fresh = Level("n", "noise", relative_std=0.02).spec()
-    assert fresh == {"kind": "noise", "relative_std": 0.02, "rollout": None, "staleness": 0}
-    assert Level("n", "noise", relative_std=0.02, systematic=True).spec() == fresh | {"systematic": True}
+    assert fresh.dump() == {"kind": "noise", "relative_std": 0.02, "rollout": None, "staleness": 0}
+    assert Level("n", "noise", relative_std=0.02, systematic=True).spec().dump() == fresh.dump() | {"systematic": True}

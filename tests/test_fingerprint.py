@@ -94,26 +94,28 @@ def test_strict_differences_name_the_field():
 
 
 def test_behaviour_drift_zero_for_the_same_model_and_refused_for_another():
+    from admitcheck.calibration.schema import Behaviour
+
     # initializer_range 0.2: peaked next-token distributions (a 0.02 init is near uniform and hardly moves)
     student, teacher = tiny_llama(0, initializer_range=0.2), tiny_llama(1, initializer_range=0.2)
     g = torch.Generator().manual_seed(0)
     seqs = [torch.randint(3, 64, (12,), generator=g).tolist() for _ in range(4)]
-    stored = fp.behaviour_fingerprint(student, teacher, seqs)
-    assert len(stored["student_logprobs"]) == 4 and len(stored["student_logprobs"][0]) == 11
+    stored = Behaviour.model_validate(fp.behaviour_fingerprint(student, teacher, seqs))  # as the artifact holds it
+    assert len(stored.student_logprobs) == 4 and len(stored.student_logprobs[0]) == 11
     drift = fp.check_behaviour(stored, student, teacher, budget=0.01)
     # stored values keep 7 significant digits: |Δ| ≤ 5e-7·|log p| (|log p| ≲ 20 here) → (Δ)²/2 ≤ 5e-11
-    assert drift["student"] < 5e-11 and drift["teacher"] < 5e-11
+    assert drift.student < 5e-11 and drift.teacher < 5e-11
     noised = tiny_llama(0, initializer_range=0.2)
     with torch.no_grad():
         for p in noised.parameters():
             p.add_(0.05 * p.std() * torch.randn(p.shape, generator=g))
     d = fp.behaviour_drift(stored, noised, teacher)
-    assert d["student"] > 0.01 * 0.01 and d["teacher"] == drift["teacher"]
+    assert d.student > 0.01 * 0.01 and d.teacher == drift.teacher
     with pytest.raises(CalibrationError) as exc:
         fp.check_behaviour(stored, noised, teacher, budget=0.01, file="screen.yaml")
     assert exc.value.field == "pair.student" and "drifted by" in exc.value.message
     # the same drift is accepted against a budget 100× larger than it (the rule is relative to B)
-    fp.check_behaviour(stored, noised, teacher, budget=100 * d["student"] / fp.BEHAVIOUR_TOLERANCE)
+    fp.check_behaviour(stored, noised, teacher, budget=100 * d.student / fp.BEHAVIOUR_TOLERANCE)
 
 
 def test_environment_names_software_and_device():
@@ -132,9 +134,9 @@ def test_the_shipped_pair_scored_on_this_processes_code_path_is_far_inside_the_t
     from admitcheck.io import load_causal_lm
 
     cal = load_calibration(ROOT / "calibrations" / "toy.yaml")
-    stored = cal.pair.behaviour.model_dump(mode="json")
+    stored = cal.pair.behaviour
     d = fp.behaviour_drift(stored, load_causal_lm(ROOT / "toy" / "student"), load_causal_lm(ROOT / "toy" / "teacher"))
-    assert max(d.values()) < 1e-6 * fp.BEHAVIOUR_TOLERANCE * cal.budget.value
+    assert max(d.student, d.teacher) < 1e-6 * fp.BEHAVIOUR_TOLERANCE * cal.budget.value
 
 
 def test_the_tolerance_accepts_the_same_pair_on_every_code_path_and_refuses_a_build_of_another():

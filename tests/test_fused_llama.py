@@ -287,6 +287,14 @@ def test_unfusable_models_are_refused():
     hooked.model.layers[0].self_attn.k_proj.register_forward_pre_hook(lambda m, a: None)
     with pytest.raises(ValueError, match="pre-hooks"):
         check_fusable(hooked)
+    for where in ("model", "layer", "self_attn", "mlp"):  # modules whose own forward the fused path does not call
+        hooked = tiny_llama()
+        layer = hooked.model.layers[1]
+        mod = {"model": hooked.model, "layer": layer, "self_attn": layer.self_attn, "mlp": layer.mlp}[where]
+        mod.register_forward_hook(lambda m, a, o: None)
+        with pytest.raises(ValueError, match="would skip"):
+            check_fusable(hooked)
+    check_fusable(tiny_llama())
     with pytest.raises(ValueError, match="4-D"):
         FusedLlamaForward(tiny_llama())(input_ids=torch.ones(1, 1, dtype=torch.long),
                                         attention_mask=torch.ones(1, 1), position_ids=torch.zeros(1, 1))  # fmt: skip

@@ -177,6 +177,7 @@ def test_shipped_fp8_kv_runs_are_keyed_as_the_old_recipe_only():
     again = RolloutConfig.model_validate(legacy.to_dict()["rollout"])
     assert again == legacy.rollout  # a dump reads back as the same recipe
     from admitcheck.calibration.learning import spec_key
+    from admitcheck.calibration.record import LevelSpec
 
     shipped = {
         json.loads(k)["level"]["rollout"]["kv_cache"]["dtype"]: json.loads(k)["level"]
@@ -185,7 +186,7 @@ def test_shipped_fp8_kv_runs_are_keyed_as_the_old_recipe_only():
     }
     assert set(shipped) == {"fp8_e4m3", "fp8_e5m2"}
     for spec in shipped.values():  # a key read back (plan's level matching) is the old recipe, e5m2 included
-        assert json.loads(spec_key(spec))["rollout"]["kv_cache"]["attention_backend"] == "fresh_prefill"
+        assert json.loads(spec_key(LevelSpec(**spec)))["rollout"]["kv_cache"]["attention_backend"] == "fresh_prefill"
 
 
 @pytest.mark.parametrize("fmt", ["fp8_e4m3", "fp8_e5m2"])

@@ -222,19 +222,20 @@ def test_prime_rl_loss_channels_count_only_rl_tokens(tmp_path):
 
 
 def test_logged_quantity_against_the_budget_protocol(tmp_path):
-    from admitcheck.measurement.logs import logged_quantity, protocol_differences
+    from admitcheck.measurement.logs import StoredProtocol, logged_quantity, protocol_differences
 
     mu, pi = _ragged(4, T=30)
     rows = [{"rollout_logprobs": m, "trainer_logprobs": p, "top_p": 0.9} for m, p in zip(mu, pi, strict=True)]
     q = logged_quantity(read_logs(_write(tmp_path / "a.jsonl", rows)))
     assert q.sequences == 10 and q.tokens == sum(map(len, mu)) and q.steps == []
     assert q.tokens_per_sequence_max == max(map(len, mu)) and q.sampling == {"top_p": 0.9}
-    protocol = {"x": "start", "probe": {"max_new_tokens": 64}, "sampling": {"top_p": 1.0, "top_k": 0}}
+    protocol = StoredProtocol(x="start", max_new_tokens=64, top_p=1.0, top_k=0)
     diffs = protocol_differences(q, protocol)
     assert len(diffs) == 1 and "top_p 0.9" in diffs[0]
-    short = {**protocol, "probe": {"max_new_tokens": 4}, "sampling": {"top_p": 0.9, "top_k": 0}}
+    short = dataclasses.replace(protocol, max_new_tokens=4, top_p=0.9)
     assert [d for d in protocol_differences(q, short) if "max_new_tokens 4" in d]
-    assert [d for d in protocol_differences(q, protocol | {"sampling": {"top_p": 0.9}}, step=12) if "step 12" in d]
+    stored_top_p = dataclasses.replace(protocol, top_p=0.9, top_k=None)
+    assert [d for d in protocol_differences(q, stored_top_p, step=12) if "step 12" in d]
     with pytest.raises(ConfigError, match=r"logs\.step is 12 but the rows are from step"):
         protocol_differences(dataclasses.replace(q, steps=[3]), protocol, step=12)
 
@@ -363,10 +364,10 @@ def test_top_p_fake_mismatch_warning_and_its_size(tmp_path):
     est = fake_truncation_k3(mu, pi, mask)
     # bias: the noise's own k3 on tokens where the kept set bites (≈ σ²/2 = 5e-5) against a fake part of ≈ 4.7e-3
     # (1%), plus the mirror's sampling error (±k3 ~ 5e-5 per token, averaged over 1600 tokens): 5% covers both
-    assert est["fake_k3"] == pytest.approx(true_fake, rel=0.05)
+    assert est.fake_k3 == pytest.approx(true_fake, rel=0.05)
     write_logs(tmp_path / "l.jsonl", mu, pi, mask)
     logs = read_logs(tmp_path / "l.jsonl")
-    assert len(logs.warnings) == 1 and "top-p/top-k" in logs.warnings[0] and f"{est['fake_k3']:.3g}" in logs.warnings[0]
+    assert len(logs.warnings) == 1 and "top-p/top-k" in logs.warnings[0] and f"{est.fake_k3:.3g}" in logs.warnings[0]
     # TRL logs that declare top_p warn even before the signature is clear
     rows = [{"sampling_per_token_logps": [-0.5, -0.1], "old_per_token_logps": [-0.4, -0.2], "completion_mask": [1, 1],
              "top_p": 0.95}]  # fmt: skip
@@ -378,7 +379,7 @@ def test_symmetric_noise_gives_no_warning(tmp_path):
     write_logs(tmp_path / "l.jsonl", mu, pi, mask)
     logs = read_logs(tmp_path / "l.jsonl")
     assert logs.warnings == ()
-    assert fake_truncation_k3(mu, pi, mask)["share_negative"] < 0.7
+    assert fake_truncation_k3(mu, pi, mask).share_negative < 0.7
 
 
 # -------------------------------------------------------------------------------------------------------- CLI

@@ -183,10 +183,8 @@ def test_verdicts(result):
     assert v["noise"].decision == "REJECT" and v["noise"].mismatch_interval[0] > 0.1 and v["noise"].margin > 0
     assert v["nan"].decision == "REJECT" and v["nan"].reason.startswith("engine produced")
     assert "non-finite log-probs" in v["nan"].reason and v["nan"].quality_cost is None
-    assert v["stale"].k3 > 0 and v["stale"].capacity["ratio_vs_bf16"] == 1.0
-    assert v["bf16"].capacity["ratio_vs_bf16"] == 1.0 and v["noise"].capacity["ratio_vs_bf16"] == pytest.approx(
-        0.5, rel=1e-4
-    )
+    assert v["stale"].k3 > 0 and v["stale"].capacity.ratio_vs_bf16 == 1.0
+    assert v["bf16"].capacity.ratio_vs_bf16 == 1.0 and v["noise"].capacity.ratio_vs_bf16 == pytest.approx(0.5, rel=1e-4)
     for x in (v["bf16"], v["noise"]):
         assert x.floor is not None and abs(x.floor) < 1e-6 and x.tokens > x.probes > 0 and x.seconds > 0
         assert x.quality_cost is not None and x.quality_cost_interval[0] <= x.quality_cost <= x.quality_cost_interval[1]
@@ -298,9 +296,9 @@ def test_calibration_x_and_screen_mismatch_are_one_functional(tmp_path, toy_pair
     p = write_config(tmp_path / "s.yaml", toy_pair_dir, cal, [BF16], probe=probe)
     v = screen(io.load_config(p, ScreenConfig)).verdicts[0]
     assert v.estimator == functional.estimator == "k3" and v.probes == 64  # k3: what every engine and log has
-    assert x["mismatch"] == pytest.approx(v.mismatch, rel=1e-12)
-    assert x["mismatch_interval"] == pytest.approx(list(v.mismatch_interval), rel=1e-9)
-    assert x["k3"] == pytest.approx(v.k3, rel=1e-12)  # the uncapped token mean stays beside it
+    assert x.mismatch == pytest.approx(v.mismatch, rel=1e-12)
+    assert x.mismatch_interval == pytest.approx(list(v.mismatch_interval), rel=1e-9)
+    assert x.k3 == pytest.approx(v.k3, rel=1e-12)  # the uncapped token mean stays beside it
 
 
 @pytest.mark.slow

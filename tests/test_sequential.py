@@ -31,6 +31,7 @@ from admitcheck.admission.sequential import (
 )
 from admitcheck.calibration.curve import Budget
 from admitcheck.config import ScreenConfig
+from admitcheck.rollout.capacity import CapacitySummary
 
 PROBE = {"min_prompts": 8, "num_prompts": 32, "batch_size": 8, "max_new_tokens": 16, "seed": 0}
 
@@ -152,12 +153,24 @@ def test_ratio_and_predicted_cost():
     assert predicted_cost(double, math.inf, math.inf, math.inf) == (None, None)
 
 
+CAPACITY = CapacitySummary(
+    ratio_vs_bf16=2.0,
+    kv_ratio_equal_memory=2.0,
+    num_tokens=2000,
+    num_tokens_bf16=1000,
+    bytes_per_token=64,
+    weight_bytes=10**6,
+    fits=True,
+    gpu_memory_gib=80.0,
+)
+
+
 def test_verdict_golden():
     values = {"k3": 0.012, "kl_exact": 0.01, "k1": 0.0}
     intervals = {"k3": (0.002, 0.03), "kl_exact": (0.008, 0.012)}
     e = evidence("admit", values=values, intervals=intervals, estimator="kl_exact", top_share=0.04, tail_index=0.3)
     e = Evidence(**(e.__dict__ | {"mismatch": 0.01, "mismatch_interval": (0.008, 0.012), "capped_share": 0.02}))
-    v = verdict("fp8_kv", e, budget(0.05), "reject", lambda x: 2 * x, floor=1e-9, capacity={"ratio_vs_bf16": 2.0})
+    v = verdict("fp8_kv", e, budget(0.05), "reject", lambda x: 2 * x, floor=1e-9, capacity=CAPACITY)
     assert isinstance(v, Verdict) and v.admitted and not v.marginal and v.error_control and v.source == "engine"
     assert (v.estimator, v.mismatch, v.mismatch_interval) == ("kl_exact", 0.01, (0.008, 0.012))
     assert v.metric_intervals == intervals  # one interval per metric; the decision's is the estimator's
@@ -166,7 +179,7 @@ def test_verdict_golden():
     assert v.quality_cost == pytest.approx(0.02) and v.quality_cost_interval == pytest.approx((0.016, 0.024))
     assert (v.budget, v.budget_interval, v.budget_kind) == (0.05, (0.025, 0.1), "point")
     assert (v.probes, v.tokens, v.looks, v.confidence_per_look) == (16, 160, 2, 0.99)
-    assert not v.heavy_tail and v.decided_by == "budget" and v.to_dict()["capacity"] == {"ratio_vs_bf16": 2.0}
+    assert not v.heavy_tail and v.decided_by == "budget" and v.to_dict()["capacity"] == CAPACITY
     assert (v.capped_share, v.kappa) == (0.02, 8.0)
     assert "k3_interval" not in v.to_dict()
 

@@ -36,15 +36,23 @@ from admitcheck import fingerprint, io
 from admitcheck.admission import truth
 from admitcheck.admission.backtest_report import (
     SCHEMA_VERSION,
+    Agreement,
+    BacktestProvenance,
     BacktestReport,
+    CalibrationRef,
     CandidateRow,
+    FamilyResidual,
+    SampledCurve,
+    TruthEntry,
+    TruthRule,
+    VerdictSummary,
     dump_backtest,
     load_backtest,
 )
 from admitcheck.calibration.artifact import plain, training_recipe_of
 from admitcheck.calibration.campaign import Campaign, check_jobs, open_executor, run_key
 from admitcheck.calibration.compatibility import calibration_matches
-from admitcheck.calibration.ledger import Ledger, ledger_header, ledger_path, read_run
+from admitcheck.calibration.ledger import Ledger, LedgerHeader, ledger_header, ledger_path, line_kind, read_run
 from admitcheck.calibration.levels import Level, load_context, replicate_seed
 from admitcheck.calibration.record import RunRecord
 from admitcheck.calibration.schema import CalibrationArtifact
@@ -203,16 +211,14 @@ def backtest(
     finally:
         runner.close()
     rows = _rows(inputs, config, ledger, counts, verdicts)
-    data = _report(inputs, config, out, rows, ledger, counts)
-    data["provenance"]["seconds"] = round(time.perf_counter() - t0, 1)
-    return write_backtest(BacktestReport.model_validate(plain(data)), out)
+    return write_backtest(_report(inputs, config, out, rows, ledger, t0), out)
 
 
 def _seed(inputs: Inputs, r: int) -> int:
     return replicate_seed(inputs.calibrate.seed, r)
 
 
-def _reusable_runs(calibration: CalibrationArtifact, header: dict[str, Any]) -> dict[str, RunRecord]:
+def _reusable_runs(calibration: CalibrationArtifact, header: LedgerHeader) -> dict[str, RunRecord]:
     """Runs of the calibration's ledger that this backtest may take as its own: same header (pair, run-relevant
     config), made with the torch and transformers installed here (else their numerics could differ)."""
     path = ledger_path(calibration.path)
@@ -224,9 +230,12 @@ def _reusable_runs(calibration: CalibrationArtifact, header: dict[str, Any]) -> 
         records = io.read_jsonl(path)
     except AdmitcheckError:  # a ledger that cannot be read is not reused; the runs are simply made again
         return {}
-    if not records or any(records[0].get(k) != header[k] for k in ("ledger_version", "pair", "config")):
+    if not records:
         return {}
-    runs = [read_run(r, path, i) for i, r in enumerate(records[1:], start=1) if r.get("kind") == "run"]
+    theirs = LedgerHeader.read(records[0])
+    if (theirs.ledger_version, theirs.pair, theirs.config) != (header.ledger_version, header.pair, header.config):
+        return {}
+    runs = [read_run(r, path, i) for i, r in enumerate(records[1:], start=1) if line_kind(r) == "run"]
     return {r.key: r.reused(path.name) for r in runs}
 
 
@@ -275,34 +284,21 @@ def _rows(inputs: Inputs, config: BacktestConfig, ledger: Ledger, counts: dict, 
         predicted = float(cal.predict_cost(x))
         agree = truth.agrees(v.decision, t.label)
         rows.append(
-            CandidateRow.model_validate(
-                {
-                    "name": cand.name,
-                    "family": family(cand),
-                    "candidate": cand.model_dump(mode="json", exclude_none=True),
-                    "verdict": {
-                        "decision": v.decision,
-                        "marginal": v.marginal,
-                        "decided_by": v.decided_by,
-                        "estimator": v.estimator,
-                        "mismatch": v.mismatch,
-                        "mismatch_interval": list(v.mismatch_interval),
-                        "k3": v.k3,
-                        "ratio_to_budget": v.ratio_to_budget,
-                        "probes": v.probes,
-                        "reason": v.reason,
-                    },
-                    # the truth runs' start mismatch (the calibration's probe protocol and metric), mean over runs
-                    "x": x,
-                    "x_runs": xs,
-                    "within_factor_3": bool(budget.value / 3 <= v.mismatch <= 3 * budget.value),
-                    "predicted_cost": predicted,
-                    "truth": t.to_dict() | {"paired_costs": diffs},
-                    "residual": t.cost - predicted,
-                    "residual_over_tau": (t.cost - predicted) / tau,
-                    "agrees": agree,
-                    "why": _why(v, t, predicted, tau) if agree is False else None,
-                }
+            CandidateRow(
+                name=cand.name,
+                family=family(cand),
+                candidate=cand.model_dump(mode="json", exclude_none=True),
+                verdict=VerdictSummary(**{k: getattr(v, k) for k in VerdictSummary.model_fields}),  # as screened
+                # the truth runs' start mismatch (the calibration's probe protocol and metric), mean over runs
+                x=x,
+                x_runs=xs,
+                within_factor_3=bool(budget.value / 3 <= v.mismatch <= 3 * budget.value),
+                predicted_cost=predicted,
+                truth=TruthEntry(**t.to_dict(), paired_costs=diffs),
+                residual=t.cost - predicted,
+                residual_over_tau=(t.cost - predicted) / tau,
+                agrees=agree,
+                why=_why(v, t, predicted, tau) if agree is False else None,
             )
         )
     return rows
@@ -324,7 +320,7 @@ def _why(v, t: truth.Truth, predicted: float, tau: float) -> str:
     )
 
 
-def _families_and_agreement(rows) -> tuple[dict, dict]:
+def _families_and_agreement(rows: list[CandidateRow]) -> tuple[dict[str, FamilyResidual], Agreement]:
     """Per source family: the mean residual against the curve and the verdicts' agreement; overall agreement (all
     verdicts, and the non-marginal ones)."""
     fams = {}
@@ -332,71 +328,76 @@ def _families_and_agreement(rows) -> tuple[dict, dict]:
         mine = [r for r in rows if r.family == name]
         if mine:
             se = [r.truth.sd / np.sqrt(r.truth.n) for r in mine]
-            fams[name] = truth.family_residual([r.residual for r in mine], se) | {
-                "agree": sum(r.agrees is True for r in mine),
-                "disagree": sum(r.agrees is False for r in mine),
-                "ambiguous": sum(r.agrees is None for r in mine),
-            }
-    agreement = truth.agreement([r.verdict.decision for r in rows], [r.truth.label for r in rows])
+            fams[name] = FamilyResidual(
+                **truth.family_residual([r.residual for r in mine], se),
+                agree=sum(r.agrees is True for r in mine),
+                disagree=sum(r.agrees is False for r in mine),
+                ambiguous=sum(r.agrees is None for r in mine),
+            )
     decided = [r for r in rows if not r.verdict.marginal]
-    agreement["decided_verdicts"] = truth.agreement(
-        [r.verdict.decision for r in decided], [r.truth.label for r in decided]
+    agreement = Agreement(
+        **truth.agreement([r.verdict.decision for r in rows], [r.truth.label for r in rows]),
+        decided_verdicts=Agreement(
+            **truth.agreement([r.verdict.decision for r in decided], [r.truth.label for r in decided])
+        ),
     )
     return fams, agreement
 
 
 def _report(
-    inputs: Inputs, config: BacktestConfig, out: Path, rows: list[CandidateRow], ledger: Ledger, counts: dict
-) -> dict:
+    inputs: Inputs, config: BacktestConfig, out: Path, rows: list[CandidateRow], ledger: Ledger, t0: float
+) -> BacktestReport:
+    """The report of the rows; provenance.seconds counts from `t0` (the command's start) to now."""
     cal = inputs.calibration
     b = cal.budget
     fams, agreement = _families_and_agreement(rows)
     looks = truth.look_counts(config.truth)
     runs = [r for r in ledger.runs.values()]
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "kind": "backtest",
-        "calibration": {
-            "path": io.relative_path(cal.path, out.parent),
-            "name": cal.name,
-            "metric": cal.metric,
-            "budget": b.value,
-            "budget_interval": list(b.interval),
-            "tolerance": cal.tau,
-            "quality": cal.quality.definition,
-            "curve": _curve_points(cal, [r.x for r in rows]),
-        },
-        "truth_rule": {
-            "replicates": config.truth.replicates,
-            "step": config.truth.step,
-            "max_replicates": config.truth.max_replicates,
-            "looks": looks,
-            "confidence": config.truth.confidence,
-            "confidence_per_look": truth.confidence_per_look(config.truth.confidence, len(looks)),
-            "rule": "paired cost d_r = quality(candidate, seed r) − quality(baseline, seed r); Student-t interval of "
+    return BacktestReport(
+        schema_version=SCHEMA_VERSION,
+        kind="backtest",
+        calibration=CalibrationRef(
+            path=io.relative_path(cal.path, out.parent),
+            name=cal.name,
+            metric=cal.metric,
+            budget=b.value,
+            budget_interval=tuple(b.interval),
+            tolerance=cal.tau,
+            quality=cal.quality.definition,
+            curve=_curve_points(cal, [r.x for r in rows]),
+        ),
+        truth_rule=TruthRule(
+            replicates=config.truth.replicates,
+            step=config.truth.step,
+            max_replicates=config.truth.max_replicates,
+            looks=looks,
+            confidence=config.truth.confidence,
+            confidence_per_look=truth.confidence_per_look(config.truth.confidence, len(looks)),
+            rule="paired cost d_r = quality(candidate, seed r) − quality(baseline, seed r); Student-t interval of "
             "the mean at each look (Bonferroni over the looks); admit if its upper end ≤ τ, reject if its lower "
             "end > τ, else more pairs; ambiguous at max_replicates",
-        },
-        "agreement": agreement,
-        "within_factor_3": sum(r.within_factor_3 for r in rows),
-        "families": fams,
-        "candidates": [r.model_dump(mode="json") for r in rows],
-        "provenance": {
-            "environment": fingerprint.environment() | {"cpu_threads": 1},
-            "config": _portable(config, out.parent),
-            "runs": len(runs),
-            "runs_reused": sum(r.reused_from is not None for r in runs),
-            "run_cpu_seconds": round(sum(r.cpu_seconds for r in runs if r.reused_from is None), 1),
-        },
-    }
+        ),
+        agreement=agreement,
+        within_factor_3=sum(r.within_factor_3 for r in rows),
+        families=fams,
+        candidates=rows,
+        provenance=BacktestProvenance(
+            environment=plain(fingerprint.environment() | {"cpu_threads": 1}),
+            config=_portable(config, out.parent),
+            runs=len(runs),
+            runs_reused=sum(r.reused_from is not None for r in runs),
+            run_cpu_seconds=round(sum(r.cpu_seconds for r in runs if r.reused_from is None), 1),
+            seconds=round(time.perf_counter() - t0, 1),
+        ),
+    )
 
 
-def _curve_points(cal: CalibrationArtifact, xs: list[float]) -> dict[str, list[float]]:
+def _curve_points(cal: CalibrationArtifact, xs: list[float]) -> SampledCurve:
     """The calibration curve sampled on a log grid spanning the budget and the candidates (for the plot)."""
     lo = min([cal.budget.value / 30, *[x for x in xs if x > 0]]) / 2
     hi = max([cal.budget.value * 30, *xs]) * 2
     grid = np.geomspace(lo, hi, 60)
-    return {"x": [float(x) for x in grid], "cost": [float(cal.predict_cost(float(x))) for x in grid]}
+    return SampledCurve(x=[float(x) for x in grid], cost=[float(cal.predict_cost(float(x))) for x in grid])
 
 
 def _portable(config: BacktestConfig, base: Path) -> dict[str, Any]:
@@ -468,16 +469,17 @@ def rejudge(report: BacktestReport, calibration: CalibrationArtifact, undecided:
                 else f"{seen}, but the curve predicts {predicted:.3g} at this mismatch: this source's cost differs "
                 f"from weight noise at equal mismatch by {t.cost - predicted:+.3g}"
             )
-        verdict = v.model_dump(mode="json") | {
-            "decision": decision,
-            "marginal": marginal,
-            "reason": reason,
-            "ratio_to_budget": v.mismatch / b.value if b.value > 0 else float("inf"),
-        }
+        verdict = v.model_copy(
+            update={
+                "decision": decision,
+                "marginal": marginal,
+                "reason": reason,
+                "ratio_to_budget": v.mismatch / b.value if b.value > 0 else float("inf"),
+            }
+        )
         rows.append(
-            CandidateRow.model_validate(
-                r.model_dump(mode="json")
-                | {
+            r.model_copy(
+                update={
                     "verdict": verdict,
                     "within_factor_3": bool(b.value / 3 <= v.mismatch <= 3 * b.value),
                     "predicted_cost": predicted,
@@ -490,29 +492,26 @@ def rejudge(report: BacktestReport, calibration: CalibrationArtifact, undecided:
         )
     fams, agreement = _families_and_agreement(rows)
     out = report.path or calibration.path
-    data = report.dump() | {
-        "calibration": report.calibration.model_dump(mode="json")
-        | {
-            "path": io.relative_path(calibration.path, out.parent)
-            if calibration.path and out
-            else report.calibration.path,
+    path = io.relative_path(calibration.path, out.parent) if calibration.path and out else report.calibration.path
+    ref = report.calibration.model_copy(
+        update={
+            "path": path,
             "budget": b.value,
-            "budget_interval": list(b.interval),
+            "budget_interval": tuple(b.interval),
             "curve": _curve_points(calibration, [r.x for r in rows]),
-        },
-        "agreement": agreement,
-        "within_factor_3": sum(r.within_factor_3 for r in rows),
-        "families": fams,
-        "candidates": [r.model_dump(mode="json") for r in rows],
-    }
-    data["provenance"] = data["provenance"] | {
-        "rejudged": {
-            "calibration": str(calibration.path.name) if calibration.path else None,
-            "rule": "verdicts re-made from the stored screen intervals against the re-fitted budget; no run made",
         }
+    )
+    rejudged = {
+        "calibration": str(calibration.path.name) if calibration.path else None,
+        "rule": "verdicts re-made from the stored screen intervals against the re-fitted budget; no run made",
     }
-    return (
-        BacktestReport.model_validate(plain(data)).at(report.path)
-        if report.path
-        else BacktestReport.model_validate(plain(data))
+    return report.model_copy(  # the report's path (when it has one) stays
+        update={
+            "calibration": ref,
+            "agreement": agreement,
+            "within_factor_3": sum(r.within_factor_3 for r in rows),
+            "families": fams,
+            "candidates": rows,
+            "provenance": report.provenance.model_copy(update={"rejudged": rejudged}),
+        }
     )

@@ -31,8 +31,9 @@ from admitcheck.errors import AdmitcheckError, AdmitcheckWarning, CalibrationErr
 
 if TYPE_CHECKING:
     from admitcheck.admission.run_x import LoggedRunAverage
-    from admitcheck.measurement.logs import LoggedQuantity
+    from admitcheck.measurement.logs import LoggedQuantity, StoredProtocol
     from admitcheck.measurement.metrics import Functional
+    from admitcheck.rollout.capacity import CapacitySummary
 
 # Re-exported: the verdict and the look plan were defined here before `admission` (cli, report, bench use them).
 
@@ -117,15 +118,13 @@ def load_checked_calibration(
             )
         pair = pair if pair is not None else LoadedPair(config.pair, file=config_file)
         student, teacher = pair.student("float32", "cpu"), pair.teacher("float32", "cpu")
-        drift = fingerprint.check_behaviour(
-            stored.model_dump(), student, teacher, budget=calibration.budget.value, file=config_file
-        )
+        drift = fingerprint.check_behaviour(stored, student, teacher, budget=calibration.budget.value, file=config_file)
         del student, teacher
         warnings.warn(
             PairRewrittenWarning(
                 f"the pair's files differ from the calibration's ({'; '.join(notes[:3])}"
                 f"{'; …' if len(notes) > 3 else ''}) but it behaves the same (log-prob drift student "
-                f"{drift['student']:.2g}, teacher {drift['teacher']:.2g} nats/token, within "
+                f"{drift.student:.2g}, teacher {drift.teacher:.2g} nats/token, within "
                 f"{fingerprint.BEHAVIOUR_TOLERANCE:g} × budget)"
             ),
             stacklevel=2,
@@ -268,7 +267,7 @@ def engine_call(name: str, fn: Callable[[], Any]) -> Any:
         return fn()
 
 
-def candidate_capacity(config: ScreenConfig, cand: CandidateConfig) -> dict[str, Any]:
+def candidate_capacity(config: ScreenConfig, cand: CandidateConfig) -> CapacitySummary:
     """KV-cache capacity of the candidate on the configured GPU (staleness changes no memory: plain BF16)."""
     from admitcheck.rollout.capacity import capacity_summary
 
@@ -319,6 +318,7 @@ class LoggedVsProtocol:
     budget_protocol: BudgetProtocolSummary
     differences: list[str]
     step: int | None  # the config's logs.step
+    stored: StoredProtocol  # the protocol the differences are of, typed (not in the JSON: budget_protocol is)
     run_average: LoggedRunAverage | None = None  # the logs per step against the run-averaged budget (`run_x`)
 
     def to_dict(self) -> dict[str, Any]:
@@ -342,17 +342,16 @@ def logs_against_protocol(
     logs = logs if logs is not None else read_logs(cfg.logs.path, format=cfg.logs.format)
     calibration = calibration if calibration is not None else load_calibration(cfg.calibration)
     quantity = logged_quantity(logs)
-    protocol = calibration.protocol.model_dump(mode="json", exclude_unset=True)  # as stored
+    stored = calibration.protocol.stored()
     try:
-        diffs = protocol_differences(quantity, protocol, step=cfg.logs.step)
+        diffs = protocol_differences(quantity, stored, step=cfg.logs.step)
     except ConfigError as exc:
         raise ConfigError(exc.message, file=file, field=exc.field) from None
-    probe, sampling = protocol.get("probe", {}), protocol.get("sampling", {})
     budget = BudgetProtocolSummary(
-        prompts=f"{probe.get('num_prompts')} probe prompts",
-        x=protocol.get("x", "start"),
-        max_new_tokens=probe.get("max_new_tokens"),
-        sampling=sampling,
+        prompts=f"{stored.num_prompts} probe prompts",
+        x=stored.x,
+        max_new_tokens=stored.max_new_tokens,
+        sampling=calibration.protocol.sampling.model_dump(mode="json", exclude_unset=True),  # as stored
     )
     if diffs and strict:
         raise ConfigError(
@@ -362,4 +361,4 @@ def logs_against_protocol(
         )
     for d in diffs:
         warnings.warn(AdmitcheckWarning(f"logs vs the budget's protocol: {d}"), stacklevel=2)
-    return LoggedVsProtocol(quantity, budget, diffs, cfg.logs.step, run_x.logged_run_average(logs, calibration))
+    return LoggedVsProtocol(quantity, budget, diffs, cfg.logs.step, stored, run_x.logged_run_average(logs, calibration))

@@ -13,6 +13,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 from admitcheck import io
 from admitcheck.admission.checkpoint import at_checkpoint
@@ -45,6 +46,17 @@ class ScreenInputs:
     prompt_ids: tuple[list[int], ...] = ()  # the probe prompts, tokenized (engine screens)
     logs: LoggedLogprobs | None = None  # a pipeline's logged log-probs (logs screens)
     seconds: float = 0.0  # spent reading them, s
+
+
+class Reading(TypedDict, total=False):
+    """How a screen's inputs are read: `read_screen_inputs`'s keywords, which `screen.screen` and `screen.screen_run`
+    pass on as they are (`**reading: Unpack[Reading]`)."""
+
+    config_file: str | None  # the config file, for errors that name a field
+    candidates: list[str] | None  # the candidates to screen by name (all by default)
+    from_logs: str | Path | None  # `--from-logs`: a pipeline's logged log-probs instead of the engines
+    log_format: str  # their format (`logs.read_logs`)
+    engines: bool  # check that this machine runs each candidate's engine
 
 
 def read_screen_inputs(

@@ -19,16 +19,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from admitcheck import io
+from admitcheck.admission.backtest_report import load_backtest
 from admitcheck.admission.screen_report import load_screen_report
 from admitcheck.admission.step_time import measured_rollout_share, step_time_ratio
 from admitcheck.calibration.artifact import load_calibration
 from admitcheck.calibration.learning import LevelRuns, is_noise, level_names, level_runs, load_runs, spec_key
 from admitcheck.calibration.ledger import ledger_path
+from admitcheck.calibration.record import LevelSpec
+from admitcheck.calibration.schema import CalibrationArtifact
 from admitcheck.calibration.timing import Efficiency, interpolate, mean_curve, pool, steps_to_target, summarize
 from admitcheck.config import PlanCandidate, PlanConfig
 from admitcheck.errors import CalibrationError, ConfigError
@@ -111,15 +115,34 @@ def _json_safe(obj: Any) -> Any:
     return None if isinstance(obj, float) and not math.isfinite(obj) else obj
 
 
+def _level_names(cal: CalibrationArtifact, ledgers: list[str]) -> dict[str, str]:
+    """Level spec (JSON, `learning.spec_key`) -> name: the calibration's levels, then the candidates of the backtest
+    report beside each ledger (`<stem>.yaml` of `<stem>.ledger.jsonl`), when there is one."""
+    names = level_names(cal)
+    for path in map(Path, ledgers):
+        report = path.with_name(path.name.removesuffix(".ledger.jsonl") + ".yaml")
+        if not report.is_file() or report == path:
+            continue
+        try:
+            rows = load_backtest(report).candidates
+        except CalibrationError:  # not a backtest report (the calibration beside its own ledger)
+            continue
+        for row in rows:
+            cand = row.candidate  # the candidate config as given (an old FP8-KV recipe names no attention backend)
+            kind = "staleness" if cand.get("staleness") else "rollout"
+            names.setdefault(spec_key(LevelSpec(kind, 0.0, cand.get("rollout"), cand.get("staleness") or 0)), row.name)
+    return names
+
+
 def _matches(cand: PlanCandidate, lv: LevelRuns) -> bool:
     s = lv.spec
     if cand.rollout is not None:
-        mine = spec_key({**s, "rollout": cand.rollout.model_dump(mode="json")})
-        return s["kind"] == "rollout" and spec_key(s) == mine
+        mine = spec_key(replace(s, rollout=cand.rollout.model_dump(mode="json")))
+        return s.kind == "rollout" and spec_key(s) == mine
     if cand.staleness is not None:
-        return s["kind"] == "staleness" and s["staleness"] == cand.staleness
+        return s.kind == "staleness" and s.staleness == cand.staleness
     if cand.relative_std is not None:
-        return s["kind"] == "noise" and math.isclose(s["relative_std"], cand.relative_std, rel_tol=1e-3)
+        return s.kind == "noise" and math.isclose(s.relative_std, cand.relative_std, rel_tol=1e-3)
     return False
 
 
@@ -152,7 +175,7 @@ def plan(config: PlanConfig, *, config_file: str | None = None) -> Plan:
     cal = load_calibration(config.calibration)
     header, runs = load_runs(cal, config.ledgers, config_file)
     tau = cal.tau
-    levels = level_runs(cal, runs, tau, config.confidence, level_names(cal, config.ledgers))
+    levels = level_runs(cal, runs, tau, config.confidence, _level_names(cal, config.ledgers))
     base = levels[0]
     t_base_each = [steps_to_target(c, c.final + tau) for c in base.curves]
     t_base = summarize([t for t in t_base_each if t is not None], config.confidence)
@@ -162,7 +185,7 @@ def plan(config: PlanConfig, *, config_file: str | None = None) -> Plan:
     bench = io.read_json(config.bench) if config.bench is not None else None
     scale, unit = (config.step_seconds, "s") if config.step_seconds else (1.0, "baseline steps")
     warnings = []
-    every = header.get("config", {}).get("eval", {}).get("every", 0)
+    every = (header.config or {}).get("eval", {}).get("every", 0)  # the run-relevant config as the ledger holds it
     if not every:
         warnings.append(
             "eval.every 0: each run has two evaluations (start and end), so steps-to-target is read off "

@@ -75,7 +75,7 @@ class RecipeSearchResult:
 
 
 def _step(returned: list[Unit], rollout: RolloutConfig, v) -> SearchStep:
-    ratio = (v.capacity or {}).get("ratio_vs_bf16")
+    ratio = v.capacity.ratio_vs_bf16 if v.capacity else None
     return SearchStep(
         [u.name for u in returned],
         rollout.model_dump(mode="json"),

@@ -34,10 +34,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from admitcheck.admission.checks import LoggedVsProtocol, calibration_summary
-from admitcheck.admission.inputs import ScreenInputs, read_screen_inputs
+from admitcheck.admission.inputs import Reading, ScreenInputs, read_screen_inputs
 from admitcheck.admission.screen_report import (
     CandidateDiagnostics,
     MeasuredWeights,
@@ -82,7 +82,7 @@ def _diagnostics(inputs: ScreenInputs) -> dict[str, CandidateDiagnostics]:
     shared = load_prefix_shift_inputs(config, pair=inputs.pair, prompt_ids=list(inputs.prompt_ids))  # once for all
     return {
         c.name: CandidateDiagnostics(
-            prefix_shift=prefix_shift_for(config, c.rollout, config_file=inputs.file, inputs=shared).to_dict()
+            prefix_shift=prefix_shift_for(config, c.rollout, config_file=inputs.file, inputs=shared)
         )
         for c in coupled
     }
@@ -91,22 +91,11 @@ def _diagnostics(inputs: ScreenInputs) -> dict[str, CandidateDiagnostics]:
 # ------------------------------------------------------------------------------------------------ screening
 
 
-def screen(
-    config: ScreenConfig,
-    *,
-    config_file: str | None = None,
-    candidates: list[str] | None = None,
-    from_logs: str | Path | None = None,
-    log_format: str = "auto",
-    progress: Progress | None = None,
-) -> ScreenReport:
+def screen(config: ScreenConfig, *, progress: Progress | None = None, **reading: Unpack[Reading]) -> ScreenReport:
     """Verdicts for the chosen candidates (all by default) against `config.calibration`; see the module docstring.
     `from_logs` (+ `log_format`, see `logs.read_logs`) screens a pipeline's logged log-probs instead of sampling.
-    The inputs are read once (`inputs.read_screen_inputs`), then `screen_with` judges."""
-    inputs = read_screen_inputs(
-        config, config_file=config_file, candidates=candidates, from_logs=from_logs, log_format=log_format
-    )
-    return screen_with(inputs, progress)
+    The inputs are read once (`inputs.read_screen_inputs`, its keywords `reading`), then `screen_with` judges."""
+    return screen_with(read_screen_inputs(config, **reading), progress)
 
 
 def screen_with(inputs: ScreenInputs, progress: Progress | None = None) -> ScreenReport:
@@ -169,15 +158,12 @@ class ScreenRun:
 def screen_run(
     config: ScreenConfig,
     *,
-    config_file: str | None = None,
-    candidates: list[str] | None = None,
-    from_logs: str | Path | None = None,
-    log_format: str = "auto",
     strict: bool = False,
     dashboard: str | None = None,
     progress: Progress | None = None,
     checkpoint: str | Path | None = None,
     checkpoint_step: int | None = None,
+    **reading: Unpack[Reading],
 ) -> ScreenRun:
     """The screen command as one library call: the inputs read once (`--from-logs`: its reader's warnings issued),
     the logs' quantity beside the budget's protocol (`strict`: a ConfigError when they differ), the verdicts (a
@@ -187,13 +173,11 @@ def screen_run(
     from admitcheck.admission.checks import logs_against_protocol
 
     config = with_checkpoint(config, checkpoint, checkpoint_step)  # `--checkpoint DIR --checkpoint-step N`
-    inputs = read_screen_inputs(
-        config, config_file=config_file, candidates=candidates, from_logs=from_logs, log_format=log_format
-    )
+    inputs = read_screen_inputs(config, **reading)
     logged = None
     if inputs.logs is not None:
         logged = logs_against_protocol(
-            inputs.config, strict=strict, file=config_file, logs=inputs.logs, calibration=inputs.calibration
+            inputs.config, strict=strict, file=inputs.file, logs=inputs.logs, calibration=inputs.calibration
         )
     failure = None
     try:

@@ -35,6 +35,7 @@ from pydantic import (
 from admitcheck.admission.sequential import BudgetKind, Verdict
 from admitcheck.config import PolicyConfig
 from admitcheck.errors import ConfigError, EngineError
+from admitcheck.measurement.prefix_shift_report import PrefixShiftReport
 
 
 def _nan_if_null(v: Any) -> Any:
@@ -108,9 +109,9 @@ class PolicySummary(PolicyConfig):
 
 
 class CandidateDiagnostics(Section):
-    """`diagnostics: [prefix_shift]`: the prefix-shift diagnostic (`PrefixShiftReport.to_dict`) of an hf candidate."""
+    """`diagnostics: [prefix_shift]`: the prefix-shift diagnostic of an hf candidate."""
 
-    prefix_shift: dict[str, Any]
+    prefix_shift: PrefixShiftReport
 
 
 _VERDICT_NULLABLE = {f.name for f in dataclasses.fields(Verdict) if "None" in str(f.type) or f.type == "Any"}

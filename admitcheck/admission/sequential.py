@@ -45,6 +45,7 @@ import numpy as np
 
 from admitcheck.measurement.metrics import betting_decides
 from admitcheck.measurement.metrics import sequential_confidence as confidence_per_look  # noqa: F401 (logs: α over gates)
+from admitcheck.rollout.capacity import CapacitySummary
 
 if TYPE_CHECKING:
     from admitcheck.calibration.curve import Budget
@@ -92,7 +93,7 @@ class Verdict:
     confidence_per_look: float  # the policy's confidence: a confidence sequence spends no α per look
     metrics: dict[str, float] = field(default_factory=dict)  # every metric over every probe (uncapped token means)
     metric_intervals: dict[str, tuple[float, float]] = field(default_factory=dict)  # one per metric, same level
-    capacity: dict[str, Any] | None = None  # `capacity.kv_capacity` of the candidate, ratio_vs_bf16 first
+    capacity: CapacitySummary | None = None  # the candidate's KV-cache capacity (`capacity.capacity_summary`)
     seconds: float = 0.0  # engine start + measurement (+ OPD steps for staleness)
     source: Literal["engine", "logs"] = "engine"
     capped_share: float = 0.0  # share of the estimator's sequence means above κ × mismatch (not counted)
@@ -291,7 +292,7 @@ def verdict(
     *,
     metric: str = "k3",
     floor: float | None = None,
-    capacity: dict[str, Any] | None = None,
+    capacity: CapacitySummary | None = None,
     seconds: float = 0.0,
     source: Literal["engine", "logs"] = "engine",
 ) -> Verdict:

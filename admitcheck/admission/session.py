@@ -137,7 +137,8 @@ class ScreenSession:
             rollout, cand.name, reference, self.plan.most, True, progress, report_kv
         )
         e = Evidence.of_run(run, self.functional, state, looks, self.plan.looks, self.confidence)
-        capacity = candidate_capacity(self.config, cand) | ({"engine_allocated": allocated} if allocated else {})
+        capacity = candidate_capacity(self.config, cand)
+        capacity = capacity.model_copy(update={"engine_allocated": allocated}) if allocated else capacity
         return self._verdict(cand.name, e, floor.mismatch, capacity, time.perf_counter() - t0, "engine")
 
     def screen_logs(self) -> Verdict:

@@ -82,7 +82,7 @@ def measured_rollout_share(runs: list[RunRecord]) -> float | None:
     """Rollouts' share of the baseline runs' step time (their `seconds_by_phase`); None when not recorded."""
     shares = []
     for r in runs:
-        if r.run_key.level["kind"] == "baseline" and r.seconds_by_phase:
+        if r.run_key.level.kind == "baseline" and r.seconds_by_phase:
             total = sum(r.seconds_by_phase.values())
             if total > 0:
                 shares.append(r.seconds_by_phase.get("rollout", 0.0) / total)

@@ -26,6 +26,7 @@ thread, in this process (`jobs=1`) or in workers (`jobs>1`, Ray), so all give bi
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -48,7 +49,7 @@ from admitcheck.calibration.campaign import Campaign, check_jobs, open_executor,
 from admitcheck.calibration.curve import Estimate, Tolerance
 from admitcheck.calibration.design import RoundPlan, plan_round, wanted_replicates
 from admitcheck.calibration.fit import Fit, PlacedRun, fit_runs
-from admitcheck.calibration.ledger import Ledger, ledger_header, ledger_path
+from admitcheck.calibration.ledger import AddedLevel, Ledger, NoiseGrid, RoundLine, ledger_header, ledger_path
 from admitcheck.calibration.levels import (
     GRID_STDS,
     Level,
@@ -131,11 +132,14 @@ def calibrate(
     # checks the pair, prompts and engine before anything runs; the behaviour fingerprint is taken on CPU (float32),
     # so a finished ledger of GPU runs fits into the same artifact on a machine without one
     here = load_context(config, config_file, device="cpu")
-    header = ledger_header(config)
     functional = level_functional(config, here.tokens.vocab_size)
     # what the levels' x is: a ledger of another functional (an older admitcheck's x) is refused, not mixed in
-    header["functional"] = functional.to_dict() if functional is not None else None
-    pair_fp = header["pair"]
+    header = dataclasses.replace(
+        ledger_header(config),
+        functional=functional.to_dict() if functional is not None else None,
+        names_functional=True,
+    )
+    pair_fp = header.pair
     rows = io.read_prompts(config.probe.prompts, limit=config.probe.num_prompts, field="probe.prompts")
     seqs = fingerprint.behaviour_sequences(here.tokens.tokenizer, rows)
     behaviour = fingerprint.behaviour_fingerprint(here.student, here.teacher, seqs)
@@ -144,7 +148,7 @@ def calibrate(
         stds = list(GRID_STDS)
         ks = measure_grid(load_context(config, config_file), config, stds, progress)
         ledger.append({"kind": "grid", "relative_std": stds, "mismatch": ks, "seed": config.seed})
-    levels = resolve_levels(config, ledger.grid)
+    levels = resolve_levels(config, ledger.noise_grid)
     try:
         placed, fitted, rounds, stop = _rounds(Campaign(config, config_file, ledger, runner, progress), levels)
     finally:
@@ -173,7 +177,7 @@ def calibrate(
         adaptive=adaptive,
         warnings=warnings,
         timings=timings,
-        functional=header["functional"],
+        functional=header.functional,
     )
     return write_calibration(cal, out)
 
@@ -184,11 +188,17 @@ def _rounds(campaign: Campaign, levels: list[Level]):
     at the levels nearest the `levels.decide` candidates B's interval leaves undecided; at
     the bracket's levels otherwise; new levels there, below the grid while the interval reaches 0, or between
     bracketing levels) until the next round would pass `levels.max_runs` (decided
-    from the ledger alone: resumable, the added levels included). Each round's fit spends the bracket's α over the
-    rounds so far (`looks`). `levels` grows in place with the added levels."""
+    from the ledger alone: resumable, the added levels included). Each decision is recorded in the ledger before it
+    is acted on (`ledger.RoundLine`) and a resumed calibration follows the recorded ones (a recorded stop only under
+    the same max_runs, interval_factor and decide), so a ledger replays as it was made whatever design or fit a later
+    admitcheck has; rounds without a record (ledgers written before) are planned again and then recorded. Each
+    round's fit spends the bracket's α over the rounds so far (`looks`). `levels` grows in place with the added
+    levels."""
     config, ledger = campaign.config, campaign.ledger
     counts = {lv.name: config.levels.replicates for lv in levels}
     rounds = 0
+    decide = tuple(config.levels.decide)
+    effort = (config.levels.max_runs, config.levels.interval_factor, decide)
     while True:
         campaign.run_round(planned_tasks(config, levels, counts), f"runs (round {rounds})")
         placed = [PlacedRun(lv, r, campaign.record(lv, s)) for lv, s, r in _with_replicates(config, levels, counts)]
@@ -198,9 +208,25 @@ def _rounds(campaign: Campaign, levels: list[Level]):
             for lv in levels
             if lv.kind != "baseline" and lv.fit
         }
-        decide = tuple(config.levels.decide)
+        recorded = ledger.rounds.get(rounds)
+        added = [] if recorded is None else [Level(a.name, "noise", relative_std=a.relative_std, target=a.target)
+                                              for a in recorded.added]  # fmt: skip
+        if (
+            recorded is not None
+            and recorded.stop is None
+            and set(recorded.counts) != {lv.name for lv in levels + added}
+        ):
+            recorded = None  # decided over other levels (the config's levels changed): planned again
+        if recorded is not None and recorded.stop is None:  # the next round as it was decided
+            if len(planned_tasks(config, levels + added, recorded.counts)) > config.levels.max_runs:
+                return placed, fitted, rounds, "run cap"  # a lowered cap still holds
+            levels.extend(added)
+            counts, rounds = dict(recorded.counts), rounds + 1
+            continue
+        if recorded is not None and (recorded.max_runs, recorded.interval_factor, recorded.decide) == effort:
+            return placed, fitted, rounds, recorded.stop
         plan = plan_round(fitted.estimate, _fit_counts(levels, counts), config.levels.interval_factor, 2, fit_x, decide)
-        added = _added_levels(levels, _measured_grid(levels, fitted.runs) or ledger.grid, plan.new_levels)
+        added = _added_levels(levels, _measured_grid(levels, fitted.runs) or ledger.noise_grid, plan.new_levels)
         if plan.new_levels and not added:  # no σ for a new level: more pairs where B is decided instead
             want = wanted_replicates(
                 fitted.estimate, _fit_counts(levels, counts), config.levels.interval_factor, 2, decide
@@ -210,10 +236,17 @@ def _rounds(campaign: Campaign, levels: list[Level]):
         for name in plan.replicates:
             grown[name] += config.levels.pairs_per_round
         grown["baseline"] = max(grown.values())
-        if plan.done:
-            return placed, fitted, rounds, "interval narrower than the factor"
-        if len(planned_tasks(config, levels + added, grown)) > config.levels.max_runs:
-            return placed, fitted, rounds, "run cap"
+        stop = (
+            "interval narrower than the factor"
+            if plan.done
+            else "run cap"
+            if len(planned_tasks(config, levels + added, grown)) > config.levels.max_runs
+            else None
+        )
+        new = tuple(AddedLevel(lv.name, lv.relative_std, lv.target) for lv in added)
+        ledger.append(RoundLine(rounds, {} if stop else grown, () if stop else new, stop, *effort))
+        if stop:
+            return placed, fitted, rounds, stop
         levels.extend(added)
         counts, rounds = grown, rounds + 1
 
@@ -247,7 +280,7 @@ def budget_warnings(est: Estimate, factor: float, runs: int, stop: str) -> list[
     return out
 
 
-def _measured_grid(levels: list[Level], runs: tuple[RunEntry, ...]) -> dict[str, list[float]] | None:
+def _measured_grid(levels: list[Level], runs: tuple[RunEntry, ...]) -> NoiseGrid | None:
     """(σ, mean start-weights x) of the noise levels run so far, as a grid for `noise_for_mismatch`: the levels'
     own measurements (several replicates each) place a new level better than the one-seed grid measured before
     training. None with fewer than two noise levels."""
@@ -260,10 +293,10 @@ def _measured_grid(levels: list[Level], runs: tuple[RunEntry, ...]) -> dict[str,
     )
     if len(pts) < 2:
         return None
-    return {"relative_std": [p[0] for p in pts], "mismatch": [p[1] for p in pts]}
+    return NoiseGrid([p[0] for p in pts], [p[1] for p in pts])
 
 
-def _added_levels(levels: list[Level], grid, targets) -> list[Level]:
+def _added_levels(levels: list[Level], grid: NoiseGrid | None, targets) -> list[Level]:
     """Noise levels at the design's target mismatches (σ interpolated on `grid`: the measured levels, else the auto
     grid's measurement); none without either, where σ for a target is unknown (the plan's replicates still run)."""
     if grid is None or not targets:
@@ -455,14 +488,19 @@ def _provenance(config: CalibrateConfig, out: Path) -> dict[str, Any]:
     except ImportError:  # a stale editable install can expose admitcheck as a namespace package
         __version__ = version("admitcheck")
 
-    resolved = config.model_dump(mode="json")  # paths relative to the artifact, so the provenance is portable
-    for holder, key in (
-        [(resolved["pair"], k) for k in ("student", "teacher", "tokenizer")]
-        + [(resolved[s], "prompts") for s in ("probe", "train", "eval")]
-        + [(resolved, "output")]
-    ):
-        if holder.get(key) and Path(holder[key]).is_absolute():
-            holder[key] = io.relative_path(holder[key], out.parent)
+    def portable(path: str | None) -> str | None:  # relative to the artifact, so the provenance is portable
+        return io.relative_path(path, out.parent) if path and Path(path).is_absolute() else path
+
+    pair = config.pair
+    paths = {k: portable(getattr(pair, k)) for k in ("student", "teacher", "tokenizer")}
+    sections = {s: getattr(config, s) for s in ("probe", "train", "eval")}
+    resolved = config.model_copy(
+        update={
+            "pair": pair.model_copy(update=paths),
+            **{s: c.model_copy(update={"prompts": portable(c.prompts)}) for s, c in sections.items()},
+            "output": portable(config.output),
+        }
+    ).model_dump(mode="json")
     return {
         "admitcheck": __version__,
         "torch": str(torch.__version__),

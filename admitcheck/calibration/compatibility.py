@@ -229,7 +229,9 @@ def calibration_matches(config: CalibrateConfig, artifact: CalibrationArtifact |
     """
     cal = artifact if isinstance(artifact, CalibrationArtifact) else load_calibration(artifact)
     p = cal.pair.model_dump(mode="json", exclude_unset=True)
-    stored = {k: p[k] for k in ("student", "teacher", "tokenizer")} | {"prompts": p["prompts"]}
+    stored = {k: p[k] for k in ("student", "teacher", "tokenizer")} | {
+        "prompts": cal.pair.prompts.model_dump(mode="json", exclude_unset=True)
+    }
     present = fingerprint_pair(config.pair) | {"prompts": prompt_hashes(config)}
     diffs = fingerprint.strict_differences(stored, present, prefix="pair.")
     if diffs:

@@ -155,12 +155,14 @@ class CurveFit:
     """A schema-1 style log-logistic curve (plateau · expit(p (log x − log x50))), kept only to read such curves."""
 
     form: str
-    params: dict[str, float]
+    plateau: float  # the cost the curve levels off at
+    x50: float  # the mismatch at half the plateau, nats/token
+    steepness: float  # the slope in log x
 
     def predict(self, x: Any) -> Any:
         from scipy.special import expit  # deferred: `validate` reads artifacts and must start fast
 
-        c, x50, p = self.params["plateau"], self.params["x50"], self.params["steepness"]
+        c, x50, p = self.plateau, self.x50, self.steepness
         xa = np.asarray(x, dtype=np.float64)
         with np.errstate(divide="ignore"):
             out = c * expit(p * (np.log(xa) - math.log(x50)))
@@ -169,7 +171,7 @@ class CurveFit:
     def inverse(self, cost: float) -> float:
         from scipy.special import logit
 
-        c, x50, p = self.params["plateau"], self.params["x50"], self.params["steepness"]
+        c, x50, p = self.plateau, self.x50, self.steepness
         if cost <= 0:
             return 0.0
         return math.inf if cost >= c else math.exp(math.log(x50) + float(logit(cost / c)) / p)

@@ -114,7 +114,18 @@ def _level_data(
     ]
 
 
-def one_scale_score(config, levels, placed, costs, which: str, tol: Tolerance) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class ScaleScore:
+    """`one_scale_score`: how far the non-noise levels fall from the noise levels' curve under one x."""
+
+    mean_z2: float  # mean squared z over the non-noise levels
+    z: dict[str, float]  # level name -> (mean paired cost − curve) / its standard error
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mean_z2": self.mean_z2, "z": self.z}
+
+
+def one_scale_score(config, levels, placed, costs, which: str, tol: Tolerance) -> ScaleScore | None:
     """How far the non-noise levels (staleness, rollout configs; fitted or held out) fall from the curve fitted on
     the noise levels alone, under x = `which`: mean squared z = (mean paired cost − curve) / its standard error."""
     noise = _level_data(config, levels, placed, costs, which, lambda lv: lv.kind == "noise" and lv.fit)
@@ -133,7 +144,7 @@ def one_scale_score(config, levels, placed, costs, which: str, tol: Tolerance) -
         c = np.asarray(d.cost)
         se = max(float(c.std(ddof=1)) / math.sqrt(c.size) if c.size > 1 else 0.0, 1e-6)
         z[d.name] = (float(c.mean()) - float(fit.predict(float(np.mean(d.x))))) / se
-    return {"mean_z2": float(np.mean([v * v for v in z.values()])), "z": z}
+    return ScaleScore(float(np.mean([v * v for v in z.values()])), z)
 
 
 def fit_runs(config: CalibrateConfig, levels: list[Level], placed: list[PlacedRun], looks: int = 1) -> Fit:
@@ -153,10 +164,10 @@ def fit_runs(config: CalibrateConfig, levels: list[Level], placed: list[PlacedRu
         if which == "run" and missing:
             raise CalibrationError(f"levels.x is run, but {missing}: set levels.x start", field="levels.x")
     elif all(scores[w] is not None for w in choices) and len(choices) == 2:
-        which = min(choices, key=lambda w: scores[w]["mean_z2"])
+        which = min(choices, key=lambda w: scores[w].mean_z2)
         reason = (
             "the non-noise levels fall closer to the noise curve (mean squared z "
-            + ", ".join(f"{w} {scores[w]['mean_z2']:.3g}" for w in choices)
+            + ", ".join(f"{w} {scores[w].mean_z2:.3g}" for w in choices)
             + ")"
         )
     else:
@@ -183,7 +194,7 @@ def fit_runs(config: CalibrateConfig, levels: list[Level], placed: list[PlacedRu
                 looks=looks,
             )
         )
-        alt[w] = budget_under_x(e, scores[w])
+        alt[w] = budget_under_x(e, scores[w].to_dict() if scores[w] is not None else None)
     entries = tuple(_entry(config, p, c, which, est, has_run=not missing) for p, c in zip(placed, costs))
     return Fit(est, which, reason, alt, {"run": missing} if missing else {}, base, entries)
 

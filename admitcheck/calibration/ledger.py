@@ -34,11 +34,35 @@ def ledger_path(output: Path) -> Path:
     return output.with_name(f"{output.stem}.ledger.jsonl")
 
 
-def ledger_header(config: CalibrateConfig) -> dict[str, Any]:
+@dataclass(frozen=True)
+class LedgerHeader:
+    """A ledger's first line, read by attribute: its version, the pair's fingerprints with its prompt sets, every
+    config field that changes a run (both dumps, compared key by key: `first_difference`) and, in a calibrate's,
+    what its levels' x are (`functional`; `names_functional` false: the header says nothing of it, a backtest's)."""
+
+    ledger_version: int | None
+    pair: dict[str, Any] | None
+    config: dict[str, Any] | None  # `run_relevant_config`
+    functional: dict[str, Any] | None = None  # `metrics.Functional.to_dict`; None: the uncapped token mean
+    names_functional: bool = False
+
+    def line(self) -> dict[str, Any]:
+        """The header line as written."""
+        out = {"kind": "header", "ledger_version": self.ledger_version, "pair": self.pair, "config": self.config}
+        return out | {"functional": self.functional} if self.names_functional else out
+
+    @classmethod
+    def read(cls, line: dict[str, Any]) -> LedgerHeader:
+        """A header line read back, of any ledger version: a key it lacks is None (the one reader of its format)."""
+        names = "functional" in line
+        return cls(line.get("ledger_version"), line.get("pair"), line.get("config"), line.get("functional"), names)
+
+
+def ledger_header(config: CalibrateConfig) -> LedgerHeader:
     """The header a ledger of `config`'s runs starts with (a calibration's, and a backtest's of that calibration):
     the pair's fingerprints with its prompt sets, and every config field that changes a run."""
     pair = fingerprint_pair(config.pair) | {"prompts": prompt_hashes(config)}
-    return {"kind": "header", "ledger_version": LEDGER_VERSION, "pair": pair, "config": run_relevant_config(config)}
+    return LedgerHeader(LEDGER_VERSION, pair, run_relevant_config(config))
 
 
 def run_relevant_config(config: CalibrateConfig) -> dict[str, Any]:
@@ -49,6 +73,12 @@ def run_relevant_config(config: CalibrateConfig) -> dict[str, Any]:
     for section in ("probe", "train", "eval"):
         data[section]["prompts"] = hashes[section]
     return data
+
+
+def line_kind(line: dict[str, Any]) -> str | None:
+    """A ledger line's kind ("header", "grid", "run" or "round"), read before the line's schema: the one reader of
+    it (a run line then goes through `read_run`)."""
+    return line.get("kind")
 
 
 def first_difference(a: Any, b: Any, prefix: str = "") -> str | None:
@@ -62,35 +92,93 @@ def first_difference(a: Any, b: Any, prefix: str = "") -> str | None:
     return prefix.rstrip(".") if a != b else None
 
 
-@dataclass
-class Ledger:
-    """The runs (and the grid) a calibration has finished, keyed so that a re-run can skip them."""
+@dataclass(frozen=True)
+class NoiseGrid:
+    """Weight-noise sizes σ (relative to each tensor's RMS) and the k3 measured at each, nats/token: the auto grid's
+    measurement (a ledger's grid line) or the noise levels' own (`calibrate`), for `levels.noise_for_mismatch`."""
 
-    path: Path
-    header: dict[str, Any]
-    grid: dict[str, Any] | None = None
-    runs: dict[str, RunRecord] = field(default_factory=dict)
+    relative_std: list[float]
+    mismatch: list[float]
 
     @classmethod
-    def open(cls, path: Path, header: dict[str, Any]) -> Ledger:
+    def read(cls, line: dict[str, Any]) -> NoiseGrid:
+        """A ledger's grid line (kind "grid", as `calibrate` appends it): the one reader of its format."""
+        return cls(line["relative_std"], line["mismatch"])
+
+
+@dataclass(frozen=True)
+class AddedLevel:
+    """A noise level an adaptive round added: its name, σ and the mismatch it aimed at (nats/token)."""
+
+    name: str
+    relative_std: float
+    target: float | None = None
+
+
+@dataclass(frozen=True)
+class RoundLine:
+    """What `calibrate` decided after round `round`'s runs, as its ledger records it before acting (kind "round"):
+    the next round (its added levels and every level's replicate count) or the stop (`stop`: why), with the effort
+    settings it was decided under. A resumed calibration follows the recorded decisions instead of planning again,
+    so a ledger replays as it was made whatever design or fit a later admitcheck has (`calibrate._rounds`); a ledger
+    without them (written before) is planned again."""
+
+    round: int
+    counts: dict[str, int]  # the next round's replicates per level name (empty at a stop)
+    added: tuple[AddedLevel, ...] = ()
+    stop: str | None = None
+    max_runs: int | None = None  # the effort the decision was made under: a stop recorded under another
+    interval_factor: float | None = None  # max_runs or interval_factor is planned again (a continuation)
+    decide: tuple[float, ...] = ()
+
+    def line(self) -> dict[str, Any]:
+        return {"kind": "round", "round": self.round, "counts": self.counts,
+                "added": [vars(a) for a in self.added], "stop": self.stop, "max_runs": self.max_runs,
+                "interval_factor": self.interval_factor, "decide": list(self.decide)}  # fmt: skip
+
+    @classmethod
+    def read(cls, line: dict[str, Any]) -> RoundLine:
+        """A ledger's round line (kind "round"): the one reader of its format."""
+        return cls(line["round"], dict(line["counts"]), tuple(AddedLevel(**a) for a in line["added"]), line["stop"],
+                   line["max_runs"], line["interval_factor"], tuple(line["decide"]))  # fmt: skip
+
+
+@dataclass
+class Ledger:
+    """The runs (and the grid) a calibration has finished, keyed so that a re-run can skip them, and the decisions
+    its adaptive rounds took (`rounds`, by the round they followed)."""
+
+    path: Path
+    header: LedgerHeader
+    grid: dict[str, Any] | None = None
+    runs: dict[str, RunRecord] = field(default_factory=dict)
+    rounds: dict[int, RoundLine] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, path: Path, header: LedgerHeader) -> Ledger:
         """Read an existing ledger (refusing one of another pair or config, untouched) or start a new one."""
         ledger = cls(path, header)
         if not path.exists():
-            io.append_jsonl(path, header)
+            io.append_jsonl(path, header.line())
             return ledger
         drop_torn_tail(path)
         try:
             records = io.read_jsonl(path)
         except AdmitcheckError as exc:
             raise CalibrationError(f"corrupt ledger: {exc.message}", file=str(path)) from None
-        if not records or records[0].get("kind") != "header":
+        if not records or line_kind(records[0]) != "header":
             raise CalibrationError("not a calibration ledger (no header line)", file=str(path), field="kind")
-        theirs = records[0]
-        for section in ("ledger_version", "pair", "config"):
-            diff = first_difference(theirs.get(section), header[section], f"{section}.")
+        theirs = LedgerHeader.read(records[0])
+        for section, was_section, now_section in (
+            ("ledger_version", theirs.ledger_version, header.ledger_version),
+            ("pair", theirs.pair, header.pair),
+            ("config", theirs.config, header.config),
+        ):
+            diff = first_difference(was_section, now_section, f"{section}.")
             if diff:
                 what = "a different pair" if section == "pair" else "a different config"
-                was, now = fingerprint.dotted_get(theirs, diff, None), fingerprint.dotted_get(header, diff, None)
+                lines = records[0], header.line()
+                was, now = (fingerprint.dotted_get(x, diff, None) for x in lines)
                 raise CalibrationError(
                     f"this ledger was written for {what} ({diff}: ledger {was!r}, now "
                     f"{now!r}); its runs are kept: restore the old setting, or set another "
@@ -98,27 +186,43 @@ class Ledger:
                     file=str(path),
                     field=diff,
                 )
-        if "functional" in header and theirs.get("functional") != header["functional"]:
+        if header.names_functional and theirs.functional != header.functional:
             raise CalibrationError(
-                f"this ledger's level x were measured as {theirs.get('functional') or 'the uncapped token mean'}, "
-                f"this admitcheck measures {header['functional']}; its runs are kept: re-measure the levels "
+                f"this ledger's level x were measured as {theirs.functional or 'the uncapped token mean'}, "
+                f"this admitcheck measures {header.functional}; its runs are kept: re-measure the levels "
                 "(python bench/remeasure_levels.py CONFIG --write), or set another `output` to calibrate afresh",
                 file=str(path),
                 field="functional",
             )
         for i, rec in enumerate(records[1:], start=1):
-            if rec.get("kind") == "grid":
+            if line_kind(rec) == "grid":
                 ledger.grid = rec
-            elif rec.get("kind") == "run":
+            elif line_kind(rec) == "run":
                 run = read_run(rec, path, i)
                 ledger.runs[run.key] = run
+            elif line_kind(rec) == "round":
+                try:
+                    decided = RoundLine.read(rec)
+                except (KeyError, TypeError) as exc:
+                    raise CalibrationError(f"corrupt ledger line {i + 1}: a round line without {exc}", file=str(path),
+                                           field="round") from None  # fmt: skip
+                ledger.rounds[decided.round] = decided  # a decision taken again (a continuation) replaces the older
         return ledger
 
-    def append(self, record: RunRecord | dict[str, Any]) -> None:
-        """Append a run (a `RunRecord` filed under its key) or the grid measurement (a dict of kind "grid")."""
+    @property
+    def noise_grid(self) -> NoiseGrid | None:
+        """The grid line, typed; None before the grid is measured."""
+        return NoiseGrid.read(self.grid) if self.grid is not None else None
+
+    def append(self, record: RunRecord | RoundLine | dict[str, Any]) -> None:
+        """Append a run (a `RunRecord` filed under its key), a round's decision, or the grid measurement (a dict of
+        kind "grid")."""
         if isinstance(record, RunRecord):
             io.append_jsonl(self.path, record.line())
             self.runs[record.key] = record
+        elif isinstance(record, RoundLine):
+            io.append_jsonl(self.path, record.line())
+            self.rounds[record.round] = record
         else:
             io.append_jsonl(self.path, record)
             self.grid = record
@@ -214,6 +318,6 @@ def read_progress(path: Path) -> LedgerProgress:
             line = json.loads(raw) if raw.strip() else {}
         except json.JSONDecodeError as exc:
             raise CalibrationError(f"corrupt ledger line {i + 1}: {exc.msg}", file=str(path)) from None
-        if line.get("kind") == "run":
+        if line_kind(line) == "run":
             runs.append(read_run(line, path, i))
     return progress_of(path, runs)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import json
 import math
 import time
@@ -31,8 +32,9 @@ import torch
 
 from admitcheck import io
 from admitcheck.calibration import opd
+from admitcheck.calibration.ledger import NoiseGrid
 from admitcheck.calibration.phases import GpuSampler, PhaseClock
-from admitcheck.calibration.record import LevelKind, RunRecord
+from admitcheck.calibration.record import LevelKind, LevelSpec, RunRecord
 from admitcheck.calibration.runs import derive_seed
 from admitcheck.calibration.workers import EngineKeep, kept, new_evaluator
 from admitcheck.config import CalibrateConfig, NoiseConfig, RolloutConfig
@@ -60,13 +62,12 @@ class Level:
     systematic: bool = False  # noise: the step-0 draw kept for the whole run (opd.train's redraw_noise=False)
     fit: bool = True  # in the curve fit (false: a held-out check of the curve's prediction)
 
-    def spec(self) -> dict[str, Any]:
+    def spec(self) -> LevelSpec:
         """What determines this level's runs (not its name): the ledger's key."""
         rollout = self.rollout.key_dump() if self.rollout is not None else None  # old FP8-KV recipe: its old key
         if rollout is not None:  # how the engine decodes, at its default, is not part of the key (older ledgers)
             rollout = {k: v for k, v in rollout.items() if not (k in EXECUTION_OPTIONS and v is None)}
-        spec = {"kind": self.kind, "relative_std": self.relative_std, "rollout": rollout, "staleness": self.staleness}
-        return spec | {"systematic": True} if self.systematic else spec  # fresh noise keeps the older ledgers' keys
+        return LevelSpec(self.kind, self.relative_std, rollout, self.staleness, self.systematic)
 
     def engine_rollout(self, base: RolloutConfig, seed: int) -> RolloutConfig:
         """The rollout config of the run's engine; weight noise is seeded by the run seed."""
@@ -96,7 +97,7 @@ def replicate_seed(base: int, replicate: int) -> int:
     return derive_seed("replicate", base, replicate) % 1_000_000
 
 
-def resolve_levels(config: CalibrateConfig, grid: dict[str, Any] | None) -> list[Level]:
+def resolve_levels(config: CalibrateConfig, grid: NoiseGrid | None) -> list[Level]:
     """Baseline, the automatic noise grid (σ from `grid`), then the extra levels, in that order."""
     levels = [Level("baseline", "baseline")]
     auto = config.levels.auto_noise
@@ -114,11 +115,11 @@ def resolve_levels(config: CalibrateConfig, grid: dict[str, Any] | None) -> list
     return levels
 
 
-def noise_for_mismatch(grid: dict[str, Any], targets: Any) -> list[float]:
+def noise_for_mismatch(grid: NoiseGrid, targets: Any) -> list[float]:
     """σ whose k3 is each target: piecewise-linear in (log σ, log k3) through the grid, made monotone, extended
     past its ends with the end slopes (at least 1). Rounded to 4 significant digits (stable run keys)."""
-    s = np.log(np.asarray(grid["relative_std"], dtype=np.float64))  # (n,)
-    k = np.maximum.accumulate(np.log(np.maximum(np.asarray(grid["mismatch"], dtype=np.float64), 1e-30)))  # (n,)
+    s = np.log(np.asarray(grid.relative_std, dtype=np.float64))  # (n,)
+    k = np.maximum.accumulate(np.log(np.maximum(np.asarray(grid.mismatch, dtype=np.float64), 1e-30)))  # (n,)
     k = k + 1e-9 * np.arange(k.size)  # strictly increasing for the inverse
     out = []
     for t in np.log(np.asarray(targets, dtype=np.float64)):
@@ -224,7 +225,19 @@ def level_functional(config: CalibrateConfig, vocab_size: int) -> Functional | N
     return Functional("k3")
 
 
-def _measure(ctx: RunContext, config: CalibrateConfig, engine, reference) -> dict[str, Any]:
+@dataclass(frozen=True)
+class LevelMismatch:
+    """A run's x (`level_mismatch`), nats/token: the calibration's functional with its interval, the uncapped token
+    means beside it, and the probe's tokens; the fields of the run's record it fills (`dataclasses.asdict`)."""
+
+    mismatch: float | None = None
+    mismatch_interval: list[float] | None = None  # [lo, hi]
+    k3: float | None = None
+    kl_exact: float | None = None  # None where the probe kept no full rows
+    probe_tokens: int = 0
+
+
+def _measure(ctx: RunContext, config: CalibrateConfig, engine, reference) -> LevelMismatch:
     """The engine's mismatch against `reference` on the probe set, as `screen` measures it: the level's x is the
     calibration's functional through `ProbeRun.functional`, the screen's code path (k3 and kl_exact beside it)."""
     probe = config.probe
@@ -237,13 +250,13 @@ def _measure(ctx: RunContext, config: CalibrateConfig, engine, reference) -> dic
         x, (lo, hi) = fv.value, fv.interval
     else:
         x, (lo, hi) = m.values[config.metric], m.intervals[config.metric]
-    return {
-        "mismatch": float(x),
-        "mismatch_interval": [float(lo), float(hi)],
-        "k3": float(m.values["k3"]),
-        "kl_exact": float(m.values["kl_exact"]) if "kl_exact" in m.values else None,
-        "probe_tokens": acc.num_tokens,
-    }
+    return LevelMismatch(
+        mismatch=float(x),
+        mismatch_interval=[float(lo), float(hi)],
+        k3=float(m.values["k3"]),
+        kl_exact=float(m.values["kl_exact"]) if "kl_exact" in m.values else None,
+        probe_tokens=acc.num_tokens,
+    )
 
 
 def measure_grid(
@@ -255,7 +268,7 @@ def measure_grid(
         for i, std in enumerate(stds):
             rollout = config.rollout.model_copy(update={"noise": NoiseConfig(relative_std=std, seed=config.seed)})
             engine = _engine(ctx, ctx.student, rollout)
-            out.append(_measure(ctx, config, engine, ctx.reference)["k3"])
+            out.append(_measure(ctx, config, engine, ctx.reference).k3)
             engine.close()
             if progress:
                 progress("auto-noise grid", i + 1, len(stds))
@@ -264,7 +277,7 @@ def measure_grid(
 
 def level_mismatch(
     ctx: RunContext, config: CalibrateConfig, level: Level, seed: int, keep: EngineKeep | None = None
-) -> dict[str, Any]:
+) -> LevelMismatch:
     """The run's x: its engine at the starting weights (staleness: θ0 against θk) measured on the probe set; the
     engine is `keep`'s when given (a worker's kept engine, retargeted), else built and closed here."""
     make = keep.engine if keep is not None else _engine
@@ -292,7 +305,7 @@ def run_task(config: CalibrateConfig, config_file: str | None, level: Level, see
     return run_one(ctx, config, level, seed, keep=kept(ctx), started=started)
 
 
-_NOT_MEASURED = {"mismatch": None, "mismatch_interval": None, "k3": None, "kl_exact": None, "probe_tokens": 0}
+_NOT_MEASURED = LevelMismatch()
 
 
 def run_one(
@@ -344,7 +357,7 @@ def run_one(
         seed=seed,
         relative_std=level.relative_std if level.kind == "noise" else None,
         staleness=level.staleness or None,
-        **x,
+        **dataclasses.asdict(x),
         quality=opd.quality_value(config.train, result.final),  # reverse KL, or 1 − task reward (grpo)
         quality_start=opd.quality_value(config.train, result.initial),
         quality_se=getattr(result.final, "standard_error", None) if config.train.loss != "grpo" else None,

@@ -3,7 +3,7 @@
     record = levels.run_task(config, config_file, level, seed)     # a RunRecord (kind "run", key "")
     line = record.keyed(run_key(level, seed)).line()               # the ledger line (dict, JSON-able)
     RunRecord.model_validate(json.loads(text))                     # a ledger line read back
-    record.run_key.seed, record.run_key.level["kind"]              # its key, typed (`RunKey`)
+    record.run_key.seed, record.run_key.level.kind                 # its key, typed (`RunKey`, `LevelSpec`)
 
 Units: mismatch, k3, kl_exact and quality in nats/token (quality: 1 − task reward for a GRPO recipe); seconds are
 wall-clock, cpu_seconds process time. A record holds what was measured; where it sits in a calibration (level,
@@ -36,20 +36,40 @@ class StepSeconds(TypedDict, total=False):
 
 
 @dataclass(frozen=True)
-class RunKey:
-    """A run's identity in a ledger: its level's spec (what determines the level's runs, `levels.Level.spec`: kind,
-    relative_std, rollout, staleness) and its seed. `encode` is the ledger's key string."""
+class LevelSpec:
+    """What determines a level's runs, not its name (`levels.Level.spec`): a run key's level, read by attribute.
+    `dump` is its mapping in the key (`systematic` only when set: fresh noise keeps the older ledgers' keys)."""
 
-    level: dict[str, Any]
+    kind: LevelKind
+    relative_std: float = 0.0  # weight noise of a noise level, relative to each tensor's RMS
+    rollout: dict[str, Any] | None = None  # a rollout level's config as its key dump (`RolloutConfig.key_dump`)
+    staleness: int = 0  # optimizer steps the engine lags behind (staleness levels)
+    systematic: bool = False  # noise: the step-0 draw kept for the whole run
+
+    def dump(self) -> dict[str, Any]:
+        spec = {
+            "kind": self.kind,
+            "relative_std": self.relative_std,
+            "rollout": self.rollout,
+            "staleness": self.staleness,
+        }
+        return spec | {"systematic": True} if self.systematic else spec
+
+
+@dataclass(frozen=True)
+class RunKey:
+    """A run's identity in a ledger: its level's spec and its seed. `encode` is the ledger's key string."""
+
+    level: LevelSpec
     seed: int
 
     def encode(self) -> str:
-        return json.dumps({"level": self.level, "seed": self.seed}, sort_keys=True)
+        return json.dumps({"level": self.level.dump(), "seed": self.seed}, sort_keys=True)
 
     @classmethod
     def decode(cls, key: str) -> RunKey:
         data = json.loads(key)
-        return cls(data["level"], data["seed"])
+        return cls(LevelSpec(**data["level"]), data["seed"])
 
 
 class RunMeasurements(BaseModel):

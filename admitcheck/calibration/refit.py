@@ -25,7 +25,7 @@ from admitcheck.calibration.artifact import load_calibration, plain
 from admitcheck.calibration.calibrate import budget_warnings, build_artifact
 from admitcheck.calibration.campaign import run_key
 from admitcheck.calibration.fit import PlacedRun, fit_runs
-from admitcheck.calibration.ledger import ledger_path, read_run
+from admitcheck.calibration.ledger import LedgerHeader, ledger_path, line_kind, read_run
 from admitcheck.calibration.levels import Level
 from admitcheck.calibration.record import RunRecord
 from admitcheck.calibration.schema import CalibrationArtifact, Provenance
@@ -37,18 +37,18 @@ REPLICATE_OFFSET = 1000  # refit_pooled: calibration k's replicate r is replicat
 
 def _config(cal: CalibrationArtifact) -> CalibrateConfig:
     """The resolved config the artifact stores, its paths (stored relative to the artifact) made absolute."""
-    data = dict(cal.provenance.config)
+    config = CalibrateConfig.model_validate(cal.provenance.config)  # no validator reads a path
     base = cal.path.parent if cal.path is not None else Path.cwd()
-    for section, keys in (("pair", ("student", "teacher", "tokenizer")), ("probe", ("prompts",)),
-                          ("train", ("prompts",)), ("eval", ("prompts",))):  # fmt: skip
-        part = dict(data.get(section) or {})
-        for k in keys:
-            if part.get(k) and not Path(part[k]).is_absolute():
-                part[k] = str((base / part[k]).resolve())
-        data[section] = part
-    if data.get("output") and not Path(data["output"]).is_absolute():
-        data["output"] = str((base / data["output"]).resolve())
-    return CalibrateConfig.model_validate(data)
+
+    def absolute(model: Any, keys: tuple[str, ...]) -> dict[str, str]:  # the relative paths of `model`, made absolute
+        paths = {k: getattr(model, k) for k in keys}
+        return {k: str((base / v).resolve()) for k, v in paths.items() if v and not Path(v).is_absolute()}
+
+    sections = {"pair": ("student", "teacher", "tokenizer"), "probe": ("prompts",), "train": ("prompts",),
+                "eval": ("prompts",)}  # fmt: skip
+    update: dict[str, Any] = {s: getattr(config, s).model_copy(update=absolute(getattr(config, s), keys))
+                              for s, keys in sections.items()}  # fmt: skip
+    return config.model_copy(update=update | absolute(config, ("output",)))
 
 
 def _levels(cal: CalibrationArtifact, prefix: str = "") -> list[Level]:
@@ -79,14 +79,14 @@ def _ledger_lines(cal: CalibrationArtifact) -> tuple[Path, list[dict[str, Any]]]
 
 def _records(cal: CalibrationArtifact) -> dict[str, RunRecord]:
     path, lines = _ledger_lines(cal)
-    return {r.key: r for r in (read_run(x, path, i) for i, x in enumerate(lines) if x.get("kind") == "run")}
+    return {r.key: r for r in (read_run(x, path, i) for i, x in enumerate(lines) if line_kind(x) == "run")}
 
 
 def ledger_functional(cal: CalibrationArtifact) -> dict[str, Any] | None:
     """What the ledger's level x are, as its header says (`bench/remeasure_levels.py` or a `calibrate` of this
     admitcheck writes it); None for an older ledger (the uncapped token mean): the artifact then claims none."""
     first = _ledger_lines(cal)[1][0]
-    return first.get("functional") if first.get("kind") == "header" else None
+    return LedgerHeader.read(first).functional if line_kind(first) == "header" else None
 
 
 def _placed(cal: CalibrationArtifact, levels: list[Level], offset: int = 0, prefix: str = "") -> list[PlacedRun]:

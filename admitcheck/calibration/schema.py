@@ -28,7 +28,7 @@ and `.environment`, a rollout level's rollout config as it was written.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_serializer
 
@@ -46,6 +46,9 @@ from admitcheck.config import (
 )
 from admitcheck.errors import CalibrationError
 from admitcheck.measurement.metrics import Functional
+
+if TYPE_CHECKING:
+    from admitcheck.measurement.logs import StoredProtocol
 
 SCHEMA_VERSION = 2
 BudgetKind = Literal["point", "lower_bound", "upper_bound"]
@@ -130,6 +133,23 @@ class Protocol(Section):
     def flat(self) -> dict[str, Any]:
         """Flat `protocol.*` keys, comparable with `artifact.protocol_of_screen`."""
         return protocol_keys(self.sampling, self.probe, self.reference)
+
+    def stored(self) -> StoredProtocol:
+        """The parts a logs screen is compared in, as the artifact stores them: a field it does not store (the
+        model's default stands in for it) is None, `x` "start"."""
+        from admitcheck.measurement.logs import StoredProtocol
+
+        def kept(model: BaseModel, name: str) -> Any:
+            return getattr(model, name) if name in model.model_fields_set else None
+
+        return StoredProtocol(
+            x=self.x if "x" in self.model_fields_set else "start",
+            num_prompts=kept(self.probe, "num_prompts"),
+            max_new_tokens=kept(self.probe, "max_new_tokens"),
+            temperature=kept(self.sampling, "temperature"),
+            top_p=kept(self.sampling, "top_p"),
+            top_k=kept(self.sampling, "top_k"),
+        )
 
 
 def protocol_keys(sampling: SamplingConfig, probe: ProbeConfig, reference: ReferenceConfig) -> dict[str, Any]:
@@ -301,7 +321,7 @@ class LogLogisticCurve(Section):
     params: CurveParams
 
     def fit(self) -> CurveFit:
-        return CurveFit(self.form, self.params.model_dump())
+        return CurveFit(self.form, self.params.plateau, self.params.x50, self.params.steepness)
 
 
 class SeedPowerLawCurve(Section):
@@ -656,8 +676,9 @@ class CalibrationArtifact(Section):
     def dump(self) -> dict[str, Any]:
         """The YAML's mapping: the keys it was read or built with, in the schema's order (JSON types)."""
         data = self.model_dump(mode="json", exclude_unset=True)
-        if "runs" in data:
-            data["runs"] = [{k: r[k] for k in RUN_ENTRY_ORDER if k in r} for r in data["runs"]]
+        if "runs" in self.model_fields_set:  # each run's keys in the order of RUN_ENTRY_ORDER
+            runs = (r.model_dump(mode="json", exclude_unset=True) for r in self.runs)
+            data["runs"] = [{k: r[k] for k in RUN_ENTRY_ORDER if k in r} for r in runs]
         return data
 
     def to_dict(self) -> dict[str, Any]:

@@ -9,19 +9,13 @@ from typing import Literal
 
 from pydantic import Field
 
-from admitcheck.config.base import Strict
-from admitcheck.config.sections import PairConfig, ProbeConfig, ReferenceConfig, RolloutConfig, SamplingConfig
+from admitcheck.config.sections import RolloutOnProbes
 
 
-class MeasureConfig(Strict):
+class MeasureConfig(RolloutOnProbes):
     """`admitcheck measure`: one candidate's mismatch against the reference, beside the noise floor."""
 
-    kind: Literal["measure"] | None = None  # optional: names the config kind (`validate` dispatches on it)
-    pair: PairConfig
-    probe: ProbeConfig
-    sampling: SamplingConfig = SamplingConfig()
-    reference: ReferenceConfig = ReferenceConfig()
-    rollout: RolloutConfig
+    kind: Literal["measure"] | None = None
     floor: bool = True  # also measure the engine in the reference's configuration (the noise floor)
     full_logprobs: bool = True  # compare full distributions too (kl_exact); costs (B, T, V) memory
     confidence: float = Field(0.95, gt=0, lt=1)

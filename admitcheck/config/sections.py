@@ -227,3 +227,16 @@ class RolloutConfig(Strict):
             or self.noise.relative_std > 0
             or self.weights_from is not None
         )
+
+
+class RolloutOnProbes(Strict):
+    """The fields of a kind that measures one rollout config on the probe set against the reference (`measure`,
+    `sensitivity`): the pair, its probe set, sampling, the reference, the candidate. Each kind narrows `kind` to its
+    own name and adds its fields after these (the order a resolved config is written in)."""
+
+    kind: str | None = None  # optional: names the config kind (`validate` dispatches on it); each kind's Literal
+    pair: PairConfig
+    probe: ProbeConfig
+    sampling: SamplingConfig = SamplingConfig()
+    reference: ReferenceConfig = ReferenceConfig()
+    rollout: RolloutConfig  # the candidate: its engine and precision recipe

@@ -9,21 +9,15 @@ from typing import Literal
 
 from pydantic import Field
 
-from admitcheck.config.base import Strict
-from admitcheck.config.sections import PairConfig, ProbeConfig, ReferenceConfig, RolloutConfig, SamplingConfig
+from admitcheck.config.sections import RolloutOnProbes
 
 UnitKind = Literal["kv", "attn", "mlp"]
 
 
-class SensitivityConfig(Strict):
+class SensitivityConfig(RolloutOnProbes):
     """`admitcheck sensitivity`: per-unit mismatch of `recipe` on the probe set."""
 
-    kind: Literal["sensitivity"] | None = None  # optional: names the config kind (`validate` dispatches on it)
-    pair: PairConfig
-    probe: ProbeConfig
-    sampling: SamplingConfig = SamplingConfig()
-    reference: ReferenceConfig = ReferenceConfig()
-    rollout: RolloutConfig  # the whole recipe, e.g. FP8 weights + FP8 KV cache (a measure config's key)
+    kind: Literal["sensitivity"] | None = None  # `rollout`: the whole recipe, e.g. FP8 weights + FP8 KV cache
     units: list[UnitKind] = Field(["kv", "attn", "mlp"], min_length=1)
     layers: list[int] | None = None  # decoder layers to test; default all
     full_logprobs: bool = False  # also kl_exact per unit; costs (B, T, V) memory

@@ -215,8 +215,21 @@ def logged_quantity(logs: LoggedLogprobs) -> LoggedQuantity:
     )
 
 
-def protocol_differences(quantity: LoggedQuantity, protocol: dict[str, Any], *, step: int | None = None) -> list[str]:
-    """How the logged quantity differs from a budget's measurement protocol (the artifact's `protocol` as stored:
+@dataclass(frozen=True)
+class StoredProtocol:
+    """A budget's measurement protocol as its artifact stores it (`schema.Protocol.stored`), the parts logged
+    log-probs are compared with: a key the artifact does not store is None (`x` absent means "start")."""
+
+    x: str | None = "start"  # the weights the budget's mismatch is measured at: start or run
+    num_prompts: int | None = None  # probe.num_prompts
+    max_new_tokens: int | None = None  # probe.max_new_tokens
+    temperature: float | None = None  # sampling.*
+    top_p: float | None = None
+    top_k: int | None = None
+
+
+def protocol_differences(quantity: LoggedQuantity, protocol: StoredProtocol, *, step: int | None = None) -> list[str]:
+    """How the logged quantity differs from a budget's measurement protocol (as its artifact stores it:
     start-weights probe, `probe.max_new_tokens`, sampling): each a sentence; empty when none is known to differ.
     `step` (the config's `logs.step`) must agree with the steps the rows say: a ConfigError otherwise."""
     steps = quantity.steps
@@ -226,23 +239,22 @@ def protocol_differences(quantity: LoggedQuantity, protocol: dict[str, Any], *, 
         )
     out = []
     at = step if step is not None else (max(steps) if steps else None)
-    if protocol.get("x", "start") == "start" and at:
+    if protocol.x == "start" and at:
         out.append(
             f"the logs are from training step {at}: their mismatch is the engine's against the trainer at θ_{at}, "
             "while the budget was fitted on the mismatch at the start weights (budget.x: start); the run-averaged "
             "budget, which is that quantity, is set beside it (logged.run_average)"
         )
-    cap = (protocol.get("probe") or {}).get("max_new_tokens")
+    cap = protocol.max_new_tokens
     if cap and quantity.tokens_per_sequence_max > cap:
         out.append(
             f"responses of up to {quantity.tokens_per_sequence_max} counted tokens (mean "
             f"{quantity.tokens_per_sequence_mean:.0f}), while the budget's probes stop at max_new_tokens {cap}: "
             "later positions can carry a different mismatch"
         )
-    want = protocol.get("sampling") or {}
-    for key, default in (("top_p", 1.0), ("top_k", 0)):
-        if key in quantity.sampling and quantity.sampling[key] != want.get(key, default):
-            out.append(f"sampled with {key} {quantity.sampling[key]}, the budget's protocol with {want.get(key)}")
+    for key, stored, default in (("top_p", protocol.top_p, 1.0), ("top_k", protocol.top_k, 0)):
+        if key in quantity.sampling and quantity.sampling[key] != (default if stored is None else stored):
+            out.append(f"sampled with {key} {quantity.sampling[key]}, the budget's protocol with {stored}")
     return out
 
 
@@ -305,13 +317,23 @@ def write_measurement_logs(path: str | Path, acc: Any) -> int:
     return write_logs(path, cat(acc.rollout_lp), cat(acc.reference_lp), cat(acc.masks) > 0)
 
 
-def fake_truncation_k3(rollout_logprobs: Any, trainer_logprobs: Any, mask: Any) -> dict[str, float]:
+@dataclass(frozen=True)
+class FakeTruncation:
+    """`fake_truncation_k3`: the one-sided part of a logged k3, nats/token, and the sign pattern that shows it."""
+
+    share_negative: float  # of the tokens with ℓ ≠ 0, those with ℓ < 0 (trainer below the rollout)
+    tokens_nonzero: float  # tokens with ℓ ≠ 0
+    k3: float  # token mean
+    fake_k3: float  # the mirror estimate of the one-sided part, floored at 0
+    mean_log_ratio: float  # mean ℓ
+
+
+def fake_truncation_k3(rollout_logprobs: Any, trainer_logprobs: Any, mask: Any) -> FakeTruncation:
     """How much of the k3 looks like a kept-set renormalisation the trainer did not replay (nats/token).
 
     With top-p/top-k, processed rollout log-probs are log μ = log p − log Z (Z ≤ 1, the kept mass), so a trainer that
     applies temperature only sees ℓ = log Z ≤ 0 on every token. Numeric noise is symmetric in sign to first order
     (k3 ≈ ℓ²/2), so the mirror estimate (Σ_{ℓ<0} k3 − Σ_{ℓ>0} k3)/n, floored at 0, is the one-sided (fake) part.
-    Returns share_negative (among ℓ ≠ 0), tokens_nonzero, k3, fake_k3, mean_log_ratio (mean ℓ).
     """
     mu, pi = _as_f64(rollout_logprobs), _as_f64(trainer_logprobs)  # (B, T)
     m = np.asarray(mask, dtype=bool) & np.isfinite(mu) & np.isfinite(pi)  # (B, T)
@@ -319,13 +341,13 @@ def fake_truncation_k3(rollout_logprobs: Any, trainer_logprobs: Any, mask: Any) 
     k3 = k3_terms(ell)  # (N,)
     n = max(ell.size, 1)
     nonzero = int(np.count_nonzero(ell))
-    return {
-        "share_negative": float((ell < 0).sum() / nonzero) if nonzero else 0.0,
-        "tokens_nonzero": float(nonzero),
-        "k3": float(k3.sum() / n),
-        "fake_k3": max(0.0, float((k3[ell < 0].sum() - k3[ell > 0].sum()) / n)),
-        "mean_log_ratio": float(ell.sum() / n),
-    }
+    return FakeTruncation(
+        share_negative=float((ell < 0).sum() / nonzero) if nonzero else 0.0,
+        tokens_nonzero=float(nonzero),
+        k3=float(k3.sum() / n),
+        fake_k3=max(0.0, float((k3[ell < 0].sum() - k3[ell > 0].sum()) / n)),
+        mean_log_ratio=float(ell.sum() / n),
+    )
 
 
 def _refuse_identical(mu: np.ndarray, pi: np.ndarray, mask: np.ndarray, file: str, field: str) -> None:
@@ -345,15 +367,15 @@ def _warnings(mu, pi, mask, fmt: str, rows: list, sampling: dict) -> list[str]:
     out = []
     s = fake_truncation_k3(mu, pi, mask)
     truncating = sampling.get("top_p", 1.0) < 1.0 or sampling.get("top_k", 0) > 0
-    signature = s["tokens_nonzero"] >= SIGNATURE_MIN_TOKENS and s["share_negative"] >= SIGNATURE_SHARE
+    signature = s.tokens_nonzero >= SIGNATURE_MIN_TOKENS and s.share_negative >= SIGNATURE_SHARE
     if signature or (truncating and fmt == "trl"):
         why = (
             f"top_p={sampling.get('top_p', 1.0)}, top_k={sampling.get('top_k', 0)} in the logs; " if truncating else ""
         )
         out.append(
             f"possible fake mismatch from top-p/top-k: {why}trainer log-probs are below the rollout's on "
-            f"{100 * s['share_negative']:.1f}% of {int(s['tokens_nonzero'])} differing tokens (mean ℓ "
-            f"{s['mean_log_ratio']:.3g}); about {s['fake_k3']:.3g} of the k3 {s['k3']:.3g} nats/token is one-sided, as "
+            f"{100 * s.share_negative:.1f}% of {int(s.tokens_nonzero)} differing tokens (mean ℓ "
+            f"{s.mean_log_ratio:.3g}); about {s.fake_k3:.3g} of the k3 {s.k3:.3g} nats/token is one-sided, as "
             "a rollout renormalised over the kept set scored by a trainer that applies temperature only gives "
             "(TRL recomputes with temperature only). Sample with top_p=1, top_k=0, or make the trainer apply "
             "the same kept set (docs/pipelines.md)"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from admitcheck import io
 from admitcheck.config import MeasureConfig, ProbeConfig, ReferenceConfig, RolloutConfig, SamplingConfig
 from admitcheck.errors import ConfigError
 from admitcheck.measurement.metrics import MismatchMetrics
+from admitcheck.measurement.prefix_shift_report import PrefixShiftReport
 from admitcheck.measurement.probe import ProbeRun, probe_batches
 from admitcheck.pairs.load import LoadedPair, PairTokens, check_devices, tokenize_prompts
 from admitcheck.rollout.floor import floor_rollout
@@ -91,11 +92,11 @@ class MismatchReport:
     probe: ProbeConfig
     reference: ReferenceConfig
     seconds_total: float
-    diagnostics: dict = field(default_factory=dict)  # {"prefix_shift": {...}} when asked for
+    prefix_shift: PrefixShiftReport | None = None  # `diagnostics: [prefix_shift]`: the diagnostic, when asked for
 
     def to_dict(self) -> dict:
         return {
-            "diagnostics": self.diagnostics,
+            "diagnostics": {"prefix_shift": self.prefix_shift.to_dict()} if self.prefix_shift is not None else {},
             "candidate": self.candidate.to_dict(),
             "floor": self.floor.to_dict() if self.floor else None,
             "sampling": self.sampling.model_dump(mode="json"),
@@ -169,14 +170,14 @@ def measure(
 
     candidate = measure_one("candidate", config.rollout)
     floor = measure_one("floor", floor_rollout(config.rollout, config.reference)) if config.floor else None
-    diagnostics = {}
+    shift = None
     if "prefix_shift" in config.diagnostics:
         from admitcheck.measurement.prefix_shift import load_prefix_shift_inputs, prefix_shift_for
 
         inputs = load_prefix_shift_inputs(config, config_file=config_file, pair=pair)
-        diagnostics["prefix_shift"] = prefix_shift_for(config, config_file=config_file, inputs=inputs).to_dict()
+        shift = prefix_shift_for(config, config_file=config_file, inputs=inputs)
     return MismatchReport(
-        candidate, floor, config.sampling, config.probe, config.reference, time.perf_counter() - t0, diagnostics
+        candidate, floor, config.sampling, config.probe, config.reference, time.perf_counter() - t0, shift
     )
 
 

@@ -6,7 +6,7 @@
     cand = HFEngine(student, noisy, eos_token_id=2, pad_token_id=0)
     rep = prefix_shift(ref, cand, teacher, prompt_ids, SamplingConfig(), seed=0, max_new_tokens=32)
     rep.diverged_share, rep.share_after_divergence, rep.prefix_gap, rep.prefix_gap_tis
-    rep.to_dict()                                                   # JSON-ready
+    rep.to_dict()                                                   # JSON-ready (`prefix_shift_report`)
 
 Coupled sampling: both engines draw token t of sequence b with the same uniform (`sampling.draw_uniforms`, inverse
 CDF), so their responses are identical until the mismatch moves a CDF boundary across a uniform. Reported:
@@ -25,55 +25,46 @@ Intervals: paired bootstrap over prompts (the sequences are the independent unit
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 import torch
 
 from admitcheck.config import ProbeConfig, SamplingConfig
+from admitcheck.measurement.prefix_shift_report import DivergenceQuantiles, PrefixShiftReport
 
 
 @dataclass(frozen=True)
-class PrefixShiftReport:
-    """Coupled-sampling prefix shift of a candidate engine against the reference-precision engine."""
+class _SequenceSums:
+    """Per-sequence sums of one batch (or of all, concatenated), each (num_sequences,): the terms of the report."""
 
-    num_sequences: int
-    num_tokens: int  # candidate response tokens
-    diverged_share: float  # sequences whose response differs anywhere
-    divergence_positions: list[int]  # first divergence position of each diverged sequence
-    divergence_quantiles: dict[str, float]  # p10, p50, p90 of those positions (nan when none diverged)
-    share_after_divergence: float  # candidate tokens at positions > first divergence / all candidate tokens
-    seq_log_ratio_mean: float  # mean over sequences of Σ_t ℓ_t, nats/sequence
-    seq_log_ratio_std: float
-    k3: float  # token-mean k3 of the candidate against π, nats/token (for scale)
-    tis_cap: float
-    teacher_ll_reference: float  # teacher log-likelihood per token of the reference engine's responses, nats
-    teacher_ll_candidate: float  # ... of the candidate's responses
-    token_gap: float  # teacher_ll_candidate − teacher_ll_reference, nats/token
-    token_gap_tis: float  # the same with candidate tokens reweighted by min(r_t, C): what TIS *can* correct
-    prefix_gap: float  # teacher log-lik per token of the prefixes h_t (t ≥ 1), candidate − reference
-    prefix_gap_tis: float  # the same reweighted by min(r_t, C): what TIS *cannot* correct (E[r_t | h_t] = 1)
-    prefix_gap_seq_is: float  # the same reweighted per sequence by exp(Σℓ) (self-normalised)
-    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)  # bootstrap 95%, for the gaps
-    seq_is_ess: float = float("nan")  # (Σw)²/(n Σw²) of the sequence weights, in (0, 1]
+    n: np.ndarray  # candidate response tokens
+    after: np.ndarray  # of them after the first divergence
+    ell: np.ndarray  # Σ_t ℓ_t, the sequence log-ratio
+    k3: np.ndarray
+    tok_ref: np.ndarray  # teacher log-lik of the reference engine's tokens
+    n_ref: np.ndarray  # the reference engine's response tokens
+    tok: np.ndarray  # teacher log-lik of the candidate's tokens
+    tok_w: np.ndarray  # ... weighted by the TIS weights
+    w: np.ndarray  # TIS weights
+    pre_ref: np.ndarray  # teacher log-lik per token of the reference engine's prefixes
+    n_pre_ref: np.ndarray  # its valid prefixes (t ≥ 1)
+    pre: np.ndarray  # ... of the candidate's prefixes
+    n_pre: np.ndarray
+    pre_w: np.ndarray  # ... weighted by the TIS weights
+    w_pre: np.ndarray  # TIS weights of the valid prefixes
 
-    @property
-    def tis_closes(self) -> float:
-        """Share of the prefix gap the per-token TIS reweighting closes (≈ 0: it leaves the gap in place)."""
-        return 1.0 - self.prefix_gap_tis / self.prefix_gap if self.prefix_gap else float("nan")
+    @classmethod
+    def of(cls, **sums: torch.Tensor) -> _SequenceSums:
+        return cls(**{k: v.double().numpy() for k, v in sums.items()})
 
-    @property
-    def tis_closes_token(self) -> float:
-        """Share of the token-level gap TIS closes (what a per-token correction can do)."""
-        return 1.0 - self.token_gap_tis / self.token_gap if self.token_gap else float("nan")
+    @classmethod
+    def concatenate(cls, parts: list[_SequenceSums]) -> _SequenceSums:
+        return cls(**{f.name: np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(cls)})
 
-    def to_dict(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k != "intervals"}
-        out["intervals"] = {k: [float(a), float(b)] for k, (a, b) in self.intervals.items()}
-        out["tis_closes"] = self.tis_closes
-        out["tis_closes_token"] = self.tis_closes_token
-        return out
+    def take(self, idx: np.ndarray) -> _SequenceSums:
+        return _SequenceSums(**{f.name: getattr(self, f.name)[idx] for f in fields(self)})
 
 
 def _first_divergence(
@@ -124,11 +115,7 @@ def prefix_shift(
     pi_model = reference_model if reference_model is not None else reference_engine.model
     plain = SamplingConfig()
     first: list[np.ndarray] = []
-    sums: dict[str, list[np.ndarray]] = {}  # per-sequence sums, one array per batch
-
-    def add(**kv: torch.Tensor) -> None:
-        for k, v in kv.items():
-            sums.setdefault(k, []).append(v.double().numpy())
+    sums: list[_SequenceSums] = []  # one per batch
 
     # The candidate side is the one probe loop (its kept set replayed by π); the reference engine draws the same
     # batches with the same seeds beside it (coupled sampling).
@@ -152,58 +139,60 @@ def prefix_shift(
         pos = torch.arange(m.shape[1]).unsqueeze(0)  # (1, T)
         dd = torch.from_numpy(d).unsqueeze(1)  # (B, 1)
         first.append(d)
-        add(
-            n=m.sum(1),
-            after=(m & (dd >= 0) & (pos > dd)).sum(1),
-            ell=ell.sum(1),
-            k3=(r - 1 - ell).masked_fill(~m, 0.0).sum(1),
-            tok_ref=t_ref.sum(1),
-            n_ref=ref.mask.sum(1),
-            tok=t_cand.sum(1),
-            tok_w=(t_cand * w).sum(1),
-            w=w.sum(1),
-            pre_ref=f_ref.sum(1),
-            np_ref=v_ref.sum(1),
-            pre=f_cand.sum(1),
-            np=v_cand.sum(1),
-            pre_w=(f_cand * w).sum(1),
-            wp=(w * v_cand).sum(1),
+        sums.append(
+            _SequenceSums.of(
+                n=m.sum(1),
+                after=(m & (dd >= 0) & (pos > dd)).sum(1),
+                ell=ell.sum(1),
+                k3=(r - 1 - ell).masked_fill(~m, 0.0).sum(1),
+                tok_ref=t_ref.sum(1),
+                n_ref=ref.mask.sum(1),
+                tok=t_cand.sum(1),
+                tok_w=(t_cand * w).sum(1),
+                w=w.sum(1),
+                pre_ref=f_ref.sum(1),
+                n_pre_ref=v_ref.sum(1),
+                pre=f_cand.sum(1),
+                n_pre=v_cand.sum(1),
+                pre_w=(f_cand * w).sum(1),
+                w_pre=(w * v_cand).sum(1),
+            )
         )
     d = np.concatenate(first)
-    S = {k: np.concatenate(v) for k, v in sums.items()}  # each (num_sequences,)
+    S = _SequenceSums.concatenate(sums)  # each (num_sequences,)
 
     def gaps(idx: np.ndarray) -> dict[str, float]:
-        s = {k: v[idx] for k, v in S.items()}
-        sw = np.exp(s["ell"] - s["ell"].max())  # sequence IS weights, stabilised
+        s = S.take(idx)
+        sw = np.exp(s.ell - s.ell.max())  # sequence IS weights, stabilised
         with np.errstate(all="ignore"):
-            base_tok, base_pre = s["tok_ref"].sum() / s["n_ref"].sum(), s["pre_ref"].sum() / s["np_ref"].sum()
+            base_tok, base_pre = s.tok_ref.sum() / s.n_ref.sum(), s.pre_ref.sum() / s.n_pre_ref.sum()
             return {
-                "token_gap": s["tok"].sum() / s["n"].sum() - base_tok,
-                "token_gap_tis": s["tok_w"].sum() / s["w"].sum() - base_tok,
-                "prefix_gap": s["pre"].sum() / s["np"].sum() - base_pre,
-                "prefix_gap_tis": s["pre_w"].sum() / s["wp"].sum() - base_pre,
-                "prefix_gap_seq_is": (sw * s["pre"]).sum() / (sw * s["np"]).sum() - base_pre,
+                "token_gap": s.tok.sum() / s.n.sum() - base_tok,
+                "token_gap_tis": s.tok_w.sum() / s.w.sum() - base_tok,
+                "prefix_gap": s.pre.sum() / s.n_pre.sum() - base_pre,
+                "prefix_gap_tis": s.pre_w.sum() / s.w_pre.sum() - base_pre,
+                "prefix_gap_seq_is": (sw * s.pre).sum() / (sw * s.n_pre).sum() - base_pre,
             }
 
     point = gaps(np.arange(d.size))
     intervals = {k: _bootstrap(lambda idx, k=k: gaps(idx)[k], d.size, bootstrap, seed) for k in point}
-    sw = np.exp(S["ell"] - S["ell"].max())
+    sw = np.exp(S.ell - S.ell.max())
     div = d[d >= 0]
     q = np.quantile(div, [0.1, 0.5, 0.9]) if div.size else [np.nan] * 3
-    n = S["n"].sum()
+    n = S.n.sum()
     return PrefixShiftReport(
         num_sequences=int(d.size),
         num_tokens=int(n),
         diverged_share=float((d >= 0).mean()),
         divergence_positions=div.astype(int).tolist(),
-        divergence_quantiles={"p10": float(q[0]), "p50": float(q[1]), "p90": float(q[2])},
-        share_after_divergence=float(S["after"].sum() / n),
-        seq_log_ratio_mean=float(S["ell"].mean()),
-        seq_log_ratio_std=float(S["ell"].std()),
-        k3=float(S["k3"].sum() / n),
+        divergence_quantiles=DivergenceQuantiles(p10=float(q[0]), p50=float(q[1]), p90=float(q[2])),
+        share_after_divergence=float(S.after.sum() / n),
+        seq_log_ratio_mean=float(S.ell.mean()),
+        seq_log_ratio_std=float(S.ell.std()),
+        k3=float(S.k3.sum() / n),
         tis_cap=tis_cap,
-        teacher_ll_reference=float(S["tok_ref"].sum() / S["n_ref"].sum()),
-        teacher_ll_candidate=float(S["tok"].sum() / n),
+        teacher_ll_reference=float(S.tok_ref.sum() / S.n_ref.sum()),
+        teacher_ll_candidate=float(S.tok.sum() / n),
         **{k: float(v) for k, v in point.items()},
         intervals=intervals,
         seq_is_ess=float(sw.sum() ** 2 / (sw.size * (sw**2).sum())),

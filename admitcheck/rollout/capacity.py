@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel, ConfigDict, model_serializer
+
 from admitcheck.io import text_config
 
 if TYPE_CHECKING:
@@ -223,7 +225,31 @@ def kv_capacity(
     )
 
 
-def capacity_summary(model_config: dict[str, Any], rollout: RolloutConfig, cap: CapacityConfig) -> dict[str, Any]:
+class CapacitySummary(BaseModel):
+    """What a verdict reports of `kv_capacity` for a rollout on the configured GPU (`capacity_summary`), and the KV
+    blocks the candidate's engine really allocated where it reports them (`engine_allocated`, absent when not)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ratio_vs_bf16: float | None  # KV tokens against plain BF16 at the same memory (None: read back from JSON's null)
+    kv_ratio_equal_memory: float | None
+    num_tokens: int
+    num_tokens_bf16: int
+    bytes_per_token: int
+    weight_bytes: int
+    fits: bool
+    gpu_memory_gib: float
+    engine_allocated: Any = None  # the engine's own allocation (vLLM), as it reports it
+
+    @model_serializer(mode="wrap")
+    def _without_unset_allocation(self, handler: Any) -> dict[str, Any]:
+        out = handler(self)
+        if self.engine_allocated is None:
+            out.pop("engine_allocated", None)
+        return out
+
+
+def capacity_summary(model_config: dict[str, Any], rollout: RolloutConfig, cap: CapacityConfig) -> CapacitySummary:
     """What a verdict reports of `kv_capacity` for a rollout on the configured GPU (`capacity:` of a screen)."""
     gib = 2**30
     c = kv_capacity(
@@ -233,13 +259,13 @@ def capacity_summary(model_config: dict[str, Any], rollout: RolloutConfig, cap: 
         cap.utilization,
         int(cap.activation_reserve_gib * gib),
     )
-    keys = (
-        "ratio_vs_bf16",
-        "kv_ratio_equal_memory",
-        "num_tokens",
-        "num_tokens_bf16",
-        "bytes_per_token",
-        "weight_bytes",
-        "fits",
+    return CapacitySummary(
+        ratio_vs_bf16=c.ratio_vs_bf16,
+        kv_ratio_equal_memory=c.kv_ratio_equal_memory,
+        num_tokens=c.num_tokens,
+        num_tokens_bf16=c.num_tokens_bf16,
+        bytes_per_token=c.bytes_per_token,
+        weight_bytes=c.weight_bytes,
+        fits=c.fits,
+        gpu_memory_gib=cap.gpu_memory_gib,
     )
-    return {k: getattr(c, k) for k in keys} | {"gpu_memory_gib": cap.gpu_memory_gib}

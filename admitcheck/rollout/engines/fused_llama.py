@@ -57,7 +57,9 @@ def _check_member_hooks(group: list[torch.nn.Module], what: str) -> None:
 
 def check_fusable(model: torch.nn.Module) -> None:
     """Raise ValueError unless `model` is a Llama causal LM the fused forward reproduces (no biases on the fused
-    projections, SDPA attention, every fused group with identical pre-hooks and no forward hooks)."""
+    projections, SDPA attention, every fused group with identical pre-hooks and no forward hooks, and no hook on a
+    module whose own forward the fused path does not call: the model, model.model, a decoder layer, its self_attn or
+    its mlp)."""
     cfg = model.config
     if cfg.model_type != "llama":
         raise ValueError(f"fused decode forward: Llama only (model_type {cfg.model_type!r})")
@@ -71,6 +73,14 @@ def check_fusable(model: torch.nn.Module) -> None:
             if any(m.bias is not None for m in group):
                 raise ValueError(f"layer {attn.layer_idx}: fused projections with biases are not supported")
             _check_member_hooks(group, f"layer {attn.layer_idx}")
+    bypassed = [("the model", model), ("model.model", model.model)] + [
+        (f"layer {i}{part and '.' + part}", getattr(layer, part) if part else layer)
+        for i, layer in enumerate(model.model.layers[: cfg.num_hidden_layers])
+        for part in ("", "self_attn", "mlp")
+    ]
+    for what, mod in bypassed:
+        if mod._forward_pre_hooks or mod._forward_hooks:
+            raise ValueError(f"fused decode forward: {what} carries a forward hook, which the fused path would skip")
 
 
 def _aliases(module: torch.nn.Module, names: tuple[str, ...], attr: str) -> bool:
