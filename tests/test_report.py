@@ -11,7 +11,7 @@ from rich.console import Console
 from admitcheck.admission.screen import ScreenReport, Verdict
 from admitcheck.formatting import fmt
 from admitcheck.report import to_json, to_junit_xml, to_markdown, verdict_table, write_reports
-from admitcheck.rollout.capacity import CapacitySummary
+from tests.test_sequential import CAPACITY
 
 
 def make_verdict(name: str, decision: str = "ADMIT", k3: float = 1e-3, marginal: bool = False, **kw) -> Verdict:
@@ -44,16 +44,7 @@ def make_verdict(name: str, decision: str = "ADMIT", k3: float = 1e-3, marginal:
         confidence_per_look=0.99375,
         metrics={"k3": k3, "k1": 0.0},
         metric_intervals={"k3": interval},
-        capacity=CapacitySummary(
-            ratio_vs_bf16=2.0,
-            kv_ratio_equal_memory=2.0,
-            num_tokens=2000,
-            num_tokens_bf16=1000,
-            bytes_per_token=64,
-            weight_bytes=10**6,
-            fits=True,
-            gpu_memory_gib=80.0,
-        ),
+        capacity=CAPACITY,
         seconds=1.5,
     )
     fields.update(kw)
