@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from admitcheck.calibration.ledger import line_kind, read_run  # noqa: E402
+from admitcheck.calibration.ledger import line_kind, read_run
 
 
 def summarise(path: Path, relative: float = 0.05) -> dict:
