@@ -185,7 +185,7 @@ def plan(config: PlanConfig, *, config_file: str | None = None) -> Plan:
     bench = io.read_json(config.bench) if config.bench is not None else None
     scale, unit = (config.step_seconds, "s") if config.step_seconds else (1.0, "baseline steps")
     warnings = []
-    every = (header.config or {}).get("eval", {}).get("every", 0)  # the run-relevant config as the ledger holds it
+    every = header.eval_every  # the run-relevant config as the calibration's ledger holds it
     if not every:
         warnings.append(
             "eval.every 0: each run has two evaluations (start and end), so steps-to-target is read off "

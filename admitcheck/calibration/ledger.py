@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from admitcheck import fingerprint, io
 from admitcheck.calibration.artifact import fingerprint_pair, prompt_hashes
@@ -45,6 +45,7 @@ class LedgerHeader:
     config: dict[str, Any] | None  # `run_relevant_config`
     functional: dict[str, Any] | None = None  # `metrics.Functional.to_dict`; None: the uncapped token mean
     names_functional: bool = False
+    eval_every: int = 0  # the runs' `eval.every` as `config` holds it (0: start and end only), typed
 
     def line(self) -> dict[str, Any]:
         """The header line as written."""
@@ -55,14 +56,29 @@ class LedgerHeader:
     def read(cls, line: dict[str, Any]) -> LedgerHeader:
         """A header line read back, of any ledger version: a key it lacks is None (the one reader of its format)."""
         names = "functional" in line
-        return cls(line.get("ledger_version"), line.get("pair"), line.get("config"), line.get("functional"), names)
+        every = _StoredRunConfig.model_validate(line.get("config") or {}).eval.every or 0
+        return cls(
+            line.get("ledger_version"), line.get("pair"), line.get("config"), line.get("functional"), names, every
+        )
+
+
+class _StoredEval(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    every: int | None = 0
+
+
+class _StoredRunConfig(BaseModel):
+    """The part of a header's run-relevant config read by attribute (the rest is compared as it is stored)."""
+
+    model_config = ConfigDict(extra="ignore")
+    eval: _StoredEval = _StoredEval()
 
 
 def ledger_header(config: CalibrateConfig) -> LedgerHeader:
     """The header a ledger of `config`'s runs starts with (a calibration's, and a backtest's of that calibration):
     the pair's fingerprints with its prompt sets, and every config field that changes a run."""
     pair = fingerprint_pair(config.pair) | {"prompts": prompt_hashes(config)}
-    return LedgerHeader(LEDGER_VERSION, pair, run_relevant_config(config))
+    return LedgerHeader(LEDGER_VERSION, pair, run_relevant_config(config), eval_every=config.eval.every)
 
 
 def run_relevant_config(config: CalibrateConfig) -> dict[str, Any]:
