@@ -32,6 +32,19 @@ def position_against(value: float, interval: tuple[float, float] | None) -> str:
     return "below" if value < interval[0] else "above" if value > interval[1] else "within"
 
 
+def against_run_budget(value: float, run: Any) -> dict[str, Any]:
+    """A point run-averaged x beside the run-averaged budget `run` (`budget.run_averaged`; None: the artifact has
+    none): the budget, its interval, where the point lies and its ratio, as `LoggedRunAverage` and
+    `trajectory.RunX` name them."""
+    interval = (float(run.interval[0]), float(run.interval[1])) if run is not None else None
+    return {
+        "budget": run.value if run is not None else None,
+        "budget_interval": interval,
+        "position": position_against(value, interval),
+        "ratio_to_budget": value / run.value if run is not None and run.value > 0 else None,
+    }
+
+
 @dataclass(frozen=True)
 class LoggedRunAverage:
     """A pipeline's logged mismatch per step set against the run-averaged budget (`budget.by_x["run"]`), which is
@@ -69,14 +82,4 @@ def logged_run_average(logs: Any, calibration: CalibrationArtifact) -> LoggedRun
             f"logged steps reach {steps[-1].step}, while the budget's x averages a calibration run's first {window} "
             "steps: mismatch can drift later in a run (admission.trajectory measures it at checkpoints)"
         )
-    interval = (float(run.interval[0]), float(run.interval[1])) if run is not None else None
-    return LoggedRunAverage(
-        steps=steps,
-        value=value,
-        budget=run.value if run is not None else None,
-        budget_interval=interval,
-        position=position_against(value, interval),
-        ratio_to_budget=value / run.value if run is not None and run.value > 0 else None,
-        run_window=window,
-        notes=notes,
-    )
+    return LoggedRunAverage(steps=steps, value=value, **against_run_budget(value, run), run_window=window, notes=notes)

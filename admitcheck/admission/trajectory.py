@@ -35,21 +35,17 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
 from admitcheck.admission.checkpoint import with_checkpoint
 from admitcheck.admission.inputs import read_screen_inputs
-from admitcheck.admission.run_x import position_against
+from admitcheck.admission.run_x import against_run_budget
 from admitcheck.admission.screen import screen
+from admitcheck.admission.screen_report import Section
 from admitcheck.calibration.levels import replicate_seed
 from admitcheck.config import CandidateConfig, ScreenConfig
 from admitcheck.errors import CalibrationError, ConfigError
 
 FRACTIONS = (0.0, 0.25, 0.5, 1.0)  # start, ¼, ½, end of the horizon
-
-
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class CheckpointMeasure(Section):
@@ -222,18 +218,10 @@ def screen_trajectory(
                     seconds=v.seconds,
                 )
         points.append(TrajectoryPoint(step=step, weights=str(saved[step]), candidates=measured))
-    run_budget = cal.budget.run_averaged
-    interval = tuple(run_budget.interval) if run_budget is not None else None
     run_x = {}
     for c in inputs.chosen:
         value = run_average(steps, [p.candidates[c.name].k3 for p in points], horizon, c.staleness or 0)
-        run_x[c.name] = RunX(
-            value=value,
-            budget=run_budget.value if run_budget is not None else None,
-            budget_interval=interval,
-            position=position_against(value, interval),
-            ratio_to_budget=value / run_budget.value if run_budget is not None and run_budget.value > 0 else None,
-        )
+        run_x[c.name] = RunX(value=value, **against_run_budget(value, cal.budget.run_averaged))
     return Trajectory(
         calibration=str(cal.path),
         horizon=horizon,
