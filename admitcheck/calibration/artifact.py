@@ -24,6 +24,7 @@ from admitcheck.calibration.schema import (
     CURVE_FORMS,
     SCHEMA_VERSION,
     CalibrationArtifact,
+    TrainingRecipe,
     protocol_keys,
 )
 from admitcheck.config import CalibrateConfig, PairConfig, ProbeConfig
@@ -138,5 +139,9 @@ def training_recipe_of(config: CalibrateConfig) -> dict[str, Any]:
     return {**train, "rollout": config.rollout.model_dump(mode="json"), "seed": config.seed}
 
 
-def training_recipe_core(recipe: dict[str, Any]) -> dict[str, Any]:
-    return {k: recipe.get(k) for k in TRAINING_RECIPE_KEYS} | {"rollout": recipe.get("rollout")}
+def training_recipe_core(recipe: TrainingRecipe) -> dict[str, Any]:
+    """The fields that define the recipe (`TRAINING_RECIPE_KEYS`, the base rollout) as set, each one unset as None,
+    so that a field an older artifact lacks differs from any value a config gives it."""
+    core = (*TRAINING_RECIPE_KEYS, "rollout")
+    given = recipe.model_dump(mode="json", include=set(core), exclude_unset=True)
+    return {k: given.get(k) for k in core}

@@ -236,12 +236,11 @@ def calibration_matches(config: CalibrateConfig, artifact: CalibrationArtifact |
     diffs = fingerprint.strict_differences(stored, present, prefix="pair.")
     if diffs:
         return False, str(diffs[0])
-    recipe = cal.recipe.model_dump(mode="json", exclude_unset=True)
-    theirs = (
-        cal.protocol.flat() | {"metric": cal.metric} | fingerprint.flatten({"recipe": training_recipe_core(recipe)})
-    )
+    theirs = cal.protocol.flat() | {"metric": cal.metric}
+    theirs |= fingerprint.flatten({"recipe": training_recipe_core(cal.recipe)})
     mine = protocol_keys(config.sampling, config.probe, config.reference) | {"metric": config.metric}
-    mine |= fingerprint.flatten({"recipe": training_recipe_core(training_recipe_of(config))})
+    recipe = TrainingRecipe.model_validate(training_recipe_of(config))
+    mine |= fingerprint.flatten({"recipe": training_recipe_core(recipe)})
     for key in sorted(set(mine) | set(theirs)):
         if mine.get(key) != theirs.get(key):
             return False, f"{key}: artifact has {theirs.get(key)!r}, config has {mine.get(key)!r}"
