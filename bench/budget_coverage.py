@@ -24,7 +24,9 @@ calibrations' mean level costs interpolated in log x and shifted along x (smollm
 `--x run` reads the same protocols in the run-averaged x (`budget.by_x.run`): the levels at their runs' mean in-run
 k3 over the first 20 steps and its spread between replicates (about a third of the start x's), the toy's configured
 grid scaled by the noise levels' median x_run / x_start. Per cell: coverage, P(B_lo > B), P(B_hi < B), how often
-the model was used, median hi/lo, mean runs. Must hold: coverage ≥ 0.93 and P(B_lo > B) ≤ 0.035 in every cell
+the model was used, median hi/lo, mean runs. Under `--x run` the estimator is the run-averaged budget's
+(`curve.estimate(local_model=True)`: the model refitted on the levels around B̂, as `fit.fit_runs` makes
+`budget.by_x.run`). Must hold: coverage ≥ 0.93 and P(B_lo > B) ≤ 0.035 in every cell
 with ≥ 200 sims.
 """
 
@@ -143,7 +145,8 @@ def protocols() -> dict[str, dict]:
         "b_range": "between the 2nd and 5th level",
     }
     # the SmolLM2 calibration continued past its shipped 21 runs by adaptive rounds to 45 (issue 38's run budget)
-    return {"toy": toy, "smollm2": smol, "smollm2_45": smol | {"max_runs": 45}}
+    out = {"toy": toy, "smollm2": smol, "smollm2_45": smol | {"max_runs": 45}}
+    return {k: v | {"x": X} for k, v in out.items()}  # the x travels with the protocol (a --jobs worker's X is not set)
 
 
 def true_cost(shape: str, tau: float, b: float, proto: dict):
@@ -232,7 +235,7 @@ def _one_cell(name: str, shape: str, sims: int, seed: int, proto: dict) -> dict:
             f, sd, g, proto["baseline_mean"], proto["baseline_sd"], tol, rng,
             replicates=proto["replicates"], factor=proto["factor"], max_runs=proto["max_runs"], x_cv=proto["x_cv"],
             n_boot=0, confidence=proto["confidence"], pairs_per_round=proto["pairs_per_round"],
-            seed_sd=proto["seed_sd"], x_real=proto.get("x_real", False),
+            seed_sd=proto["seed_sd"], x_real=proto.get("x_real", False), local_model=proto.get("x") == "run",
         )  # fmt: skip
         lo, hi = est.budget.interval
         cover += lo <= b <= hi

@@ -167,6 +167,7 @@ def simulate_protocol(
     seed_sd: float | None = None,
     x_real: bool = False,
     decide: tuple[float, ...] = (),
+    local_model: bool = False,
 ) -> tuple[Estimate, int]:
     """One synthetic calibration under the adaptive protocol (`calibrate`'s rounds and `plan_round`'s design,
     without the OPD runs): (the estimate, runs used). Runs, not paired costs, are simulated, with the structure the
@@ -176,9 +177,9 @@ def simulate_protocol(
     the baseline's e with noise_sd(xs[0])/√2; seed_sd None: what makes a baseline run's sd `baseline_sd`. A
     replicate's measured x ~ x·exp(x_cv·N): a measurement error of the level's x, or (`x_real`) the run's actual
     mismatch, at which its cost is then evaluated (the toy's runs: within a level, cost follows the run's own x,
-    correlation 0.45). `decide`: the candidates' mismatches the rounds decide (`levels.decide`). Stops as
-    `calibrate` does: precision reached, or the next round would pass `max_runs`; the estimate's bracket spends α
-    over the rounds looked at."""
+    correlation 0.45). `decide`: the candidates' mismatches the rounds decide (`levels.decide`). `local_model`: the
+    estimator's (`curve.estimate`; the run-averaged budget's). Stops as `calibrate` does: precision reached, or the
+    next round would pass `max_runs`; the estimate's bracket spends α over the rounds looked at."""
     xs = [float(x) for x in xs]
     e0 = noise_sd(xs[0]) / math.sqrt(2.0)
     s_sd = math.sqrt(max(baseline_sd**2 - e0**2, 0.0)) if seed_sd is None else float(seed_sd)
@@ -209,7 +210,8 @@ def simulate_protocol(
     rounds = 0
     while True:
         levels = [LevelData(n, tuple(data[n][0]), tuple(data[n][1])) for n in targets]
-        est = estimate(levels, base, tolerance, n_boot=n_boot, seed=seed, confidence=confidence, looks=rounds + 1)
+        est = estimate(levels, base, tolerance, n_boot=n_boot, seed=seed, confidence=confidence, looks=rounds + 1,
+                       local_model=local_model)  # fmt: skip
         counts = {n: len(data[n][1]) for n in targets}
         plan = plan_round(est, counts, factor, min_decisive, {n: float(np.mean(data[n][0])) for n in targets}, decide)
         new = [f"level-{len(targets) + j}" for j in range(len(plan.new_levels))]

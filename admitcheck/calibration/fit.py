@@ -7,8 +7,9 @@
 A run's paired cost is its quality minus the baseline's of the same replicate (same seed: common random numbers).
 x is the start-weights mismatch or the run-averaged one (`run_x`); with `levels.x: auto` the evidence picks it: the
 x under which the non-noise levels (staleness, rollout configs) fall closer to the curve of the noise levels
-(`one_scale_score`). The fit itself is `curve.estimate`'s. Records are never changed: every run's derived values
-are in its `schema.RunEntry`.
+(`one_scale_score`). The fit itself is `curve.estimate`'s; under the run-averaged x its model budget is the model
+refitted on the levels around B̂ (`curve.estimate`'s `local_model`: docs/calibration.md, "The run-averaged
+intervals"). Records are never changed: every run's derived values are in its `schema.RunEntry`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numpy as np
 from admitcheck.calibration.curve import OFFSET_SHARE, Estimate, LevelData, Tolerance, estimate, fit_levels
 from admitcheck.calibration.levels import Level
 from admitcheck.calibration.record import RunRecord
-from admitcheck.calibration.schema import BudgetUnderX, LackOfFitEntry, RunEntry
+from admitcheck.calibration.schema import RUN_X, BudgetUnderX, LackOfFitEntry, RunEntry
 from admitcheck.config import CalibrateConfig
 from admitcheck.errors import CalibrationError
 
@@ -177,7 +178,14 @@ def fit_runs(config: CalibrateConfig, levels: list[Level], placed: list[PlacedRu
     if not fitted_levels:
         raise CalibrationError("no fitted level: nothing to fit", field="levels")
     est = estimate(
-        fitted_levels, base, tol, n_boot=config.bootstrap, seed=config.seed, confidence=config.confidence, looks=looks
+        fitted_levels,
+        base,
+        tol,
+        n_boot=config.bootstrap,
+        seed=config.seed,
+        confidence=config.confidence,
+        looks=looks,
+        local_model=which == RUN_X,
     )
     alt = {}
     for w in choices:  # the budget under each x, for the report
@@ -192,6 +200,7 @@ def fit_runs(config: CalibrateConfig, levels: list[Level], placed: list[PlacedRu
                 seed=config.seed,
                 confidence=config.confidence,
                 looks=looks,
+                local_model=w == RUN_X,
             )
         )
         alt[w] = budget_under_x(e, scores[w].to_dict() if scores[w] is not None else None)

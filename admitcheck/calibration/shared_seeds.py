@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from admitcheck.calibration.curve import OFFSET_SHARE, LevelData, Tolerance, budget_of, estimate, fit_levels
-from admitcheck.calibration.schema import CalibrationArtifact
+from admitcheck.calibration.schema import RUN_X, CalibrationArtifact
 from admitcheck.errors import AdmitcheckError
 
 MIN_SHARED_SEEDS = 3  # fewer shared training seeds: no correlation worth estimating, the independent interval
@@ -56,6 +56,7 @@ class SeedRuns:
     confidence: float
     looks: int
     method: str
+    local_model: bool = False  # the budget is in the run-averaged x: its model is refitted locally (`curve.estimate`)
 
     @property
     def seeds(self) -> frozenset[int]:
@@ -69,7 +70,8 @@ class SeedRuns:
             if kept:
                 levels.append(LevelData(lv.name, *(tuple(v) for v in zip(*kept))))
         base = {k: v for k, v in self.baseline.items() if k != seed}
-        return SeedRuns(tuple(levels), base, self.tolerance, self.confidence, self.looks, self.method)
+        return SeedRuns(tuple(levels), base, self.tolerance, self.confidence, self.looks, self.method,
+                        self.local_model)  # fmt: skip
 
     def point(self) -> float:
         """The budget's point estimator on these runs (nats/token): the model's B̂ or the isotonic crossing."""
@@ -79,7 +81,7 @@ class SeedRuns:
                              [len(lv.x) for lv in self.levels], OFFSET_SHARE * tau)  # fmt: skip
             return float(budget_of(fit, tau)[0])
         est = estimate(list(self.levels), dict(self.baseline), self.tolerance, n_boot=0,
-                       confidence=self.confidence, looks=self.looks)  # fmt: skip
+                       confidence=self.confidence, looks=self.looks, local_model=self.local_model)  # fmt: skip
         return est.model.value if est.model is not None else math.nan
 
 
@@ -142,4 +144,4 @@ def seed_runs(placed: list[Any], cal: CalibrationArtifact, window: int, tol: Tol
         by.setdefault(p.level.name, []).append((run_x(p.record, cal.budget.x, window), p.record.quality - base[s], s))
     levels = tuple(LevelData(n, *(tuple(c) for c in zip(*v))) for n, v in by.items())
     looks = (cal.budget.protocol.rounds if cal.budget.protocol is not None else 0) + 1
-    return SeedRuns(levels, base, tol, confidence, looks, cal.budget.method or "bracket")
+    return SeedRuns(levels, base, tol, confidence, looks, cal.budget.method or "bracket", cal.budget.x == RUN_X)
