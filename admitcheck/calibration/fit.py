@@ -174,35 +174,18 @@ def fit_runs(config: CalibrateConfig, levels: list[Level], placed: list[PlacedRu
     else:
         which = "start"
         reason = "no non-noise level to compare sources with: the start-weights x (what screens measure)"
+
+    def under(w: str, data: list) -> Estimate:  # the budget fitted under x = w (the run x's model refitted near B̂)
+        return estimate(data, base, tol, n_boot=config.bootstrap, seed=config.seed, confidence=config.confidence,
+                        looks=looks, local_model=w == RUN_X)  # fmt: skip
+
     fitted_levels = _level_data(config, levels, placed, costs, which, lambda lv: lv.fit)
     if not fitted_levels:
         raise CalibrationError("no fitted level: nothing to fit", field="levels")
-    est = estimate(
-        fitted_levels,
-        base,
-        tol,
-        n_boot=config.bootstrap,
-        seed=config.seed,
-        confidence=config.confidence,
-        looks=looks,
-        local_model=which == RUN_X,
-    )
+    est = under(which, fitted_levels)
     alt = {}
     for w in choices:  # the budget under each x, for the report
-        e = (
-            est
-            if w == which
-            else estimate(
-                _level_data(config, levels, placed, costs, w, lambda lv: lv.fit),
-                base,
-                tol,
-                n_boot=config.bootstrap,
-                seed=config.seed,
-                confidence=config.confidence,
-                looks=looks,
-                local_model=w == RUN_X,
-            )
-        )
+        e = est if w == which else under(w, _level_data(config, levels, placed, costs, w, lambda lv: lv.fit))
         alt[w] = budget_under_x(e, scores[w].to_dict() if scores[w] is not None else None)
     entries = tuple(_entry(config, p, c, which, est, has_run=not missing) for p, c in zip(placed, costs))
     return Fit(est, which, reason, alt, {"run": missing} if missing else {}, base, entries)
