@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -70,8 +70,7 @@ class SeedRuns:
             if kept:
                 levels.append(LevelData(lv.name, *(tuple(v) for v in zip(*kept))))
         base = {k: v for k, v in self.baseline.items() if k != seed}
-        return SeedRuns(tuple(levels), base, self.tolerance, self.confidence, self.looks, self.method,
-                        self.local_model)  # fmt: skip
+        return replace(self, levels=tuple(levels), baseline=base)
 
     def point(self) -> float:
         """The budget's point estimator on these runs (nats/token): the model's B̂ or the isotonic crossing."""
