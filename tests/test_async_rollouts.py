@@ -84,9 +84,10 @@ class RecordingEngine:
 
 def _run(tiny, mode: str, k: int, *, loss: str = "pg", rollout: RolloutConfig = NOISE, steps: int = 4,
          stop_after: int | None = None, redraw_noise: bool = True, device: str = "cpu",
-         engine_wrap=RecordingEngine):  # fmt: skip
+         engine_wrap=RecordingEngine, defer: bool = False, ema: float | None = None, events: list | None = None):  # fmt: skip
     extra = {"grpo": {"group_size": 4}} if loss == "grpo" else {}
-    cfg = TrainConfig(prompts="-", steps=steps, batch_size=8, max_new_tokens=6, loss=loss, rollouts=mode, **extra)
+    cfg = TrainConfig(prompts="-", steps=steps, batch_size=8, max_new_tokens=6, loss=loss, rollouts=mode, ema=ema,
+                      **extra)  # fmt: skip
     student = opd.cast_parameters(copy.deepcopy(tiny["student"]), "float32").to(device)
     teacher = tiny["teacher"].to(device)
     tokens = tiny["tokens"]
@@ -95,12 +96,20 @@ def _run(tiny, mode: str, k: int, *, loss: str = "pg", rollout: RolloutConfig = 
         teacher, tiny["eval_ids"], tiny["answers"], EvalConfig(prompts="-", max_new_tokens=6), tokens,
         SamplingConfig(), execution=rollout,
     )  # fmt: skip
-    states = []
+    states, events = [], events if events is not None else []
+
+    def on_step(i, m):
+        states.append({n: v.detach().cpu().clone() for n, v in m.state_dict().items()})
+        events.append(("step", i, len(worker_threads())))
+
+    def evaluate(m, step):
+        events.append(("eval", step, len(worker_threads())))
+        return evaluator(m, step)
+
     torch.manual_seed(123)
     result = opd.train(
-        student, None if loss == "grpo" else teacher, engine, tiny["train_ids"], cfg, evaluator, eval_every=1,
-        staleness=k, seed=7, stop_after=stop_after, redraw_noise=redraw_noise,
-        on_step=lambda i, m: states.append({n: v.detach().cpu().clone() for n, v in m.state_dict().items()}),
+        student, None if loss == "grpo" else teacher, engine, tiny["train_ids"], cfg, evaluate, eval_every=1,
+        staleness=k, seed=7, stop_after=stop_after, redraw_noise=redraw_noise, on_step=on_step, defer_evals=defer,
     )  # fmt: skip
     rng = torch.get_rng_state()
     final_engine = {n: v.detach().cpu().clone() for n, v in engine.inner.model.state_dict().items()}
@@ -148,6 +157,27 @@ def test_async_rollouts_are_bit_identical_to_the_simulated_staleness(tiny, case)
     assert sync["engine"].threads == {threading.main_thread().name}
     steps = min(kw.get("steps", 4), kw.get("stop_after") or 99)
     assert len(real["engine"].syncs) == steps and not worker_threads()
+
+
+@pytest.mark.parametrize("case", ["k2-async", "k0", "k1-ema", "k2-grpo-stop-after"])
+def test_deferred_evaluations_are_the_inline_ones_and_run_after_the_last_step(tiny, case) -> None:
+    kw = {"k2-async": {"mode": "async", "k": 2}, "k0": {"mode": "sync", "k": 0},
+          "k1-ema": {"mode": "async", "k": 1, "ema": 0.9},
+          "k2-grpo-stop-after": {"mode": "async", "k": 2, "loss": "grpo", "steps": 6, "stop_after": 3}}[case]  # fmt: skip
+    inline_events, deferred_events = [], []
+    inline = _run(tiny, **kw, events=inline_events)
+    deferred = _run(tiny, **kw, defer=True, events=deferred_events)
+    assert_bit_identical(inline, deferred)  # the same steps, evals, final weights and RNG state
+    steps = len(inline["result"].steps)
+    assert [e[1] for e in inline_events if e[0] == "eval"] == list(range(steps + 1))  # eval_every 1: each step
+    # inline: step i's evaluation right after step i (while an async run's thread samples ahead); deferred: step 0's
+    # before the first step, the rest after the last one, with the rollouts' thread joined
+    assert inline_events[1:3] == [("step", 1, inline_events[1][2]), ("eval", 1, inline_events[2][2])]
+    assert deferred_events[0][:2] == ("eval", 0)
+    assert [e[0] for e in deferred_events[1 : steps + 1]] == ["step"] * steps
+    assert deferred_events[steps + 1 :] == [("eval", i, 0) for i in range(1, steps + 1)]
+    if kw["mode"] == "async" and kw["k"]:
+        assert any(e[2] for e in inline_events if e[0] == "eval" and e[1])  # inline: evaluated beside the sampling
 
 
 def test_async_at_staleness_zero_is_the_synchronous_loop(tiny) -> None:
@@ -239,6 +269,10 @@ def test_the_switch_is_validated_and_never_dumped() -> None:
     assert "rollouts" not in real.model_dump(mode="json")["train"]
     with pytest.raises(ValueError, match="rollouts"):
         TrainConfig(prompts="p.jsonl", rollouts="overlap")
+    deferred = CalibrateConfig.model_validate({**data, "eval": {**data["eval"], "deferred": True}})  # eval.deferred
+    assert deferred.eval.deferred and deferred.model_dump(mode="json") == sync.model_dump(mode="json")
+    with pytest.raises(ValueError, match="deferred"):
+        EvalConfig(prompts="p.jsonl", deferred="later")
 
 
 # ------------------------------------------------------------------------------------------------ CUDA

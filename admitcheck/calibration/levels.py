@@ -346,6 +346,7 @@ def run_one(
                 staleness=level.staleness,
                 seed=seed,
                 redraw_noise=not level.systematic,
+                defer_evals=config.eval.deferred,
             )
         finally:
             if keep is None:

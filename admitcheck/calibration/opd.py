@@ -105,6 +105,7 @@ def train(
     on_step: StepHook | None = None,
     stop_after: int | None = None,
     redraw_noise: bool = True,
+    defer_evals: bool = False,
 ) -> OPDResult:
     """Run `cfg.steps` steps of the objective `cfg.loss` names on `student` in place (see the module docstring);
     quality at 0, every `eval_every`, and the end. `teacher` may be None for GRPO (its reward needs none).
@@ -115,7 +116,9 @@ def train(
     keeps the engine's step-0 noise draw for the whole run (systematic, like FP8 rounding: the same direction at
     every sync, scaled to the current weights) instead of a fresh draw after every sync. `cfg.rollouts: async` with
     `staleness` ≥ 1 samples ahead on a background thread (the same run); an exception there is raised here, and the
-    thread is joined on every way out.
+    thread is joined on every way out. `defer_evals`: the evaluations after step 0 score snapshots of the weights
+    once the last step has run (the same values: an evaluation is a pure function of the weights), so none runs
+    while rollouts sample ahead and the steps' timings are the training's alone (`eval.deferred`).
     """
     objective = objective_for(cfg, teacher, prompt_ids)
     sampling = SamplingConfig(temperature=cfg.temperature, coupling=cfg.sampling_coupling)
@@ -145,6 +148,7 @@ def train(
     if staleness and not overlap:
         history.append(_snapshot(student))
     evals = [evaluator(student, 0)] if evaluator else []
+    pending: list[tuple[int, dict[str, torch.Tensor]]] = []  # defer_evals: (step, weights) to evaluate at the end
     averaged = EMAWeights(student, cfg.ema) if cfg.ema is not None else None  # evaluated instead of the last iterate
     logs: list[StepLog] = []
     background = BackgroundRollouts(engine) if overlap else None
@@ -194,12 +198,22 @@ def train(
                 on_step(step + 1, student)
             due = (eval_every and (step + 1) % eval_every == 0) or step + 1 == cfg.steps
             if evaluator and due:
-                evals.append(evaluator(averaged.model if averaged is not None else student, step + 1))
+                scored = averaged.model if averaged is not None else student
+                if defer_evals:
+                    pending.append((step + 1, _snapshot(scored)))
+                else:
+                    evals.append(evaluator(scored, step + 1))
         if background is not None:
             background.result()  # the last sync: the engine ends holding what the synchronous loop leaves in it
     finally:
         if background is not None:
             background.close()  # queued jobs cancelled, the running one finished, the thread joined
+    if pending:  # after the last step and the rollouts' thread: off the steps' clock
+        scratch = copy.deepcopy(averaged.model if averaged is not None else student)
+        for step_done, state in pending:
+            scratch.load_state_dict(state)
+            evals.append(evaluator(scratch, step_done))
+        del scratch
     return OPDResult(logs, evals)
 
 

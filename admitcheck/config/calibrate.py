@@ -99,6 +99,10 @@ class EvalConfig(Strict):
     every: int = Field(0, ge=0)  # also evaluate every N steps (0 = only start and end)
     seed: int = 12345  # eval sampling seed, the same for every run
     sampling_coupling: Literal["inverse_cdf", "gumbel"] = "inverse_cdf"  # issue 36; left out of dumps at default
+    # When (not what) the every-N evaluations run: true scores snapshots of the weights after the run's last step, so
+    # no evaluation runs while asynchronous rollouts sample ahead and the steps' seconds are the training's alone
+    # (time-to-quality, docs/plan.md). The same values either way. Never dumped, like train.rollouts.
+    deferred: bool = Field(False, exclude=True)
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: Any) -> dict[str, Any]:
