@@ -15,6 +15,7 @@
 #   last:   bash bench/smollm2_campaign.sh stop            # SIGTERM every detached session, then collect
 #   bash bench/smollm2_campaign.sh status                  # one line per campaign, at once (calibrate --status)
 #   BENCH=bench_x bash bench/smollm2_campaign.sh bench ARGS  # bench/gpu_smollm2.py ARGS detached ($RUN/bench_x.json)
+#   bash bench/smollm2_campaign.sh ttq                     # issue 40's time-to-quality bench, detached ($RUN/ttq)
 #   bash bench/smollm2_campaign.sh calibrate 530 10        # the old stage: start with JOBS=10, then poll 530
 #   bash bench/smollm2_campaign.sh screen 400              # screens of the FP8 candidates (attached, time-limited)
 #
@@ -22,7 +23,7 @@
 # each keeps the pair and engines for all its runs: default 5), PY (python3), RUN (pid files and logs:
 # reports/smollm2), OUT. On CPU, with the toy pair, tests/test_campaign_detached.py drives this same script.
 set -uo pipefail
-stage=${1:?stage: stash0 | pair | remeasure | mps | mps_off | queue | start | poll SECONDS | status | stop | collect | screen SECONDS}
+stage=${1:?stage: stash0 | pair | remeasure | mps | mps_off | queue | ttq | start | poll SECONDS | status | stop | collect | screen SECONDS}
 OUT=${OUT:-/tmp/out}
 PY=${PY:-python3}
 RUN=${RUN:-reports/smollm2}
@@ -168,6 +169,16 @@ PY
         --jobs 8 --work /tmp/noise_smollm2 --out '$RUN/noise_smollm2.json' > '$RUN/noise.log' 2>&1"
     exit 0
     ;;
+  ttq)  # issue 40: time-to-quality measured vs plan's prediction (bench/time_to_quality.py), detached and resumable:
+    # the ledgers live in $RUN/ttq (collected with the rest); a committed bench/ttq/*.ledger.jsonl seeds them on a new
+    # machine. TTQ_JOBS=1 times each run alone (the GPU to itself: run nothing else beside it).
+    mkdir -p "$RUN/ttq"
+    for f in bench/ttq/*.ledger.jsonl; do [ -e "$f" ] && [ ! -e "$RUN/ttq/$(basename "$f")" ] && cp "$f" "$RUN/ttq/"; done
+    detach ttq "$PY bench/time_to_quality.py --config examples/smollm2_calibrate.yaml --plan bench/ttq/smollm2_plan.yaml \
+      --every ${TTQ_EVERY:-5} --replicates ${TTQ_REPLICATES:-3} --jobs ${TTQ_JOBS:-1} \
+      --ledger '$RUN/ttq/smollm2.ttq.ledger.jsonl' --out '$RUN/time_to_quality.json' > '$RUN/ttq.log' 2>&1"
+    exit 0
+    ;;
   bench)  # bench/gpu_smollm2.py with the given arguments, detached; its JSON goes to $RUN/$BENCH.json
     shift
     n=${BENCH:-bench}
@@ -182,7 +193,7 @@ PY
     limit=${2:-540}; t0=$(date +%s)
     while :; do
       status
-      for f in "$RUN"/queue.log "$RUN"/remeasure_*.log "$RUN"/bench*.log "$RUN"/noise.log; do  # detached benches
+      for f in "$RUN"/queue.log "$RUN"/remeasure_*.log "$RUN"/bench*.log "$RUN"/noise.log "$RUN"/ttq.log; do
         [ -e "$f" ] || continue; b=$(basename "$f" .log)
         echo "== $b: $(alive "$b" && echo running || echo stopped)"; tail -n 2 "$f" | cut -c1-300
       done
