@@ -22,12 +22,14 @@ What is measured, per candidate of the plan config that names runnable runs (`st
   interval, and the mean time-to-quality in seconds.
 
 What is predicted: `plan` on the plan config (the calibration's ledgers: nothing of these runs' outcomes), with its
-`rollout_share` and `step_seconds` from a short pilot when the config leaves them out: --pilot-runs baseline runs of
---pilot-steps steps (a shortened recipe, one evaluation each, seeds not the measured ones) in a ledger of their own;
-their phases' shares give f and their seconds per step the unit. A runnable candidate without a `mismatch` gets the
-mean of its runs' start-weights probes (each run measures its x before it trains, as `screen` does). The
-comparison: measured / predicted − 1 for the time-to-quality and the speed-up, and whether each is within ±15%
-(issue 40's must-hold); the step-time ratio and the steps efficiency likewise, to tell which part of a miss is whose.
+`rollout_share` and `step_seconds` from a short pilot when the config leaves them out: --pilot-runs baseline seeds
+(not the measured ones), each run for P = --pilot-steps and for 2P steps (a shortened recipe, one cheap evaluation),
+in ledgers of their own; the per-phase seconds of the P steps between (2P run minus P run: the first steps'
+one-time costs, e.g. CUDA graph capture, cancel) give f and the seconds per step. A runnable candidate without a
+`mismatch` gets the mean of its runs' start-weights probes (each run measures its x before it trains, as `screen`
+does). The comparison: measured / predicted − 1 for the time-to-quality and the speed-up, and whether each is
+within ±15% (issue 40's must-hold); the step-time ratio and the steps efficiency likewise, to tell which part of a
+miss is whose.
 
 Caveats the JSON repeats: the hf engine emulates FP8 / INT8 formats' numerics (its rollouts do not run FP8 kernels),
 so a `rollout:` candidate's measured wall time is the emulation's (`wall_time: emulated`) — its learning (steps
@@ -100,6 +102,30 @@ def pilot_config(config: CalibrateConfig, steps: int) -> CalibrateConfig:
     })  # fmt: skip
 
 
+def run_pilot(config: CalibrateConfig, config_file: str, ledger: Path, steps: int, runs: int, jobs: int) -> dict:
+    """The baseline's steady-state step: each pilot seed run for `steps` and for 2 × `steps` steps (the same first
+    steps: one seed, one data order), the per-phase seconds of the difference over the `steps` steps between — the
+    first steps' one-time costs (CUDA graph capture, allocator warm-up, caches) cancel."""
+    seeds = [replicate_seed(config.seed, 1000 + r) for r in range(runs)]  # not the measured seeds
+    phases: list[dict[str, float]] = []
+    recs = {}
+    for n in (steps, 2 * steps):
+        path = ledger.with_name(ledger.name.replace(".ledger.jsonl", f".pilot{n}.ledger.jsonl"))
+        pc = run_campaign(pilot_config(config, n), config_file, path, [(BASELINE, s) for s in seeds], jobs)
+        recs[n] = [pc.record(BASELINE, s) for s in seeds]
+    for short, long in zip(recs[steps], recs[2 * steps]):
+        phases.append({k: (long.seconds_by_phase.get(k, 0.0) - v) / steps for k, v in short.seconds_by_phase.items()})
+    per_step = [sum(p.values()) for p in phases]
+    return {
+        "steps": [steps, 2 * steps],
+        "runs": len(seeds),
+        "seconds_per_step": statistics.mean(per_step),
+        "rollout_share": statistics.mean(p.get("rollout", 0.0) / t for p, t in zip(phases, per_step)),
+        "phase_seconds_per_step": phases,
+        "first_steps_seconds_per_step": statistics.mean(step_seconds(r) for r in recs[steps]),  # with the warm-up
+    }
+
+
 def step_seconds(rec: RunRecord) -> float:
     """The training's wall seconds per step (its steps' phases: no evaluation, setup or probe)."""
     return sum(rec.seconds_by_phase.values()) / rec.steps
@@ -150,8 +176,8 @@ def measure_arm(campaign: Campaign, level: Level, seeds: list[int], tau: float, 
         ratio.append(s_run / s_base)
         if t_base is None:  # the baseline's own last evaluation above its final + τ cannot happen (τ ≥ 0)
             continue
-        eff.append(t_base / t_run if t_run else 0.0)
-        speed.append(t_base * s_base / (t_run * s_run) if t_run else 0.0)
+        eff.append(0.0 if t_run is None else t_base / t_run)  # never reached: 0 (plan's convention); T > 0 always
+        speed.append(0.0 if t_run is None else t_base * s_base / (t_run * s_run))  # (step 0 is the start quality)
         if t_run is not None:
             ttq.append(t_run * s_run)
     reached = sum(p["steps_to_target"] is not None for p in pairs)
@@ -180,7 +206,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--replicates", type=int, default=3, help="replicate pairs per candidate (issue 40: >= 3)")
     ap.add_argument("--jobs", type=int, default=1, help="runs at once (1: each timed alone)")
     ap.add_argument("--ledger", required=True, type=Path, help="the measured runs' ledger (resumable)")
-    ap.add_argument("--pilot-steps", type=int, default=8, help="steps of each pilot run (0: no pilot)")
+    ap.add_argument("--pilot-steps", type=int, default=8, help="P: pilot runs of P and 2P steps (0: no pilot)")
     ap.add_argument("--pilot-runs", type=int, default=2, help="pilot baseline runs")
     ap.add_argument("--confidence", type=float, default=0.95)
     ap.add_argument("--out", type=Path, default=None)
@@ -200,14 +226,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     pilot = None
     if args.pilot_steps and (plan_cfg.rollout_share is None or plan_cfg.step_seconds is None):
-        pcfg = pilot_config(config, args.pilot_steps)
-        pledger = args.ledger.with_name(args.ledger.stem.replace(".ledger", "") + ".pilot.ledger.jsonl")
-        pseeds = [replicate_seed(config.seed, 1000 + r) for r in range(args.pilot_runs)]  # not the measured seeds
-        pc = run_campaign(pcfg, args.config, pledger, [(BASELINE, s) for s in pseeds], args.jobs)
-        recs = [pc.record(BASELINE, s) for s in pseeds]
-        pilot = {"steps": args.pilot_steps, "runs": len(recs), "ledger": str(pledger),
-                 "rollout_share": statistics.mean(rollout_share(r) for r in recs),
-                 "seconds_per_step": statistics.mean(step_seconds(r) for r in recs)}  # fmt: skip
+        pilot = run_pilot(config, args.config, args.ledger, args.pilot_steps, args.pilot_runs, args.jobs)
         update = {}
         if plan_cfg.rollout_share is None:
             update["rollout_share"] = pilot["rollout_share"]

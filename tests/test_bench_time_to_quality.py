@@ -46,7 +46,7 @@ def test_time_to_quality_bench_on_the_toy(tmp_path, toy_pair_dir) -> None:
     assert json.loads((tmp_path / "out.json").read_text())["candidates"].keys() == {"stale_1", "unrun"}
     runs = [json.loads(line) for line in ledger.read_text().splitlines() if json.loads(line).get("kind") == "run"]
     assert len(runs) == 4 and all([e[0] for e in r["evals"]] == [0, 2, 4, 6] for r in runs)
-    assert out["pilot"]["runs"] == 1 and out["plan_rollout_share"] == pytest.approx(out["pilot"]["rollout_share"])
+    assert out["pilot"]["runs"] == 1 and out["pilot"]["steps"] == [2, 4] and out["plan_rollout_share"] == pytest.approx(out["pilot"]["rollout_share"])
     assert out["candidates"]["unrun"]["runs"] is False and "measured" not in out["candidates"]["unrun"]
     stale = out["candidates"]["stale_1"]
     assert stale["wall_time"] == "real" and stale["level"]["staleness"] == 1
