@@ -151,7 +151,8 @@ PY
     rm -f "$RUN/mps.started"; echo "mps=off" >> "$RUN/mps.txt"; exit 0 ;;
   queue)  # one device session's GPU work, in order, detached (a call only polls it): the #37 figures (throughput of
     # kept workers over 30 runs with MPS and the theta0-evaluation cache; kept vs fresh vs the committed ledger,
-    # re-measured on an H200 in issue 35; decode/OPD step), then the #36 SmolLM2 noise decomposition (inverse-CDF only: the captured decoder has no Gumbel path, docs/noise.md;
+    # re-measured on an H200 in issue 35; decode/OPD step; #38's GPU screens of the FP8 candidates right after the
+    # throughput, examples/smollm2_screen.yaml), then the #36 SmolLM2 noise decomposition (inverse-CDF only: the captured decoder has no Gumbel path, docs/noise.md;
     # no EMA: the recipe's lr decays to 0). Each step's JSON
     # lands in $RUN; a step that fails does not stop the rest. QCORES=0-11 keeps the queue on those cores (toy work on
     # the rest: bench/toy_remake.sh).
@@ -160,6 +161,8 @@ PY
         --campaign-runs 30 --campaign-paths kept --jobs ${QJOBS:-10} --out '$RUN/bench_throughput_mps.json' \
         > '$RUN/bench_throughput_mps.log' 2>&1; echo throughput_mps rc=\$?; \
       bash '$0' mps_off; \
+      timeout -k 15 600 $PY -m admitcheck screen examples/smollm2_screen.yaml --json > '$RUN/screen.json' \
+        2> '$RUN/screen.log'; echo screen rc=\$?; \
       $PY bench/gpu_smollm2.py --pair smollm2 --device cuda --parts campaign --campaign-config examples/smollm2_calibrate.yaml \
         --campaign-ledger calibrations/smollm2.ledger.jsonl --campaign-runs 6 --campaign-paths kept,fresh --jobs 6 \
         --out '$RUN/bench_same.json' > '$RUN/bench_same.log' 2>&1; echo bench_same rc=\$?; \
@@ -193,7 +196,7 @@ PY
     limit=${2:-540}; t0=$(date +%s)
     while :; do
       status
-      for f in "$RUN"/queue.log "$RUN"/remeasure_*.log "$RUN"/bench*.log "$RUN"/noise.log "$RUN"/ttq.log; do
+      for f in "$RUN"/queue.log "$RUN"/remeasure_*.log "$RUN"/bench*.log "$RUN"/noise.log "$RUN"/ttq.log "$RUN"/screen.log; do
         [ -e "$f" ] || continue; b=$(basename "$f" .log)
         echo "== $b: $(alive "$b" && echo running || echo stopped)"; tail -n 2 "$f" | cut -c1-300
       done
