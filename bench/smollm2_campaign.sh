@@ -172,14 +172,13 @@ PY
         --jobs 8 --work /tmp/noise_smollm2 --out '$RUN/noise_smollm2.json' > '$RUN/noise.log' 2>&1"
     exit 0
     ;;
-  ttq)  # issue 40: time-to-quality measured vs plan's prediction (bench/time_to_quality.py), detached and resumable:
-    # the ledgers live in $RUN/ttq (collected with the rest); a committed bench/ttq/*.ledger.jsonl seeds them on a new
-    # machine. TTQ_JOBS=1 times each run alone (the GPU to itself: run nothing else beside it).
+  ttq)  # issue 40: time-to-quality measured vs plan's prediction (bench/time_to_quality.py), detached and resumable
+    # on this machine: the ledgers live in $RUN/ttq (collected with the rest; each call's machine and jobs beside
+    # them). TTQ_JOBS=1 times each run alone (the GPU to itself: run nothing else beside it).
     mkdir -p "$RUN/ttq"
-    for f in bench/ttq/*.ledger.jsonl; do [ -e "$f" ] && [ ! -e "$RUN/ttq/$(basename "$f")" ] && cp "$f" "$RUN/ttq/"; done
     detach ttq "$PY bench/time_to_quality.py --config examples/smollm2_calibrate.yaml --plan bench/ttq/smollm2_plan.yaml \
       --every ${TTQ_EVERY:-5} --replicates ${TTQ_REPLICATES:-3} --jobs ${TTQ_JOBS:-1} \
-      --ledger '$RUN/ttq/smollm2.ttq.ledger.jsonl' --out '$RUN/time_to_quality.json' > '$RUN/ttq.log' 2>&1"
+      --ledger '$RUN/ttq/smollm2.ttq.ledger.jsonl' --out '$RUN/time_to_quality.json'"
     exit 0
     ;;
   bench)  # bench/gpu_smollm2.py with the given arguments, detached; its JSON goes to $RUN/$BENCH.json

@@ -304,6 +304,25 @@ def test_async_rollouts_on_cuda_are_bit_identical_to_the_simulated_staleness(tin
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_deferred_evaluations_on_cuda_are_the_inline_ones(tiny) -> None:
+    """eval.deferred with the trainer, the engine and the snapshots on CUDA: the same steps and evals, bit for bit."""
+    import os
+
+    rollout = NOISE.model_copy(update={"device": "cuda", "compile": False})
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        inline = _run(tiny, "async", 1, rollout=rollout, device="cuda")
+        deferred = _run(tiny, "async", 1, rollout=rollout, device="cuda", defer=True)
+    finally:
+        torch.use_deterministic_algorithms(was)
+        tiny["teacher"].to("cpu")
+    assert_bit_identical(inline, deferred)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_the_cuda_engine_shares_no_tensor_with_a_cuda_trainer(tiny) -> None:
     student = copy.deepcopy(tiny["student"]).to("cuda")
     engine = HFEngine(student, RolloutConfig(dtype="float32", device="cuda"), eos_token_id=2, pad_token_id=0)

@@ -225,3 +225,28 @@ def test_kept_engines_on_cuda_match_fresh_ones_and_keep_their_graphs(toy_pair_di
         graphs = decoders
     assert graphs, "the engine captured no decode graph: the CUDA path was not taken"
     assert kept.gpu_utilization is not None
+
+
+@pytest.mark.slow
+def test_a_run_with_eval_deferred_is_the_same_record_with_its_evaluations_after_the_training(
+    toy_pair_dir, tmp_path, monkeypatch
+) -> None:
+    """`eval.deferred` reaches the training loop (`opd.train(defer_evals=True)`) and changes no recorded value."""
+    from admitcheck.calibration import levels, opd
+
+    config = small_config(toy_pair_dir, tmp_path / "toy.yaml")
+    config = config.model_copy(update={"eval": config.eval.model_copy(update={"every": 2})})
+    deferred_config = config.model_copy(update={"eval": config.eval.model_copy(update={"deferred": True})})
+    seen = []
+    train = opd.train
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("defer_evals"))
+        return train(*args, **kwargs)
+
+    monkeypatch.setattr(levels.opd, "train", spy)
+    ctx = load_context(config)
+    level = Level("stale-1", "staleness", staleness=1)
+    inline, deferred = run_one(ctx, config, level, 0), run_one(ctx, deferred_config, level, 0)
+    assert [s for s in seen if s is not None] == [False, True]  # None: the probe's stale student (its own steps)
+    assert measured(deferred) == measured(inline) and len(inline.evals) > 2

@@ -118,7 +118,8 @@ def train(
     `staleness` ≥ 1 samples ahead on a background thread (the same run); an exception there is raised here, and the
     thread is joined on every way out. `defer_evals`: the evaluations after step 0 score snapshots of the weights
     once the last step has run (the same values: an evaluation is a pure function of the weights), so none runs
-    while rollouts sample ahead and the steps' timings are the training's alone (`eval.deferred`).
+    while rollouts sample ahead and the steps' timings are the training's alone (`eval.deferred`). The snapshots
+    stay on the weights' device (one copy per evaluation until it is scored; the optimizer's state is dropped first).
     """
     objective = objective_for(cfg, teacher, prompt_ids)
     sampling = SamplingConfig(temperature=cfg.temperature, coupling=cfg.sampling_coupling)
@@ -209,9 +210,12 @@ def train(
         if background is not None:
             background.close()  # queued jobs cancelled, the running one finished, the thread joined
     if pending:  # after the last step and the rollouts' thread: off the steps' clock
+        opt.state.clear()  # the optimizer's moments are not needed again: their memory for the evaluations
         scratch = copy.deepcopy(averaged.model if averaged is not None else student)
-        for step_done, state in pending:
+        while pending:
+            step_done, state = pending.pop(0)  # each snapshot freed once scored
             scratch.load_state_dict(state)
+            del state
             evals.append(evaluator(scratch, step_done))
         del scratch
     return OPDResult(logs, evals)
