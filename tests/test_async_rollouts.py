@@ -84,7 +84,8 @@ class RecordingEngine:
 
 def _run(tiny, mode: str, k: int, *, loss: str = "pg", rollout: RolloutConfig = NOISE, steps: int = 4,
          stop_after: int | None = None, redraw_noise: bool = True, device: str = "cpu",
-         engine_wrap=RecordingEngine, defer: bool = False, ema: float | None = None, events: list | None = None):  # fmt: skip
+         engine_wrap=RecordingEngine, defer: bool = False, ema: float | None = None,
+         events: list | None = None):  # fmt: skip
     extra = {"grpo": {"group_size": 4}} if loss == "grpo" else {}
     cfg = TrainConfig(prompts="-", steps=steps, batch_size=8, max_new_tokens=6, loss=loss, rollouts=mode, ema=ema,
                       **extra)  # fmt: skip
@@ -163,7 +164,8 @@ def test_async_rollouts_are_bit_identical_to_the_simulated_staleness(tiny, case)
 def test_deferred_evaluations_are_the_inline_ones_and_run_after_the_last_step(tiny, case) -> None:
     kw = {"k2-async": {"mode": "async", "k": 2}, "k0": {"mode": "sync", "k": 0},
           "k1-ema": {"mode": "async", "k": 1, "ema": 0.9},
-          "k2-grpo-stop-after": {"mode": "async", "k": 2, "loss": "grpo", "steps": 6, "stop_after": 3}}[case]  # fmt: skip
+          "k2-grpo-stop-after": {"mode": "async", "k": 2, "loss": "grpo", "steps": 6,
+                                 "stop_after": 3}}[case]  # fmt: skip
     inline_events, deferred_events = [], []
     inline = _run(tiny, **kw, events=inline_events)
     deferred = _run(tiny, **kw, defer=True, events=deferred_events)

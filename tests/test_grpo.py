@@ -9,6 +9,7 @@ The closed form is written out here token by token, independently of `grpo.gradi
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -255,3 +256,77 @@ def test_a_grpo_calibration_fits_the_task_error_with_cost_baseline_reward_minus_
         assert r.quality == pytest.approx(1.0 - r.accuracy)
         assert r.quality_cost == pytest.approx(base_reward - r.accuracy)
         assert r.reverse_kl > 0  # reported beside the task reward
+
+
+# ------------------------------------------------------------------------------------------------ answer_in_reply
+
+
+def test_answer_in_reply_is_the_whole_word_rule() -> None:
+    from admitcheck.pairs.answers import answer_in_reply
+
+    assert answer_in_reply("Paris", "The capital of France is Paris.") and answer_in_reply("-3", "It is -3.")
+    assert not answer_in_reply("6", "It has 16 letters.") and not answer_in_reply("3", "The answer is -3.")
+    assert answer_in_reply("2 3 1", "2 3 1 5")  # contained: what follows the answer is not read
+    assert not answer_in_reply("2 3 1", "2 3 15")
+
+
+def test_answer_reward_reads_each_prompts_answer_through_the_tokenizer() -> None:
+    from admitcheck.pairs.load import PairTokens
+
+    tok = toy.make_tokenizer()
+    tokens = PairTokens(tok, toy.EOS_ID, 0, len(toy.VOCAB))
+    rows = [{"prompt": "3 1 4 =", "answer": "4 1 3"}, {"prompt": "9 9 ="}, {"prompt": "5 6 =", "answer": "6 5"}]
+    cfg = TrainConfig(prompts="-", loss="grpo", grpo={"reward": "answer_in_reply"})
+    kept = grpo.task_rows(rows, cfg)
+    assert [r["prompt"] for r in kept] == ["3 1 4 =", "5 6 ="]  # the open prompt is not trained on
+    assert grpo.task_rows(rows, TrainConfig(prompts="-", loss="grpo")) == rows  # toy_reversal reads no answer
+    ids = [toy.encode_prompt(r["prompt"]) for r in kept]
+    task = grpo.task_of(kept, ids, tokens, cfg)
+    objective = grpo.GRPO(cfg.grpo, ids, task)
+    assert objective.reward(ids[0], [*_ids("413"), toy.EOS_ID]) == 1.0
+    assert objective.reward(ids[0], [*_ids("41"), toy.EOS_ID]) == 0.0
+    assert objective.reward(ids[1], [*_ids("65"), toy.EOS_ID, *_ids("1")]) == 1.0  # after <eos>: not read
+    with pytest.raises(ConfigError, match="answers"):  # no task: nothing to read the answers from
+        grpo.GRPO(cfg.grpo, ids, None)
+    with pytest.raises(ConfigError, match="prompt 1 has no 'answer'"):
+        grpo.GRPO(cfg.grpo, [ids[0], toy.encode_prompt("9 9 =")], task)
+    with pytest.raises(ConfigError, match="none has one"):
+        grpo.task_rows([{"prompt": "9 9 ="}], cfg)
+
+
+def test_an_answer_reward_needs_the_contains_accuracy_and_the_exact_one_the_toy_reward() -> None:
+    import yaml
+
+    from admitcheck.config import CalibrateConfig
+
+    data = yaml.safe_load((Path(__file__).resolve().parents[1] / "examples" / "toy_calibrate_rl.yaml").read_text())
+    rl = data["train"] | {"grpo": {**(data["train"].get("grpo") or {}), "reward": "answer_in_reply"}}
+    ok = CalibrateConfig.model_validate({**data, "train": rl, "eval": {**data["eval"], "accuracy": "contains"}})
+    assert ok.eval.accuracy == "contains" and ok.model_dump(mode="json")["eval"]["accuracy"] == "contains"
+    for train, accuracy in ((rl, "exact"), (data["train"], "contains")):
+        with pytest.raises(ValueError, match="held-out task reward must be the training's"):
+            CalibrateConfig.model_validate({**data, "train": train, "eval": {**data["eval"], "accuracy": accuracy}})
+    assert "accuracy" not in CalibrateConfig.model_validate(data).model_dump(mode="json")["eval"]  # old headers kept
+
+
+@pytest.mark.slow
+def test_an_answer_reward_calibration_run_and_its_staleness_probe_train_on_answered_prompts(tmp_path) -> None:
+    """run_one of an answer_in_reply recipe on the toy (its train prompts carry answers): the context keeps the
+    answered rows and their task, the run's accuracy is the contains rule's, and a staleness level's probe (the stale
+    student's own GRPO steps) reads the same task."""
+    import yaml
+
+    from admitcheck.calibration.levels import Level, load_context, run_one
+    from admitcheck.config import CalibrateConfig
+    from tests.test_workers import small_config
+
+    base = small_config(Path(__file__).resolve().parents[1] / "toy", tmp_path / "toy.yaml")
+    data = yaml.safe_load(yaml.safe_dump(base.model_dump(mode="json")))
+    data["train"] |= {"loss": "grpo", "batch_size": 16, "grpo": {"group_size": 4, "reward": "answer_in_reply"}}
+    data["eval"] |= {"accuracy": "contains"}
+    config = CalibrateConfig.model_validate(data)
+    ctx = load_context(config)
+    assert ctx.task is not None and len(ctx.task.answers) == len({tuple(p) for p in ctx.train_ids})
+    for level in (Level("baseline", "baseline"), Level("stale-1", "staleness", staleness=1)):
+        rec = run_one(ctx, config, level, 0)
+        assert rec.quality == pytest.approx(1.0 - rec.accuracy) and 0.0 <= rec.accuracy <= 1.0

@@ -338,6 +338,7 @@ NOT_OUTPUTS: dict[str, dict[str, str]] = {
     },
     "pairs/toy.py": {"splits": NAMED},
     "calibration/levels.py": {"r": INPUT, "ids": NAMED, "sets": NAMED, "clock": NAMED, "m.values": NAMED},
+    "calibration/grpo.py": {"r": INPUT},  # train prompt rows (their "answer": grpo.task_rows, task_of)
     # a pipeline's log rows (each format's columns), a bench's JSON results, Ray's node list
     # + sampling: the top_p / top_k the rows state (only those they state; presence is the information)
     "measurement/logs.py": {"obj": INPUT, "rec": INPUT, "rl": INPUT, "sampling": INPUT},

@@ -1,8 +1,8 @@
-"""Every YAML the repository ships under calibrations/, examples/ and bench/ (found recursively, so a file in a subfolder is
-covered too) loads with the loader its users call: a calibration artifact with `load_calibration`, a backtest report
-as the readers read it (`kind: backtest`, the calibration it names), a config with `io.load_config` and the schema
-of its kind. The schemas' round trip (written back byte for byte) is tested beside the artifact; here, that each
-file is read."""
+"""Every YAML the repository ships under calibrations/, examples/ and bench/ (found recursively, so a file in a
+subfolder is covered too) loads with the loader its users call: a calibration artifact with `load_calibration`, a
+backtest report as the readers read it (`kind: backtest`, the calibration it names), a config (examples/, bench/)
+with `io.load_config` and the schema of its kind. The schemas' round trip (written back byte for byte) is tested
+beside the artifact; here, that each file is read."""
 
 from __future__ import annotations
 

@@ -6,10 +6,11 @@ stale = stale_reference(calibration, screen_config, 2, LoadedPair(screen_config.
 from __future__ import annotations
 
 from admitcheck import io
+from admitcheck.calibration.grpo import train_prompts
 from admitcheck.calibration.levels import Level
 from admitcheck.calibration.opd import cast_parameters, stale_student
 from admitcheck.calibration.schema import CalibrationArtifact
-from admitcheck.pairs.load import LoadedPair, tokenize_prompts
+from admitcheck.pairs.load import LoadedPair
 
 
 def stale_reference(calibration: CalibrationArtifact, config, staleness: int, pair: LoadedPair):
@@ -21,10 +22,10 @@ def stale_reference(calibration: CalibrationArtifact, config, staleness: int, pa
     recipe = calibration.recipe
     path = calibration.train_prompts()
     tokens = pair.tokens
-    ids = tokenize_prompts(tokens, io.read_prompts(path, field="recipe.prompts"), file=str(path))
     cfg = recipe.train_config(str(path))
+    ids, task = train_prompts(io.read_prompts(path, field="recipe.prompts"), tokens, cfg, file=str(path))
     device = config.reference.device
     teacher, start = pair.teacher("float32", device), pair.student("float32", device)
     seed = Level("stale", "staleness", staleness=staleness).seed(recipe.seed, 0)  # as the calibration
-    stale = stale_student(start, teacher, ids, cfg, recipe.rollout, staleness, seed, tokens)
+    stale = stale_student(start, teacher, ids, cfg, recipe.rollout, staleness, seed, tokens, task=task)
     return cast_parameters(stale, config.reference.dtype)

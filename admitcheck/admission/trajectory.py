@@ -117,15 +117,15 @@ def save_run_checkpoints(inputs, steps: list[int], out_dir: Path) -> tuple[dict[
     """The calibration's baseline run trained to max(steps), the student saved at every step in `steps` but 0
     (`<out_dir>/step-N`; step 0 is the pair's student). Returns (step -> dir, the run's seed, seconds)."""
     from admitcheck import io
+    from admitcheck.calibration.grpo import train_prompts
     from admitcheck.calibration.opd import cast_parameters, train
-    from admitcheck.pairs.load import tokenize_prompts
     from admitcheck.rollout.engines.hf import HFEngine
 
     cal, pair = inputs.calibration, inputs.pair
     recipe = cal.recipe
     path = cal.train_prompts()
-    ids = tokenize_prompts(pair.tokens, io.read_prompts(path, field="recipe.prompts"), file=str(path))
     cfg = recipe.train_config(str(path))
+    ids, task = train_prompts(io.read_prompts(path, field="recipe.prompts"), pair.tokens, cfg, file=str(path))
     last = max(steps)
     if last > cfg.steps:
         raise ConfigError(f"checkpoint step {last} is beyond the recipe's {cfg.steps} steps", field="--horizon")
@@ -145,7 +145,8 @@ def save_run_checkpoints(inputs, steps: list[int], out_dir: Path) -> tuple[dict[
 
     t0 = time.perf_counter()
     try:
-        train(student, pair.teacher("float32", device), engine, ids, cfg, seed=seed, on_step=save, stop_after=last)
+        train(student, pair.teacher("float32", device), engine, ids, cfg, seed=seed, on_step=save, stop_after=last,
+              task=task)  # fmt: skip
     finally:
         engine.close()
     return saved, seed, time.perf_counter() - t0

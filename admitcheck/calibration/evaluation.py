@@ -23,15 +23,24 @@ from admitcheck.calibration.quality_error import token_mean_error
 from admitcheck.calibration.runs import Quality, derive_seed
 from admitcheck.config import EvalConfig, ReferenceConfig, RolloutConfig, SamplingConfig
 from admitcheck.measurement.scorer import score
+from admitcheck.pairs.answers import answer_in_reply, reply_text
 
 
 def exact_match(tokenizer, eos_token_id: int, responses: list[list[int]], answers: list[str]) -> float:
     """Fraction of responses (cut at the first EOS, special tokens dropped) equal to the answer, whitespace ignored."""
+    return accuracy(tokenizer, eos_token_id, responses, answers, "exact")
+
+
+def accuracy(tokenizer, eos_token_id: int, responses: list[list[int]], answers: list[str], rule: str) -> float:
+    """Fraction of responses that get their answer: `exact` (the whole reply, whitespace ignored) or `contains`
+    (`answer_in_reply`)."""
     hits = 0
     for ids, answer in zip(responses, answers):
-        ids = ids[: ids.index(eos_token_id)] if eos_token_id in ids else ids
-        text = tokenizer.decode(ids, skip_special_tokens=True)
-        hits += "".join(text.split()) == "".join(str(answer).split())
+        text = reply_text(tokenizer, eos_token_id, ids)
+        if rule == "exact":
+            hits += "".join(text.split()) == "".join(str(answer).split())
+        else:
+            hits += answer_in_reply(str(answer), text)
     return hits / max(len(responses), 1)
 
 
@@ -116,7 +125,7 @@ class QualityEvaluator:
             responses += ro.responses()
         acc = None
         if self.answers is not None:
-            acc = exact_match(self.tokens.tokenizer, self.tokens.eos_token_id, responses, self.answers)
+            acc = accuracy(self.tokens.tokenizer, self.tokens.eos_token_id, responses, self.answers, self.cfg.accuracy)
         n_tok = int(sum(n_rows))
         err = token_mean_error(kl_rows, n_rows, self.samples) if n_tok > 0 else None  # a prompt's samples: consecutive
         draws, prompts = (_finite(err.draws), _finite(err.prompts)) if err is not None else (None, None)

@@ -37,13 +37,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from admitcheck.calibration.runs import Quality, StepLog
-from admitcheck.config import GRPOConfig, SamplingConfig
+from admitcheck.config import GRPOConfig, SamplingConfig, TrainConfig
 from admitcheck.errors import ConfigError
 from admitcheck.pairs import toy
+from admitcheck.pairs.answers import answer_in_reply, reply_text
 
 SAFETY_BOUND = 20.0  # |log ratio| clamp before exp, nats (verl rollout_corr_helper.SAFETY_BOUND)
 QUALITY_DEFINITION = (
@@ -67,10 +69,63 @@ def toy_reversal_reward(prompt_ids: list[int], response_ids: list[int]) -> float
 
 
 REWARDS: dict[str, Callable[[list[int], list[int]], float]] = {"toy_reversal": toy_reversal_reward}
+ANSWER_REWARDS = ("answer_in_reply",)  # rewards that read each train prompt's "answer" (a `Task`)
 
 
-def check_reward_prompts(reward: str, prompt_ids: list[list[int]]) -> None:
-    """ConfigError unless the prompts are token ids the reward can read (toy_reversal: the toy tokenizer)."""
+@dataclass(frozen=True)
+class Task:
+    """What a reward that reads answers needs: each train prompt's answer, by the prompt's token ids, and the pair's
+    tokens (tokenizer and EOS) to read a response's text."""
+
+    answers: dict[tuple[int, ...], str]
+    tokens: Any  # pairs.load.PairTokens
+
+    def reward(self, prompt_ids: list[int], response_ids: list[int]) -> float:
+        """answer_in_reply: 1.0 when the prompt's answer appears in the response's text as a whole word."""
+        text = reply_text(self.tokens.tokenizer, self.tokens.eos_token_id, list(response_ids))
+        return float(answer_in_reply(self.answers[tuple(prompt_ids)], text))
+
+
+def task_rows(rows: list[dict], cfg: TrainConfig) -> list[dict]:
+    """The train rows a recipe trains on: with a reward that reads answers, the rows that have one (SmolLM2's
+    checkable prompts; its open instructions would only give all-zero groups); every row otherwise."""
+    if cfg.loss != "grpo" or cfg.grpo is None or cfg.grpo.reward not in ANSWER_REWARDS:
+        return rows
+    kept = [r for r in rows if r.get("answer") not in (None, "")]
+    if not kept:
+        raise ConfigError(f"reward {cfg.grpo.reward} needs train prompts with an 'answer'; none has one",
+                          field="train.grpo.reward")  # fmt: skip
+    return kept
+
+
+def task_of(rows: list[dict], prompt_ids: list[list[int]], tokens, cfg: TrainConfig) -> Task | None:
+    """The `Task` of a recipe whose reward reads answers (`rows`: `task_rows`' rows, `prompt_ids` their token ids,
+    in order), else None."""
+    if cfg.loss != "grpo" or cfg.grpo is None or cfg.grpo.reward not in ANSWER_REWARDS:
+        return None
+    return Task({tuple(p): str(r["answer"]) for r, p in zip(rows, prompt_ids, strict=True)}, tokens)
+
+
+def train_prompts(rows: list[dict], tokens, cfg: TrainConfig, *, file: str | None = None):
+    """(token ids, task) of a recipe's train rows: the rows it trains on (`task_rows`) tokenized, and their `Task`
+    (None unless the reward reads answers). What a screen's stale candidates and checkpoints train on."""
+    from admitcheck.pairs.load import tokenize_prompts
+
+    rows = task_rows(rows, cfg)
+    ids = tokenize_prompts(tokens, rows, file=file)
+    return ids, task_of(rows, ids, tokens, cfg)
+
+
+def check_reward_prompts(reward: str, prompt_ids: list[list[int]], task: Task | None = None) -> None:
+    """ConfigError unless the reward can read the prompts (toy_reversal: the toy tokenizer's ids; answer_in_reply: a
+    `Task` holding every prompt's answer)."""
+    if reward in ANSWER_REWARDS:
+        if task is None:
+            raise ConfigError(f"reward {reward} needs the train prompts' answers (the run was given none)",
+                              field="train.grpo.reward")  # fmt: skip
+        missing = [i for i, p in enumerate(prompt_ids) if tuple(p) not in task.answers]
+        if missing:
+            raise ConfigError(f"reward {reward}: train prompt {missing[0]} has no 'answer'", field="train.prompts")
     if reward == "toy_reversal":
         bad = [i for i, p in enumerate(prompt_ids) if not p or max(p) >= len(toy.VOCAB) or p[-1] != toy.EQ_ID]
         if bad:
@@ -163,10 +218,13 @@ class GRPO:
     full_vocab = False
     log_type = GRPOStepLog
 
-    def __init__(self, cfg: GRPOConfig, prompt_ids: list[list[int]] | None = None) -> None:
+    def __init__(self, cfg: GRPOConfig, prompt_ids: list[list[int]] | None = None, task: Task | None = None) -> None:
         if prompt_ids is not None:
-            check_reward_prompts(cfg.reward, prompt_ids)
-        self.cfg, self.group_size, self.reward = cfg, cfg.group_size, REWARDS[cfg.reward]
+            check_reward_prompts(cfg.reward, prompt_ids, task)
+        elif cfg.reward in ANSWER_REWARDS and task is None:
+            check_reward_prompts(cfg.reward, [], task)  # the ConfigError: nothing to read answers from
+        self.cfg, self.group_size = cfg, cfg.group_size
+        self.reward = task.reward if cfg.reward in ANSWER_REWARDS else REWARDS[cfg.reward]
 
     def targets(self, batch: list[list[int]], rollouts, sampling: SamplingConfig) -> tuple[torch.Tensor, torch.Tensor]:
         """(B,) rewards and (B,) group-normalised advantages of the batch's responses (groups: consecutive rows)."""

@@ -32,6 +32,7 @@ import torch
 
 from admitcheck import io
 from admitcheck.calibration import opd
+from admitcheck.calibration.grpo import Task, task_of, task_rows
 from admitcheck.calibration.ledger import NoiseGrid
 from admitcheck.calibration.phases import GpuSampler, PhaseClock
 from admitcheck.calibration.record import LevelKind, LevelSpec, RunRecord
@@ -158,6 +159,7 @@ class RunContext:
     probe_ids: list[list[int]]
     eval_ids: list[list[int]]
     eval_answers: list[str] | None
+    task: Task | None = None  # the train prompts' answers, for a GRPO reward that reads them (`grpo.task_of`)
 
 
 _CACHE: dict[str, RunContext] = {}
@@ -176,13 +178,15 @@ def load_context(config: CalibrateConfig, config_file: str | None = None, device
     for name, section in (("train", config.train), ("probe", config.probe), ("eval", config.eval)):
         limit = section.num_prompts if name != "train" else None
         sets[name] = io.read_prompts(section.prompts, limit=limit, field=f"{name}.prompts")
+    sets["train"] = task_rows(sets["train"], config.train)  # an answer-reading reward trains on answered prompts
     ids = {k: tokenize_prompts(tokens, rows, file=getattr(config, k).prompts) for k, rows in sets.items()}
     dev, dtype = device or config.reference.device, config.reference.dtype
     student = io.load_causal_lm(config.pair.student, "float32", dev, file=config_file, field="pair.student")
     reference = io.load_causal_lm(config.pair.student, dtype, dev, file=config_file, field="pair.student")
     teacher = io.load_causal_lm(config.pair.teacher, "float32", dev, file=config_file, field="pair.teacher")
     answers = [str(r["answer"]) for r in sets["eval"]] if all("answer" in r for r in sets["eval"]) else None
-    ctx = RunContext(tokens, student, reference, teacher, ids["train"], ids["probe"], ids["eval"], answers)
+    task = task_of(sets["train"], ids["train"], tokens, config.train)
+    ctx = RunContext(tokens, student, reference, teacher, ids["train"], ids["probe"], ids["eval"], answers, task)
     _CACHE.clear()
     _CACHE[key] = ctx
     return ctx
@@ -286,7 +290,15 @@ def level_mismatch(
         reference = ctx.reference
     else:
         stale = opd.stale_student(
-            ctx.student, ctx.teacher, ctx.train_ids, config.train, config.rollout, level.staleness, seed, ctx.tokens
+            ctx.student,
+            ctx.teacher,
+            ctx.train_ids,
+            config.train,
+            config.rollout,
+            level.staleness,
+            seed,
+            ctx.tokens,
+            task=ctx.task,
         )
         reference = opd.cast_parameters(stale, config.reference.dtype)
         engine = make(ctx, ctx.student, floor_rollout(config.rollout, config.reference))
@@ -347,6 +359,7 @@ def run_one(
                 seed=seed,
                 redraw_noise=not level.systematic,
                 defer_evals=config.eval.deferred,
+                task=ctx.task,
             )
         finally:
             if keep is None:

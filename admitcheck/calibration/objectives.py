@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from admitcheck.calibration.grpo import GRPO
+from admitcheck.calibration.grpo import GRPO, Task
 from admitcheck.calibration.runs import StepLog
 from admitcheck.config import GRPOConfig, SamplingConfig, TrainConfig
 from admitcheck.measurement.scorer import Scores, score
@@ -134,11 +134,12 @@ class FullVocabReverseKL:
 
 
 def objective_for(
-    cfg: TrainConfig, teacher: torch.nn.Module | None, prompt_ids: list[list[int]]
+    cfg: TrainConfig, teacher: torch.nn.Module | None, prompt_ids: list[list[int]], task: Task | None = None
 ) -> SampledTokenPG | FullVocabReverseKL | GRPO:
-    """The objective `cfg.loss` names; GRPO checks that its reward can read the train prompts (a ConfigError)."""
+    """The objective `cfg.loss` names; GRPO checks that its reward can read the train prompts (a ConfigError).
+    `task`: the train prompts' answers, for a reward that reads them (`grpo.task_of`)."""
     if cfg.loss == "grpo":
-        return GRPO(cfg.grpo if cfg.grpo is not None else GRPOConfig(), prompt_ids)
+        return GRPO(cfg.grpo if cfg.grpo is not None else GRPOConfig(), prompt_ids, task)
     if cfg.loss == "gkd_reverse_kl":
         return FullVocabReverseKL(teacher)
     return SampledTokenPG(cfg, teacher)

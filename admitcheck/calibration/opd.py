@@ -44,6 +44,7 @@ import torch
 
 # the evaluator lives in calibration/evaluation.py; `opd.QualityEvaluator` (and the two below) stay importable here
 from admitcheck.calibration.evaluation import EvaluatedQuality, QualityEvaluator, exact_match
+from admitcheck.calibration.grpo import Task
 from admitcheck.calibration.objectives import objective_for
 from admitcheck.calibration.runs import OPDResult, Quality, StepHook, StepLog, derive_seed
 from admitcheck.config import RolloutConfig, SamplingConfig, TrainConfig
@@ -106,6 +107,7 @@ def train(
     stop_after: int | None = None,
     redraw_noise: bool = True,
     defer_evals: bool = False,
+    task: Task | None = None,
 ) -> OPDResult:
     """Run `cfg.steps` steps of the objective `cfg.loss` names on `student` in place (see the module docstring);
     quality at 0, every `eval_every`, and the end. `teacher` may be None for GRPO (its reward needs none).
@@ -120,8 +122,9 @@ def train(
     once the last step has run (the same values: an evaluation is a pure function of the weights), so none runs
     while rollouts sample ahead and the steps' timings are the training's alone (`eval.deferred`). The snapshots
     stay on the weights' device (one copy per evaluation until it is scored; the optimizer's state is dropped first).
+    `task`: the train prompts' answers, for a GRPO reward that reads them (`grpo.task_of`).
     """
-    objective = objective_for(cfg, teacher, prompt_ids)
+    objective = objective_for(cfg, teacher, prompt_ids, task)
     sampling = SamplingConfig(temperature=cfg.temperature, coupling=cfg.sampling_coupling)
     student.eval()  # no dropout: training mode is only about gradients here
     params = [p for p in student.parameters() if p.requires_grad]
@@ -273,6 +276,7 @@ def first_steps(
     staleness: int = 0,
     seed: int,
     tokens,  # pairs.load.PairTokens
+    task: Task | None = None,
 ) -> tuple[torch.nn.Module, OPDResult]:
     """(student, result) after the first `steps` real steps of recipe `cfg` (its schedule over the full `cfg.steps`,
     stopped) on a float32 copy of `student0`, through an HF engine of `rollout` `staleness` steps behind."""
@@ -281,7 +285,8 @@ def first_steps(
     student = cast_parameters(copy.deepcopy(student0), "float32")
     engine = HFEngine(student, rollout, eos_token_id=tokens.eos_token_id, pad_token_id=tokens.pad_token_id)
     try:
-        result = train(student, teacher, engine, prompt_ids, cfg, staleness=staleness, seed=seed, stop_after=steps)
+        result = train(student, teacher, engine, prompt_ids, cfg, staleness=staleness, seed=seed, stop_after=steps,
+                       task=task)  # fmt: skip
     finally:
         engine.close()
     return student, result
@@ -296,6 +301,7 @@ def stale_student(
     staleness: int,
     seed: int,
     tokens,  # pairs.load.PairTokens
+    task: Task | None = None,
 ) -> torch.nn.Module:
     """A float32 copy of `student0` after `staleness` real OPD steps of recipe `cfg` (seed `seed`) whose rollouts
     all came from θ0 (an engine k steps behind holds θ0 for the first k steps): the θk of KL(π_θ0 ‖ π_θk).
@@ -303,7 +309,7 @@ def stale_student(
     The first k steps of the run itself: its learning-rate schedule over its full `cfg.steps` (stopped after k), not
     a schedule of length k — a cosine of length 2 gives multipliers [1, 0.5] instead of ≈ [1, 1] and understated
     every staleness mismatch with k ≥ 2."""
-    kw = {"steps": staleness, "staleness": staleness, "seed": seed, "tokens": tokens}
+    kw = {"steps": staleness, "staleness": staleness, "seed": seed, "tokens": tokens, "task": task}
     return first_steps(student0, teacher, prompt_ids, cfg, rollout, **kw)[0]
 
 
@@ -318,6 +324,7 @@ def run_mismatch(
     staleness: int = 0,
     seed: int,
     tokens,  # pairs.load.PairTokens
+    task: Task | None = None,
 ) -> float:
     """The run-averaged mismatch x_run of a rollout engine (`rollout`, rollouts `staleness` steps behind): the mean
     engine-vs-trainer k3 (nats/token) over the first `steps` real OPD steps of recipe `cfg` from `student0`.
@@ -326,6 +333,6 @@ def run_mismatch(
     `levels.run_window` steps of each run (replicate 0 has the seed `levels.replicate_seed(recipe seed, 0)`);
     a screen of a run-x budget would call this with the same recipe, window and seed (not wired: screens measure at
     the start weights and refuse a run-x budget, issue 24). `student0` is copied."""
-    kw = {"steps": steps, "staleness": staleness, "seed": seed, "tokens": tokens}
+    kw = {"steps": steps, "staleness": staleness, "seed": seed, "tokens": tokens, "task": task}
     _, result = first_steps(student0, teacher, prompt_ids, cfg, rollout, **kw)
     return sum(s.k3 for s in result.steps) / max(len(result.steps), 1)

@@ -20,7 +20,10 @@ class GRPOConfig(Strict):
     verifiable reward, group-normalised advantages (r − mean_g)/(std_g + eps), a clipped importance ratio, an optional
     rollout correction. Defaults are verl's (clip 0.2/0.2, dual-clip 3, TIS cap 2) and prime-rl's MIS range."""
 
-    reward: Literal["toy_reversal"] = "toy_reversal"  # 1 when the response is the prompt's digits reversed, else 0
+    # toy_reversal: 1 when the response is the prompt's digits reversed, else 0 (the toy pair's prompts);
+    # answer_in_reply: 1 when the train prompt's "answer" appears in the reply as a whole word (any pair whose train
+    # prompts carry answers: SmolLM2's checkable ones; the recipe trains on those prompts only); eval.accuracy contains
+    reward: Literal["toy_reversal", "answer_in_reply"] = "toy_reversal"
     group_size: int = Field(8, ge=2)  # G rollouts per prompt; train.batch_size = prompts per step × G
     std_normalize: bool = True  # divide by the group std (GRPO, verl default); false = Dr. GRPO (mean only)
     std_epsilon: float = Field(1e-6, gt=0)  # added to the unbiased group std (verl compute_grpo_outcome_advantage)
@@ -99,6 +102,9 @@ class EvalConfig(Strict):
     every: int = Field(0, ge=0)  # also evaluate every N steps (0 = only start and end)
     seed: int = 12345  # eval sampling seed, the same for every run
     sampling_coupling: Literal["inverse_cdf", "gumbel"] = "inverse_cdf"  # issue 36; left out of dumps at default
+    # the accuracy beside the quality (a GRPO recipe's quality is 1 − it): exact = the whole reply is the answer;
+    # contains = the answer appears in the reply as a whole word (grpo.reward answer_in_reply); out of dumps at exact
+    accuracy: Literal["exact", "contains"] = "exact"
     # When (not what) the every-N evaluations run: true scores snapshots of the weights after the run's last step, so
     # no evaluation runs while asynchronous rollouts sample ahead and the steps' seconds are the training's alone
     # (time-to-quality, docs/plan.md). The same values either way. Never dumped, like train.rollouts.
@@ -106,7 +112,7 @@ class EvalConfig(Strict):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: Any) -> dict[str, Any]:
-        return without_defaults(self, handler(self), NOISE_SWITCHES)
+        return without_defaults(self, handler(self), NOISE_SWITCHES | {"accuracy": "exact"})
 
 
 class AutoNoiseLevels(Strict):
@@ -211,6 +217,18 @@ class CalibrateConfig(Strict):
                     f"levels.extra.{lv.name}.staleness {lv.staleness} is at or beyond train.steps {self.train.steps}: "
                     "the rollouts would come from weights older than the run; use a staleness below train.steps"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _reward_and_accuracy_agree(self) -> CalibrateConfig:
+        # a GRPO recipe's quality is 1 − the held-out accuracy: it must score what the training reward scores
+        grpo = self.train.grpo
+        if grpo is not None and (grpo.reward == "answer_in_reply") != (self.eval.accuracy == "contains"):
+            raise ValueError(
+                f"train.grpo.reward {grpo.reward} needs eval.accuracy "
+                f"{'contains' if grpo.reward == 'answer_in_reply' else 'exact'} (got {self.eval.accuracy}): the "
+                "held-out task reward must be the training's"
+            )
         return self
 
     @model_validator(mode="after")

@@ -441,10 +441,11 @@ def chat_prompt(tok, instruction: str) -> str:
 
 
 def answer_found(answer: str, reply: str) -> bool:
-    """The expected answer appears in the reply as a whole word (case and surrounding punctuation ignored)."""
-    import re
+    """The expected answer appears in the reply as a whole word (case and surrounding punctuation ignored): the rule
+    of `eval.accuracy: contains` and `grpo.reward: answer_in_reply` (`pairs.answers.answer_in_reply`)."""
+    from admitcheck.pairs.answers import answer_in_reply
 
-    return re.search(rf"(?<![\w-]){re.escape(answer.lower())}(?![\w])", reply.lower()) is not None
+    return answer_in_reply(answer, reply)
 
 
 # ----------------------------------------------------------------------------------------------- build
