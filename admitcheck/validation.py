@@ -111,6 +111,14 @@ def _checks(
     for f, p in prompt_sets:
         with Collected(errors):
             counts[f] = len(io.read_prompts(p, field=f))
+    if hasattr(cfg, "train") and "train.prompts" in counts:  # a reward that reads answers trains on the answered ones
+        from admitcheck.calibration.grpo import task_rows
+
+        with Collected(errors):
+            rows = io.read_prompts(cfg.train.prompts, field="train.prompts")
+            trained = task_rows(rows, cfg.train)
+            if len(trained) != len(rows):
+                counts["train.prompts with an answer (trained on)"] = len(trained)
     info = {"pair": cfg.pair.name or Path(cfg.pair.student).name, "prompts": counts}
     if name == "recipe" and pair.ok:  # the search screens with these fields (one ScreenSession): the same refusals
         from admitcheck.calibration.artifact import load_calibration

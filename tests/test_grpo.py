@@ -311,22 +311,63 @@ def test_an_answer_reward_needs_the_contains_accuracy_and_the_exact_one_the_toy_
 
 @pytest.mark.slow
 def test_an_answer_reward_calibration_run_and_its_staleness_probe_train_on_answered_prompts(tmp_path) -> None:
-    """run_one of an answer_in_reply recipe on the toy (its train prompts carry answers): the context keeps the
-    answered rows and their task, the run's accuracy is the contains rule's, and a staleness level's probe (the stale
-    student's own GRPO steps) reads the same task."""
+    """An answer_in_reply recipe on the toy with a third of the train prompts' answers removed: the run context keeps
+    the answered rows only, a baseline and a staleness level run (the stale student's own GRPO steps read the task),
+    and a screen's stale candidate (`stale_reference`) trains the same θ1 as the calibration's staleness level, bit
+    for bit: one prompt set for both."""
+    import json
+    from types import SimpleNamespace
+
     import yaml
 
+    from admitcheck.admission.staleness import stale_reference
+    from admitcheck.calibration.artifact import training_recipe_of
     from admitcheck.calibration.levels import Level, load_context, run_one
+    from admitcheck.calibration.schema import TrainingRecipe
     from admitcheck.config import CalibrateConfig
+    from admitcheck.pairs.load import LoadedPair
     from tests.test_workers import small_config
 
     base = small_config(Path(__file__).resolve().parents[1] / "toy", tmp_path / "toy.yaml")
     data = yaml.safe_load(yaml.safe_dump(base.model_dump(mode="json")))
-    data["train"] |= {"loss": "grpo", "batch_size": 16, "grpo": {"group_size": 4, "reward": "answer_in_reply"}}
+    rows = [json.loads(line) for line in Path(data["train"]["prompts"]).read_text().splitlines()]
+    for r in rows[::3]:
+        r.pop("answer")
+    mixed = tmp_path / "train.jsonl"
+    mixed.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data["train"] |= {"prompts": str(mixed), "loss": "grpo", "batch_size": 16,
+                      "grpo": {"group_size": 4, "reward": "answer_in_reply"}}  # fmt: skip
     data["eval"] |= {"accuracy": "contains"}
     config = CalibrateConfig.model_validate(data)
     ctx = load_context(config)
-    assert ctx.task is not None and len(ctx.task.answers) == len({tuple(p) for p in ctx.train_ids})
+    assert len(ctx.train_ids) == sum("answer" in r for r in rows) and ctx.task is not None
     for level in (Level("baseline", "baseline"), Level("stale-1", "staleness", staleness=1)):
         rec = run_one(ctx, config, level, 0)
         assert rec.quality == pytest.approx(1.0 - rec.accuracy) and 0.0 <= rec.accuracy <= 1.0
+    seed = Level("stale", "staleness", staleness=1).seed(config.seed, 0)
+    level_student = opd.stale_student(ctx.student, ctx.teacher, ctx.train_ids, config.train, config.rollout, 1, seed,
+                                      ctx.tokens, task=ctx.task)  # fmt: skip
+    recipe = TrainingRecipe.model_validate(training_recipe_of(config) | {"prompts": str(mixed)})
+    calibration = SimpleNamespace(recipe=recipe, train_prompts=lambda: mixed)
+    screened = stale_reference(calibration, SimpleNamespace(reference=config.reference), 1, LoadedPair(config.pair))
+    a, b = level_student.state_dict(), screened.state_dict()
+    assert all(torch.equal(a[k], b[k].to(a[k].dtype)) for k in a)
+    assert any(not torch.equal(a[k], v) for k, v in ctx.student.state_dict().items())  # θ1 moved from θ0
+
+
+def test_the_accuracy_rules_and_conflicting_answers() -> None:
+    from admitcheck.calibration.evaluation import accuracy
+    from admitcheck.pairs.load import PairTokens
+
+    tok = toy.make_tokenizer()
+    replies = [[*_ids("4135"), toy.EOS_ID], [*_ids("413"), toy.EOS_ID], [*_ids("41"), toy.EOS_ID]]
+    assert accuracy(tok, toy.EOS_ID, replies, ["4 1 3"] * 3, "exact") == pytest.approx(1 / 3)
+    # contains: "4 1 3 5" holds "4 1 3" followed by a space (lenient by design, docs/rl.md); "4 1" does not
+    assert accuracy(tok, toy.EOS_ID, replies, ["4 1 3"] * 3, "contains") == pytest.approx(2 / 3)
+    assert accuracy(tok, toy.EOS_ID, replies[:1], ["1 3 5"], "contains") == 1.0
+    assert accuracy(tok, toy.EOS_ID, replies[:1], ["1 3 5"], "exact") == 0.0
+    tokens = PairTokens(tok, toy.EOS_ID, 0, len(toy.VOCAB))
+    cfg = TrainConfig(prompts="-", loss="grpo", grpo={"reward": "answer_in_reply"})
+    rows = [{"prompt": "3 1 4 =", "answer": "4 1 3"}, {"prompt": "3 1 4 =", "answer": "9"}]
+    with pytest.raises(ConfigError, match="repeats an earlier prompt with another answer"):
+        grpo.task_of(rows, [toy.encode_prompt(r["prompt"]) for r in rows], tokens, cfg)

@@ -35,7 +35,7 @@ M = TypeVar("M", bound=BaseModel)
 # Recipe fields that define the training recipe a budget belongs to (steps, levels and seeds are effort, not recipe).
 # sampling_coupling and ema (issue 36) are left out of a recipe's dump at their defaults: absent = the default
 TRAINING_RECIPE_KEYS = ("loss", "student_logprobs", "lr", "lr_schedule", "tis_cap", "temperature", "grad_clip",
-               "weight_decay", "max_new_tokens", "sampling_coupling", "ema")  # fmt: skip
+               "weight_decay", "max_new_tokens", "sampling_coupling", "ema", "grpo")  # fmt: skip
 
 
 def fingerprint_pair(pair: PairConfig, probe: ProbeConfig | None = None) -> dict[str, Any]:

@@ -241,6 +241,9 @@ def calibration_matches(config: CalibrateConfig, artifact: CalibrationArtifact |
     mine = protocol_keys(config.sampling, config.probe, config.reference) | {"metric": config.metric}
     recipe = TrainingRecipe.model_validate(training_recipe_of(config))
     mine |= fingerprint.flatten({"recipe": training_recipe_core(recipe)})
+    # what the quality scores (a GRPO recipe's quality is 1 − this accuracy); an older artifact's is exact
+    theirs["eval.accuracy"] = cal.quality.eval.accuracy if cal.quality.eval is not None else "exact"
+    mine["eval.accuracy"] = config.eval.accuracy
     for key in sorted(set(mine) | set(theirs)):
         if mine.get(key) != theirs.get(key):
             return False, f"{key}: artifact has {theirs.get(key)!r}, config has {mine.get(key)!r}"

@@ -52,6 +52,9 @@ QUALITY_DEFINITION = (
     "1 − held-out task reward: exact-match failure rate of the student's own samples in reference precision "
     "(lower is better; cost = baseline reward − run reward); the reverse KL to the teacher is reported beside it"
 )
+QUALITY_DEFINITION_CONTAINS = QUALITY_DEFINITION.replace(  # grpo.reward answer_in_reply / eval.accuracy contains
+    "exact-match failure rate", "answer-in-reply (whole word) failure rate"
+)
 
 
 # ------------------------------------------------------------------------------------------------ reward
@@ -103,7 +106,13 @@ def task_of(rows: list[dict], prompt_ids: list[list[int]], tokens, cfg: TrainCon
     in order), else None."""
     if cfg.loss != "grpo" or cfg.grpo is None or cfg.grpo.reward not in ANSWER_REWARDS:
         return None
-    return Task({tuple(p): str(r["answer"]) for r, p in zip(rows, prompt_ids, strict=True)}, tokens)
+    answers: dict[tuple[int, ...], str] = {}
+    for i, (r, p) in enumerate(zip(rows, prompt_ids, strict=True)):
+        if answers.setdefault(tuple(p), str(r["answer"])) != str(r["answer"]):
+            raise ConfigError(f"answered train prompt {i} repeats an earlier prompt with another answer "
+                              f"({answers[tuple(p)]!r} vs {r['answer']!r}): the reward cannot tell which",
+                              field="train.prompts")  # fmt: skip
+    return Task(answers, tokens)
 
 
 def train_prompts(rows: list[dict], tokens, cfg: TrainConfig, *, file: str | None = None):

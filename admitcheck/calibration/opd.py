@@ -75,9 +75,9 @@ def quality_value(cfg: TrainConfig, q: Quality) -> float:
 def quality_definition(cfg: TrainConfig) -> str:
     """What `quality_value` means, for the artifact's quality.definition."""
     if cfg.loss == "grpo":  # --- issue 15
-        from admitcheck.calibration.grpo import QUALITY_DEFINITION
+        from admitcheck.calibration.grpo import ANSWER_REWARDS, QUALITY_DEFINITION, QUALITY_DEFINITION_CONTAINS
 
-        return QUALITY_DEFINITION
+        return QUALITY_DEFINITION_CONTAINS if cfg.grpo and cfg.grpo.reward in ANSWER_REWARDS else QUALITY_DEFINITION
     return (
         "held-out reverse KL student->teacher per token, exact over the vocab, on the student's own samples in "
         "reference precision (nats/token, lower is better)"
