@@ -166,3 +166,28 @@ def test_captured_float32_engine_keeps_the_invariant():
     assert (r.logprobs - ref.logprobs)[r.mask].abs().max() <= 1e-5
     mu, pi = r.full_logprobs[r.mask], ref.full_logprobs[r.mask]
     assert torch.equal(torch.isfinite(mu), torch.isfinite(pi))
+
+
+@cuda
+@pytest.mark.gpu
+def test_full_rows_on_the_device_are_the_cpu_rows_and_their_reverse_kl_agrees() -> None:
+    """`full_on_device` (the held-out evaluation's path, issue 37): the engine's and the scorer's (B, T, V) rows stay on
+    the GPU, equal to the rows moved to the CPU, and the reverse KL reduced there agrees with the CPU reduction within
+    float32 rounding."""
+    from admitcheck.calibration.objectives import reverse_kl_rows
+
+    torch.manual_seed(0)
+    model = tiny_llama().to("cuda")
+    engine = HFEngine(model, RolloutConfig(dtype="float32", device="cuda"), eos_token_id=EOS, pad_token_id=PAD)
+    ids = prompts(8)
+    on_gpu = engine.sample(ids, T_ONE, 3, 12, return_full=True, full_on_device=True)
+    on_cpu = engine.sample(ids, T_ONE, 3, 12, return_full=True)
+    assert on_gpu.full_logprobs.device.type == "cuda" and on_cpu.full_logprobs.device.type == "cpu"
+    assert torch.equal(on_gpu.full_logprobs.cpu(), on_cpu.full_logprobs)
+    t_gpu = score(model, on_gpu.prompt_ids, on_gpu.token_ids, on_gpu.mask, T_ONE, full=True, full_on_device=True)
+    t_cpu = score(model, on_cpu.prompt_ids, on_cpu.token_ids, on_cpu.mask, T_ONE, full=True)
+    assert t_gpu.full_logprobs.device.type == "cuda" and torch.equal(t_gpu.full_logprobs.cpu(), t_cpu.full_logprobs)
+    kl_gpu = reverse_kl_rows(on_gpu.full_logprobs, t_gpu.full_logprobs).cpu()
+    kl_cpu = reverse_kl_rows(on_cpu.full_logprobs, t_cpu.full_logprobs)
+    assert torch.allclose(kl_gpu, kl_cpu, rtol=1e-5, atol=1e-7)
+    engine.close()

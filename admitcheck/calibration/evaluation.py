@@ -116,9 +116,14 @@ class QualityEvaluator:
         for i in range(0, len(self.prompt_ids), self.cfg.batch_size):
             chunk = self.prompt_ids[i : i + self.cfg.batch_size]
             chunk_seed = derive_seed(base_seed, "eval", i)
-            ro = self._engine.sample(chunk, self.sampling, chunk_seed, self.cfg.max_new_tokens, return_full=True)
-            teacher = score(self.teacher, ro.prompt_ids, ro.token_ids, ro.mask, self.sampling, full=True)
-            kl = reverse_kl_rows(ro.full_logprobs, teacher.full_logprobs)  # (B, T) nats
+            # the (B, T, V) rows stay where they were computed and are reduced there (issue 37: moved to the CPU and
+            # reduced on one thread they were most of a GPU run's evaluation); on a CPU this is what it always was
+            ro = self._engine.sample(
+                chunk, self.sampling, chunk_seed, self.cfg.max_new_tokens, return_full=True, full_on_device=True
+            )
+            teacher = score(self.teacher, ro.prompt_ids, ro.token_ids, ro.mask, self.sampling, full=True,
+                            full_on_device=True).full_logprobs  # fmt: skip
+            kl = reverse_kl_rows(ro.full_logprobs.to(teacher.device), teacher).cpu()  # (B, T) nats
             kl_sum += float(kl[ro.mask].double().sum())  # the quality's own sum, as before issue 36 (same bits)
             kl_rows += kl.double().masked_fill(~ro.mask, 0.0).sum(dim=1).tolist()  # (B,) per response
             n_rows += ro.mask.sum(dim=1).tolist()

@@ -94,8 +94,10 @@ def score(
     full: bool = False,
     batch_size: int | None = None,
     kept: torch.Tensor | None = None,
+    full_on_device: bool = False,
 ) -> Scores:
-    """`response_logprobs` without gradients, `batch_size` sequences per forward, results on CPU.
+    """`response_logprobs` without gradients, `batch_size` sequences per forward, results on CPU (`full_on_device`:
+    the (B, T, V) rows on the model's device, for a caller that reduces them there).
 
     Each batch is cut to its longest response, so a batch of short answers costs what short answers cost.
     `kept` (B, T, V) bool: the engine's kept set, as in `response_logprobs`.
@@ -119,8 +121,9 @@ def score(
         logprobs[s : s + step, :n] = lp.cpu()
         if rows is not None:
             if full_rows is None:
-                full_rows = torch.zeros(B, T, rows.shape[-1], dtype=torch.float32)
-            full_rows[s : s + step, :n] = rows.cpu()
+                where = rows.device if full_on_device else torch.device("cpu")
+                full_rows = torch.zeros(B, T, rows.shape[-1], dtype=torch.float32, device=where)
+            full_rows[s : s + step, :n] = rows.to(full_rows.device)
     if full and full_rows is None:  # nothing to score: zeros of the model's vocabulary width
         full_rows = torch.zeros(B, T, model.get_output_embeddings().weight.shape[0], dtype=torch.float32)
     return Scores(logprobs, full_rows)

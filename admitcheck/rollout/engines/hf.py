@@ -331,10 +331,15 @@ class HFEngine:
         max_new_tokens: int,
         *,
         return_full: bool = False,
+        full_on_device: bool = False,
     ) -> Rollouts:
-        """One response per prompt, at most `max_new_tokens` long; same seed and prompts -> same tokens."""
+        """One response per prompt, at most `max_new_tokens` long; same seed and prompts -> same tokens.
+        `full_on_device`: the (B, T, V) rows of `return_full` stay on the engine's device (the held-out evaluation
+        reduces them there: a GPU's (B, T, V) float32 rows are ~0.6 GB a batch of 64 on SmolLM2), else on CPU."""
         with torch.inference_mode():
             tokens, logprobs, mask, full = self._decode(prompts, sampling, seed, max_new_tokens, return_full)
+        if full is not None and not full_on_device:
+            full = full.cpu()
         # Clones outside inference mode: inference tensors cannot be saved for backward (the OPD trainer feeds the
         # token ids to a graph-building forward).
         stopped = ((tokens == self.eos_token_id) & mask).any(dim=1).tolist()
@@ -407,7 +412,7 @@ class HFEngine:
             ).logits[:, -1]  # (B, V)
         n = int(mask[:, :steps].sum(dim=1).max())  # longest response (checks every few steps may overshoot)
         out = [x[:, :n].cpu() for x in (tokens, logprobs, mask)]
-        return out[0], out[1], out[2], (full[:, :n].cpu() if full is not None else None)
+        return out[0], out[1], out[2], (full[:, :n] if full is not None else None)  # on the device: `sample` moves it
 
     def _step_forward(self) -> torch.nn.Module:
         """The forward of the static decoder's step: the model or the fused forward, compiled when `compile_forward`."""
@@ -456,4 +461,5 @@ class HFEngine:
         tokens, logprobs, mask, fulls, steps = decoder.run(ids, prompt_mask, uniforms, T)
         n = int(mask[:B, :steps].sum(dim=1).max())
         out = [x[:B, :n].cpu() for x in (tokens, logprobs, mask)]
-        return out[0], out[1], out[2], (fulls[:B, :n].cpu() if fulls is not None else None)
+        return out[0], out[1], out[2], (fulls[:B, :n] if fulls is not None else None)  # the graph's buffer: `sample`
+        # copies it (to CPU, or clones it on the device) before the next replay overwrites it
