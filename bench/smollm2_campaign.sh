@@ -84,7 +84,9 @@ case "$stage" in
     install && $PY -c "import torch, transformers, pydantic; print(torch.__version__, transformers.__version__)"
     $PY -c "import pynvml" 2>/dev/null && echo "pynvml: yes" || echo "pynvml: no (GPU utilisation read by nvidia-smi)"
     if [ -n "${GPU_TESTS:-}" ]; then
-      timeout 300 $PY -m pytest -x -q -p no:cacheprovider ${GPU_TESTS_ARGS:-tests/test_workers.py tests/test_engine_cuda.py} 2>&1 \
+      # GPU_TESTS_ARGS: files and marks (split on spaces); GPU_TESTS_K: a -k expression (kept whole: "a or b")
+      timeout 300 $PY -m pytest -x -q -p no:cacheprovider ${GPU_TESTS_ARGS:-tests/test_workers.py tests/test_engine_cuda.py} \
+        ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} 2>&1 \
         | tail -15 | tee "$OUT/gpu_tests.txt"
     fi
     exit 0
@@ -156,6 +158,11 @@ PY
     # no EMA: the recipe's lr decays to 0). Each step's JSON
     # lands in $RUN; a step that fails does not stop the rest. QCORES=0-11 keeps the queue on those cores (toy work on
     # the rest: bench/toy_remake.sh).
+    # QJOBS default: the kept workers that fit the GPU's memory (~12.5 GiB each on SmolLM2; an H100's 80 GiB holds 6,
+    # an H200's 141 GiB 10: 8 on an H100 ran out of memory on 2026-12-05)
+    mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
+    fit=$(( ${mem:-0} / 12800 )); [ "$fit" -gt 10 ] && fit=10; [ "$fit" -lt 1 ] && fit=1
+    QJOBS=${QJOBS:-$fit}; echo "queue: $QJOBS workers (GPU memory ${mem:-?} MiB)"
     detach queue "${QCORES:+taskset -p -c $QCORES \$\$ > /dev/null;} bash '$0' mps; \
       $PY bench/gpu_smollm2.py --pair smollm2 --device cuda --parts campaign --campaign-config examples/smollm2_calibrate.yaml \
         --campaign-runs 30 --campaign-paths kept --jobs ${QJOBS:-10} --out '$RUN/bench_throughput_mps.json' \
@@ -169,7 +176,7 @@ PY
       $PY bench/gpu_smollm2.py --pair smollm2 --device cuda --parts decode,opd --out '$RUN/bench_decode.json' \
         > '$RUN/bench_decode.log' 2>&1; echo decode_opd rc=\$?; \
       $PY bench/noise.py --pair smollm2 --seeds 4 --eval-seeds 3 --couplings inverse_cdf --ema --big-eval-samples 32 \
-        --jobs 8 --work /tmp/noise_smollm2 --out '$RUN/noise_smollm2.json' > '$RUN/noise.log' 2>&1"
+        --jobs $QJOBS --work /tmp/noise_smollm2 --out '$RUN/noise_smollm2.json' > '$RUN/noise.log' 2>&1"
     exit 0
     ;;
   ttq)  # issue 40: time-to-quality measured vs plan's prediction (bench/time_to_quality.py), detached and resumable
