@@ -174,12 +174,13 @@ def test_full_rows_on_the_device_are_the_cpu_rows_and_their_reverse_kl_agrees() 
     """`full_on_device` (the held-out evaluation's path, issue 37): the engine's and the scorer's (B, T, V) rows stay on
     the GPU, equal to the rows moved to the CPU, and the reverse KL reduced there agrees with the CPU reduction within
     float32 rounding."""
+    from admitcheck.calibration.evaluation import reverse_kl_on_device
     from admitcheck.calibration.objectives import reverse_kl_rows
 
     torch.manual_seed(0)
     model = tiny_llama().to("cuda")
     engine = HFEngine(model, RolloutConfig(dtype="float32", device="cuda"), eos_token_id=EOS, pad_token_id=PAD)
-    ids = prompts(8)
+    ids = prompts(12)
     on_gpu = engine.sample(ids, T_ONE, 3, 12, return_full=True, full_on_device=True)
     on_cpu = engine.sample(ids, T_ONE, 3, 12, return_full=True)
     assert on_gpu.full_logprobs.device.type == "cuda" and on_cpu.full_logprobs.device.type == "cpu"
@@ -187,7 +188,7 @@ def test_full_rows_on_the_device_are_the_cpu_rows_and_their_reverse_kl_agrees() 
     t_gpu = score(model, on_gpu.prompt_ids, on_gpu.token_ids, on_gpu.mask, T_ONE, full=True, full_on_device=True)
     t_cpu = score(model, on_cpu.prompt_ids, on_cpu.token_ids, on_cpu.mask, T_ONE, full=True)
     assert t_gpu.full_logprobs.device.type == "cuda" and torch.equal(t_gpu.full_logprobs.cpu(), t_cpu.full_logprobs)
-    kl_gpu = reverse_kl_rows(on_gpu.full_logprobs, t_gpu.full_logprobs).cpu()
+    kl_gpu = reverse_kl_on_device(on_gpu.full_logprobs, t_gpu.full_logprobs)  # 8 sequences at a time on the GPU
     kl_cpu = reverse_kl_rows(on_cpu.full_logprobs, t_cpu.full_logprobs)
-    assert torch.allclose(kl_gpu, kl_cpu, rtol=1e-5, atol=1e-7)
+    assert kl_gpu.device.type == "cpu" and torch.allclose(kl_gpu, kl_cpu, rtol=1e-5, atol=1e-7)
     engine.close()

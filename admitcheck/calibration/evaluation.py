@@ -25,6 +25,21 @@ from admitcheck.config import EvalConfig, ReferenceConfig, RolloutConfig, Sampli
 from admitcheck.measurement.scorer import score
 from admitcheck.pairs.answers import answer_in_reply, reply_text
 
+KL_ROWS_AT_ONCE = 8  # sequences per reduction on a GPU: its temporaries are 5 (rows, T, V) float32 tensors
+
+
+def reverse_kl_on_device(student_full: torch.Tensor, teacher_full: torch.Tensor) -> torch.Tensor:
+    """`reverse_kl_rows` of (B, T, V) rows where they are, returned on the CPU. On a GPU a few sequences at a time,
+    so that its temporaries stay small beside the kept workers (the whole batch's would be ~3 GB on SmolLM2); on a
+    CPU the whole batch at once, as always (the same values)."""
+    if student_full.device.type == "cpu":
+        return reverse_kl_rows(student_full, teacher_full)
+    parts = [
+        reverse_kl_rows(student_full[i : i + KL_ROWS_AT_ONCE], teacher_full[i : i + KL_ROWS_AT_ONCE])
+        for i in range(0, student_full.shape[0], KL_ROWS_AT_ONCE)
+    ]
+    return torch.cat(parts).cpu()
+
 
 def exact_match(tokenizer, eos_token_id: int, responses: list[list[int]], answers: list[str]) -> float:
     """Fraction of responses (cut at the first EOS, special tokens dropped) equal to the answer, whitespace ignored."""
@@ -123,7 +138,7 @@ class QualityEvaluator:
             )
             teacher = score(self.teacher, ro.prompt_ids, ro.token_ids, ro.mask, self.sampling, full=True,
                             full_on_device=True).full_logprobs  # fmt: skip
-            kl = reverse_kl_rows(ro.full_logprobs.to(teacher.device), teacher).cpu()  # (B, T) nats
+            kl = reverse_kl_on_device(ro.full_logprobs.to(teacher.device), teacher)  # (B, T) nats, on the CPU
             kl_sum += float(kl[ro.mask].double().sum())  # the quality's own sum, as before issue 36 (same bits)
             kl_rows += kl.double().masked_fill(~ro.mask, 0.0).sum(dim=1).tolist()  # (B,) per response
             n_rows += ro.mask.sum(dim=1).tolist()
