@@ -158,10 +158,11 @@ PY
     # no EMA: the recipe's lr decays to 0). Each step's JSON
     # lands in $RUN; a step that fails does not stop the rest. QCORES=0-11 keeps the queue on those cores (toy work on
     # the rest: bench/toy_remake.sh).
-    # QJOBS default: the kept workers that fit the GPU's memory (~12.5 GiB each on SmolLM2; an H100's 80 GiB holds 6,
+    # QJOBS default: the kept workers that fit the GPU's memory (~12 GiB each on SmolLM2 plus ~1.2 GiB of evaluation
+    # rows now kept on the GPU: 14 GiB; an H100's 80 GiB holds 5,
     # an H200's 141 GiB 10: 8 on an H100 ran out of memory on 2026-12-05)
     mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
-    fit=$(( ${mem:-0} / 12800 )); [ "$fit" -gt 10 ] && fit=10; [ "$fit" -lt 1 ] && fit=1
+    fit=$(( ${mem:-0} / 14336 )); [ "$fit" -gt 10 ] && fit=10; [ "$fit" -lt 1 ] && fit=1
     QJOBS=${QJOBS:-$fit}; echo "queue: $QJOBS workers (GPU memory ${mem:-?} MiB)"
     detach queue "${QCORES:+taskset -p -c $QCORES \$\$ > /dev/null;} bash '$0' mps; \
       $PY bench/gpu_smollm2.py --pair smollm2 --device cuda --parts campaign --campaign-config examples/smollm2_calibrate.yaml \
