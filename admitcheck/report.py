@@ -33,22 +33,22 @@ if TYPE_CHECKING:
     from admitcheck.calibration.schema import CalibrationArtifact
 
 
-def _finite(obj: Any) -> Any:
+def json_safe(obj: Any) -> Any:
     """JSON-safe: tuples to lists, non-finite floats to None (strict JSON has no NaN or Infinity)."""
     if isinstance(obj, dict):
-        return {str(k): _finite(v) for k, v in obj.items()}
+        return {str(k): json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
+        return [json_safe(v) for v in obj]
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):  # numpy scalars
-        return _finite(obj.item())
+        return json_safe(obj.item())
     return obj
 
 
 def to_json(result: ScreenReport) -> str:
     """One JSON document: verdicts, calibration, floor, policy, timings; non-finite numbers are null."""
-    return json.dumps(_finite(result.to_dict()), indent=2, allow_nan=False)
+    return json.dumps(json_safe(result.to_dict()), indent=2, allow_nan=False)
 
 
 def _capacity_ratio(v: Verdict) -> float | None:

@@ -107,17 +107,18 @@ def _checks(
     prompt_sets = [("probe.prompts", cfg.probe.prompts)]
     if hasattr(cfg, "train"):
         prompt_sets += [("train.prompts", cfg.train.prompts), ("eval.prompts", cfg.eval.prompts)]
-    counts = {}
+    counts, train_rows = {}, None
     for f, p in prompt_sets:
         with Collected(errors):
-            counts[f] = len(io.read_prompts(p, field=f))
-    if hasattr(cfg, "train") and "train.prompts" in counts:  # a reward that reads answers trains on the answered ones
+            rows = io.read_prompts(p, field=f)
+            counts[f] = len(rows)
+            train_rows = rows if f == "train.prompts" else train_rows
+    if train_rows is not None:  # a reward that reads answers trains on the answered ones
         from admitcheck.calibration.grpo import task_rows
 
         with Collected(errors):
-            rows = io.read_prompts(cfg.train.prompts, field="train.prompts")
-            trained = task_rows(rows, cfg.train)
-            if len(trained) != len(rows):
+            trained = task_rows(train_rows, cfg.train)
+            if len(trained) != len(train_rows):
                 counts["train.prompts with an answer (trained on)"] = len(trained)
     info = {"pair": cfg.pair.name or Path(cfg.pair.student).name, "prompts": counts}
     if name == "recipe" and pair.ok:  # the search screens with these fields (one ScreenSession): the same refusals

@@ -69,6 +69,7 @@ from admitcheck.calibration.levels import Level, replicate_seed  # noqa: E402
 from admitcheck.calibration.record import RunRecord  # noqa: E402
 from admitcheck.calibration.timing import LearningCurve, steps_efficiency, steps_to_target, summarize  # noqa: E402
 from admitcheck.config import CalibrateConfig, PlanCandidate, PlanConfig, RolloutConfig  # noqa: E402
+from admitcheck.report import json_safe  # noqa: E402
 
 BASELINE = Level("baseline", "baseline")
 TOLERANCE = 0.15  # issue 40: measured vs predicted within ±15%
@@ -344,23 +345,12 @@ def main(argv: list[str] | None = None) -> dict:
         "wall_s_this_call": round(time.perf_counter() - t_start, 1),
         "load_average_this_call": [load_before, _load()],
     }
-    text = json.dumps(_finite(record), indent=2)
+    text = json.dumps(json_safe(record), indent=2)
     print(text)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text + "\n")
     return record
-
-
-def _finite(v):
-    """JSON-safe: NaN (one pair: no interval) and ±∞ (never reaches the target) become None."""
-    if isinstance(v, dict):
-        return {k: _finite(x) for k, x in v.items()}
-    if isinstance(v, list | tuple):
-        return [_finite(x) for x in v]
-    if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
-        return None
-    return v
 
 
 def _load() -> list[float] | None:

@@ -32,7 +32,7 @@ import torch
 
 from admitcheck import io
 from admitcheck.calibration import opd
-from admitcheck.calibration.grpo import Task, task_of, task_rows
+from admitcheck.calibration.grpo import Task, train_prompts
 from admitcheck.calibration.ledger import NoiseGrid
 from admitcheck.calibration.phases import GpuSampler, PhaseClock
 from admitcheck.calibration.record import LevelKind, LevelSpec, RunRecord
@@ -178,14 +178,14 @@ def load_context(config: CalibrateConfig, config_file: str | None = None, device
     for name, section in (("train", config.train), ("probe", config.probe), ("eval", config.eval)):
         limit = section.num_prompts if name != "train" else None
         sets[name] = io.read_prompts(section.prompts, limit=limit, field=f"{name}.prompts")
-    sets["train"] = task_rows(sets["train"], config.train)  # an answer-reading reward trains on answered prompts
-    ids = {k: tokenize_prompts(tokens, rows, file=getattr(config, k).prompts) for k, rows in sets.items()}
+    ids = {k: tokenize_prompts(tokens, sets[k], file=getattr(config, k).prompts) for k in ("probe", "eval")}
+    # the rows an answer-reading reward trains on, and their answers (as a screen's stale candidates read them)
+    ids["train"], task = train_prompts(sets["train"], tokens, config.train, file=config.train.prompts)
     dev, dtype = device or config.reference.device, config.reference.dtype
     student = io.load_causal_lm(config.pair.student, "float32", dev, file=config_file, field="pair.student")
     reference = io.load_causal_lm(config.pair.student, dtype, dev, file=config_file, field="pair.student")
     teacher = io.load_causal_lm(config.pair.teacher, "float32", dev, file=config_file, field="pair.teacher")
     answers = [str(r["answer"]) for r in sets["eval"]] if all("answer" in r for r in sets["eval"]) else None
-    task = task_of(sets["train"], ids["train"], tokens, config.train)
     ctx = RunContext(tokens, student, reference, teacher, ids["train"], ids["probe"], ids["eval"], answers, task)
     _CACHE.clear()
     _CACHE[key] = ctx
