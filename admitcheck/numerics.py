@@ -1,6 +1,6 @@
 """Numeric pins: the CPU code paths that make admitcheck's runs give the same bits on every x86-64 CPU.
 
-    import admitcheck                  # applies the pins (before torch's first kernel) unless ADMITCHECK_NUMERIC_PINS=off
+    import admitcheck                  # sets the pins before torch's first kernel, unless ADMITCHECK_NUMERIC_PINS=off
     numerics.PINS                      # {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE", ...}
     numerics.in_effect()               # {"pins": "on", "ATEN_CPU_CAPABILITY": "avx2", ..., "torch_cpu_capability": ...}
 
@@ -31,8 +31,11 @@ runs that must be reproducible use one torch thread (the toy build, calibration 
 
 from __future__ import annotations
 
+import getpass
 import os
+import re
 import sys
+import tempfile
 from collections.abc import MutableMapping
 from typing import Any
 
@@ -42,6 +45,11 @@ PINS: dict[str, str] = {
     "MKL_CBWR": "COMPATIBLE",  # MKL: one code path on Intel and AMD CPUs alike
     "ONEDNN_MAX_CPU_ISA": "AVX2",  # oneDNN (BF16 matmuls): no AVX-512 or AMX kernels
 }
+# torch's compiler (inductor) keys its on-disk cache without the kernel set ATEN_CPU_CAPABILITY picks: a process that
+# loads what a process under another capability compiled crashes (measured with torch 2.13: SIGSEGV or SIGABRT in
+# tests/test_fused_llama.py's compiled forward, pinned after unpinned and the reverse). So the pins come with a cache
+# directory of their own, one per capability, unless the user chose one.
+CACHE = "TORCHINDUCTOR_CACHE_DIR"
 SWITCH = "ADMITCHECK_NUMERIC_PINS"  # unset or "on": set the pins; "off" (or 0, false, no): leave the CPU's own paths
 _OFF = ("off", "0", "false", "no")
 
@@ -52,13 +60,26 @@ def switched_on(environ: MutableMapping[str, str] | None = None) -> bool:
 
 
 def apply(environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
-    """Set each pin that is not set yet unless `ADMITCHECK_NUMERIC_PINS=off`; returns the pins this call set."""
+    """Set each pin that is not set yet unless `ADMITCHECK_NUMERIC_PINS=off`, and inductor's cache directory (`CACHE`)
+    when unset; returns the variables this call set."""
     env = os.environ if environ is None else environ
     if not switched_on(env):
         return {}
     added = {k: v for k, v in PINS.items() if k not in env}
+    if CACHE not in env:
+        added[CACHE] = inductor_cache_dir(env.get("ATEN_CPU_CAPABILITY", PINS["ATEN_CPU_CAPABILITY"]))
     env.update(added)
     return added
+
+
+def inductor_cache_dir(capability: str) -> str:
+    """Inductor's default cache directory (`torchinductor_USER` in the temp dir), one per ATEN_CPU_CAPABILITY."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (some containers)
+        user = "unknown"
+    tag = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{user}_aten-{capability}")
+    return os.path.join(tempfile.gettempdir(), f"torchinductor_{tag}")
 
 
 def in_effect() -> dict[str, Any]:
