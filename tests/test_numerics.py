@@ -117,6 +117,6 @@ def test_a_pinned_process_does_not_load_what_an_unpinned_one_compiled(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in (numerics.SWITCH, numerics.CACHE, *numerics.PINS)}
     env |= {"TMPDIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
     for switch in ("off", "on", "off"):
-        run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", test],
-                             env=env | {numerics.SWITCH: switch}, cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+        args = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", test]
+        run = subprocess.run(args, env=env | {numerics.SWITCH: switch}, cwd=ROOT, capture_output=True, text=True)
         assert run.returncode == 0, (switch, run.stdout[-2000:], run.stderr[-2000:])
