@@ -236,4 +236,6 @@ def test_compare_pairs_the_shipped_toy_calibrations_by_their_shared_seeds() -> N
     quoted = f"{cmp.ratio:.2g}, 95% interval [{lo:.2g}, {hi:.2g}]"
     assert quoted == "0.16, 95% interval [0, inf]"  # what README and docs/compare.md say; re-made artifact -> update
     assert quoted in " ".join((ROOT / "README.md").read_text().split())
-    assert "**ratio GRPO / OPD = 0.16, 95% interval [0, inf]**" in " ".join((ROOT / "docs" / "compare.md").read_text().split())
+    assert "**ratio GRPO / OPD = 0.16, 95% interval [0, inf]**" in " ".join(
+        (ROOT / "docs" / "compare.md").read_text().split()
+    )
