@@ -1,6 +1,6 @@
 """Numeric pins: the CPU code paths that make admitcheck's runs give the same bits on every x86-64 CPU.
 
-    import admitcheck                  # applies the pins when ADMITCHECK_NUMERIC_PINS=on (before torch's first kernel)
+    import admitcheck                  # sets the pins before torch's first kernel, unless ADMITCHECK_NUMERIC_PINS=off
     numerics.PINS                      # {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE", ...}
     numerics.in_effect()               # {"pins": "on", "ATEN_CPU_CAPABILITY": "avx2", ..., "torch_cpu_capability": ...}
 
@@ -21,19 +21,21 @@ The libraries read these variables once, at their first kernel, so they are set 
 CLI and the test suite import it before torch runs anything); a variable the user already set is left as it is
 (and recorded in the artifacts' provenance, `fingerprint.environment`).
 
-**Opt-in for now: `ADMITCHECK_NUMERIC_PINS=on`.** The shipped toy pair (toy/) and every toy artifact built on it
-(calibrations/toy*.yaml, the backtests, README's demo table) were made unpinned on one CPU path (AMD's MKL branch with
-AVX-512 ATen kernels), and a pinned rebuild is another pair (its teacher differs by ~1 nat/token on the fixed
-sequences). Until they are re-made under the pins (~3 CPU-hours of runs: README, "Same numbers on every x86-64
-CPU"), the default keeps them valid where they were made; with the pins on, a pair built anywhere is the same bytes.
-GPU kernels are not affected. Thread counts are a separate matter: runs that must be reproducible use one torch
-thread (the toy build, calibration runs, the test suite).
+**On by default** (`ADMITCHECK_NUMERIC_PINS=off` turns them off). The shipped toy pair (toy/) was built under the pins,
+and every toy artifact (calibrations/toy*.yaml, the backtest, README's demo table) was made on it under the pins
+(issue 39's re-make, bench/toy_remake.sh): a pair built anywhere is the same bytes, and the runs give the same bits.
+Unpinned, a rebuild takes the CPU's own paths and is another pair (its teacher differs by ~1 nat/token on the fixed
+sequences), which the shipped calibration refuses. GPU kernels are not affected. Thread counts are a separate matter:
+runs that must be reproducible use one torch thread (the toy build, calibration runs, the test suite).
 """
 
 from __future__ import annotations
 
+import getpass
 import os
+import re
 import sys
+import tempfile
 from collections.abc import MutableMapping
 from typing import Any
 
@@ -43,23 +45,41 @@ PINS: dict[str, str] = {
     "MKL_CBWR": "COMPATIBLE",  # MKL: one code path on Intel and AMD CPUs alike
     "ONEDNN_MAX_CPU_ISA": "AVX2",  # oneDNN (BF16 matmuls): no AVX-512 or AMX kernels
 }
-SWITCH = "ADMITCHECK_NUMERIC_PINS"  # "on": set the pins (the default is off until the toy artifacts are re-made)
-_ON = ("on", "1", "true", "yes")
+# torch's compiler (inductor) keys its on-disk cache without the kernel set ATEN_CPU_CAPABILITY picks: a process that
+# loads what a process under another capability compiled crashes (measured with torch 2.13: SIGSEGV or SIGABRT in
+# tests/test_fused_llama.py's compiled forward, pinned after unpinned and the reverse). So the pins come with a cache
+# directory of their own, one per capability, unless the user chose one.
+CACHE = "TORCHINDUCTOR_CACHE_DIR"
+SWITCH = "ADMITCHECK_NUMERIC_PINS"  # unset or "on": set the pins; "off" (or 0, false, no): leave the CPU's own paths
+_OFF = ("off", "0", "false", "no")
 
 
 def switched_on(environ: MutableMapping[str, str] | None = None) -> bool:
     env = os.environ if environ is None else environ
-    return env.get(SWITCH, "").lower() in _ON
+    return env.get(SWITCH, "on").lower() not in _OFF
 
 
 def apply(environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
-    """Set each pin that is not set yet when `ADMITCHECK_NUMERIC_PINS=on`; returns the pins this call set."""
+    """Set each pin that is not set yet unless `ADMITCHECK_NUMERIC_PINS=off`, and inductor's cache directory (`CACHE`)
+    when unset; returns the variables this call set."""
     env = os.environ if environ is None else environ
     if not switched_on(env):
         return {}
     added = {k: v for k, v in PINS.items() if k not in env}
+    if CACHE not in env:
+        added[CACHE] = inductor_cache_dir(env.get("ATEN_CPU_CAPABILITY", PINS["ATEN_CPU_CAPABILITY"]))
     env.update(added)
     return added
+
+
+def inductor_cache_dir(capability: str) -> str:
+    """Inductor's default cache directory (`torchinductor_USER` in the temp dir), one per ATEN_CPU_CAPABILITY."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (some containers)
+        user = "unknown"
+    tag = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{user}_aten-{capability}")
+    return os.path.join(tempfile.gettempdir(), f"torchinductor_{tag}")
 
 
 def in_effect() -> dict[str, Any]:

@@ -29,8 +29,7 @@ done
 ac calibrate_toy calibrate examples/toy_calibrate.yaml
 ac calibrate_toy.json calibrate examples/toy_calibrate.yaml --json
 ac calibrate_toy_rl calibrate examples/toy_calibrate_rl.yaml --json
-# The shipped backtest was made against calibrations/toy.previous.yaml: re-running `admitcheck backtest` would train
-# new runs. Its report is re-written instead (YAML, Markdown, PNG) from the shipped YAML.
+# The shipped backtest's report re-written (YAML, Markdown, PNG) from the shipped YAML, as a typed round trip.
 "$py" - >"$out/backtest_rewrite.out" 2>"$out/backtest_rewrite.err" <<'PY'
 import yaml
 from admitcheck.admission import backtest as bt

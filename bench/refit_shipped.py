@@ -6,12 +6,13 @@
                                                       # replace theirs in budget_refit.json, the rest is kept
 
 What it does (issue 34), in order:
-1. `refit.refit` of calibrations/toy.yaml, toy_rl.yaml, smollm2.yaml, smollm2-seed1000.yaml, smollm2-seed2000.yaml:
+1. `refit.refit` of calibrations/toy.yaml, toy-seed1000.yaml, toy-seed2000.yaml, toy_rl.yaml, smollm2.yaml,
+   smollm2-seed1000.yaml, smollm2-seed2000.yaml:
    the ledger's records fitted with this admitcheck's estimator (the seed-effect power law, gated; else the bracket);
    each artifact and its chart rewritten (ledgers untouched).
 2. `refit.refit_pooled` of the three SmolLM2 calibrations → calibrations/smollm2-pooled.yaml (+ .png), beside the
    seed-0 one: the runs of the three as one calibration.
-3. `backtest.rejudge` of calibrations/toy.backtest.yaml and toy.backtest-faithful.yaml against the re-fitted toy.yaml
+3. `backtest.rejudge` of calibrations/toy.backtest.yaml against the re-fitted toy.yaml
    (their screen config's policy.undecided), with their Markdown and chart.
 4. bench/results/budget_refit.json: per artifact the budget, interval, factor hi/lo, method and why, the model
    (B, interval, exponent, residual sd / τ, lack of fit), the bracket, the baseline check; the backtests' agreement.
@@ -27,9 +28,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's admitcheck, not an installed one
-SHIPPED = ("toy", "toy_rl", "smollm2", "smollm2-seed1000", "smollm2-seed2000")
+SHIPPED = ("toy", "toy-seed1000", "toy-seed2000", "toy_rl", "smollm2", "smollm2-seed1000", "smollm2-seed2000")
 POOLED = ("smollm2", "smollm2-seed1000", "smollm2-seed2000")
-BACKTESTS = ("toy.backtest", "toy.backtest-faithful")
+BACKTESTS = ("toy.backtest",)
 
 
 def _summary(cal) -> dict:

@@ -31,7 +31,7 @@ def is_backtest(path: Path) -> bool:
 
 def test_the_shipped_files_are_found() -> None:
     names = {p.name for p in SHIPPED_YAML}
-    assert {"toy.yaml", "toy_rl.yaml", "toy.previous.yaml", "smollm2.yaml", "toy.backtest.yaml"} <= names
+    assert {"toy.yaml", "toy_rl.yaml", "toy-seed1000.yaml", "smollm2.yaml", "toy.backtest.yaml"} <= names
     assert len(SHIPPED_LEDGERS) >= 4
 
 

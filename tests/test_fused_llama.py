@@ -210,8 +210,12 @@ def test_fused_engine_draws_the_eager_loops_tokens_on_the_toy_pair(kv, sampling,
 
 def test_fused_engine_keeps_noise_and_w8a8_recipes():
     """Weight noise and FP8 W8A8 (fake-quant in place, activation pre-hooks): the fused group quantizes its shared
-    input once, which is what the unfused projections' identical hooks do: the static decoder's tokens and log-probs
-    with HF's forward (the eager loop's differ by an FP8 grid step of an activation here and there)."""
+    input once, which is what the unfused projections' identical hooks do: the static decoder's tokens with HF's
+    forward, and its log-probs to float32 rounding wherever no activation crosses an FP8 grid step. The fused GEMM has
+    another shape than the three it replaces, so its float32 rounding differs in the last bit, and now and then that
+    moves an activation of the next layer across an e4m3 step (1/8 of its value): under the numeric pins (MKL's
+    compatible path, ATen's AVX2 kernels) 7 of 225 log-probs moved, by at most 0.009 nats; on AMD's MKL AVX-512 path
+    none. So: the tokens equal, ≥ 90% of the log-probs within 1e-5, none beyond 0.05 (a grid step's effect)."""
     rollout = RolloutConfig(dtype="float32", noise=NoiseConfig(relative_std=0.05, seed=3),
                             weights=WeightsRecipe(format="fp8_e4m3", activations="fp8_per_token"))  # fmt: skip
     plain, fused = _engines(gqa_llama(tie=False), rollout)
@@ -220,7 +224,8 @@ def test_fused_engine_keeps_noise_and_w8a8_recipes():
     b = fused.sample(ps, T_CUT, seed=1, max_new_tokens=20)
     tokens, logprobs, mask, _ = static_decode(plain, ps, T_CUT, 1, 20)
     assert torch.equal(tokens, b.token_ids) and torch.equal(mask, b.mask)
-    assert (logprobs - b.logprobs).abs().max() <= 1e-5  # GQA, grouped queries: float32 rounding
+    moved = (logprobs - b.logprobs).abs()[mask.bool()]
+    assert (moved <= 1e-5).float().mean() >= 0.9 and moved.max() <= 0.05  # float32 rounding, or an FP8 grid step
     assert torch.equal(plain.sample(ps, T_CUT, seed=1, max_new_tokens=20).token_ids, b.token_ids)
 
 

@@ -144,27 +144,34 @@ def test_block_weights_round_activations_in_groups():
     assert torch.equal(fake_quant_fp8_per_group(x, group=128), fake_quant_fp8_per_token(x))
 
 
-def test_shipped_fp8_kv_runs_are_keyed_as_the_old_recipe_only():
-    """The shipped backtest ledger's FP8-KV runs (made before #24) are found under `fresh_prefill` + `scales: one`
-    and under no other recipe: a resumed ledger never mixes them with runs of vLLM's recipe. Dumps name the recipe."""
+def test_shipped_fp8_kv_runs_are_keyed_by_their_recipe():
+    """The shipped backtest ledger's FP8-KV runs are found under the recipe each was made with — vLLM's (`flash_attn`,
+    the default), its calibrated scales, e5m2 through flashinfer, and the recipe before #24 (`fresh_prefill`) — and
+    under no other: a resumed ledger never mixes two recipes' runs. Dumps name the recipe; a key read back (plan's
+    level matching) is the recipe it was made with."""
     import json
     from pathlib import Path
 
     from admitcheck import io
     from admitcheck.calibration.calibrate import run_key
+    from admitcheck.calibration.learning import spec_key
     from admitcheck.calibration.levels import Level, replicate_seed
+    from admitcheck.calibration.record import LevelSpec
 
     root = Path(__file__).resolve().parents[1]
     keys = {r["key"] for r in io.read_jsonl(root / "calibrations" / "toy.backtest.ledger.jsonl")[1:]
             if r["kind"] == "run"}  # fmt: skip
     seed = replicate_seed(0, 0)
 
-    def key(**kv) -> str:
-        rollout = RolloutConfig(engine="hf", dtype="bfloat16", kv_cache=KVCacheConfig(dtype="fp8_e4m3", **kv))
+    def key(dtype="fp8_e4m3", **kv) -> str:
+        rollout = RolloutConfig(engine="hf", dtype="bfloat16", kv_cache=KVCacheConfig(dtype=dtype, **kv))
         return run_key(Level("x", "rollout", rollout=rollout), seed)
 
-    assert key(attention_backend="fresh_prefill") in keys
-    for other in ({}, {"attention_backend": "cpu"}, {"attention_backend": "fresh_prefill", "scales": "calibrated"}):
+    made = ({}, {"scales": "calibrated"}, {"skip_layers": [0]}, {"attention_backend": "fresh_prefill"},
+            {"dtype": "fp8_e5m2", "attention_backend": "flashinfer"})  # fmt: skip
+    for recipe in made:
+        assert key(**recipe) in keys, recipe
+    for other in ({"attention_backend": "cpu"}, {"attention_backend": "fresh_prefill", "scales": "calibrated"}):
         assert key(**other) not in keys
     assert json.loads(key())["level"]["rollout"]["kv_cache"] == {
         "dtype": "fp8_e4m3", "skip_layers": [], "attention_backend": "flash_attn", "scales": "one"}  # fmt: skip
@@ -176,17 +183,15 @@ def test_shipped_fp8_kv_runs_are_keyed_as_the_old_recipe_only():
     assert legacy.to_dict()["rollout"]["kv_cache"]["attention_backend"] == "fresh_prefill"  # artifacts: explicit
     again = RolloutConfig.model_validate(legacy.to_dict()["rollout"])
     assert again == legacy.rollout  # a dump reads back as the same recipe
-    from admitcheck.calibration.learning import spec_key
-    from admitcheck.calibration.record import LevelSpec
-
-    shipped = {
-        json.loads(k)["level"]["rollout"]["kv_cache"]["dtype"]: json.loads(k)["level"]
-        for k in keys
-        if (json.loads(k)["level"]["rollout"] or {}).get("kv_cache", {}).get("dtype", "auto") != "auto"
-    }
-    assert set(shipped) == {"fp8_e4m3", "fp8_e5m2"}
-    for spec in shipped.values():  # a key read back (plan's level matching) is the old recipe, e5m2 included
-        assert json.loads(spec_key(LevelSpec(**spec)))["rollout"]["kv_cache"]["attention_backend"] == "fresh_prefill"
+    backends = set()
+    for k in keys:
+        level = json.loads(k)["level"]
+        if (level["rollout"] or {}).get("kv_cache", {}).get("dtype", "auto") != "auto":
+            kv = json.loads(spec_key(LevelSpec(**level)))["rollout"]["kv_cache"]
+            made_with = level["rollout"]["kv_cache"].get("attention_backend", "fresh_prefill")  # older keys: no field
+            assert kv["attention_backend"] == made_with  # read back as the recipe it was made with
+            backends.add((kv["dtype"], kv["attention_backend"]))
+    assert backends == {("fp8_e4m3", "flash_attn"), ("fp8_e4m3", "fresh_prefill"), ("fp8_e5m2", "flashinfer")}
 
 
 @pytest.mark.parametrize("fmt", ["fp8_e4m3", "fp8_e5m2"])

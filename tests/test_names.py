@@ -349,7 +349,7 @@ NOT_OUTPUTS: dict[str, dict[str, str]] = {
     "cli.py": {"os.environ": INPUT},
     # m[v]: a backtest's confusion matrix row, truth label -> count
     "report.py": {"os.environ": INPUT, "v.metrics": NAMED, "v.metric_intervals": NAMED, "m[v]": NAMED},
-    "numerics.py": {"sys.modules": INPUT},
+    "numerics.py": {"sys.modules": INPUT, "env": INPUT, "PINS": NAMED},  # env: the process environment
     # metric and term tables: per-sequence sums, token means, intervals by metric name
     "measurement/metrics.py": {"mean": NAMED, "ps": NAMED, "sums": NAMED, "terms": NAMED},
     "measurement/dashboards.py": {"v": NAMED, "ps": NAMED, "options": NAMED},

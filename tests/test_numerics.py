@@ -63,25 +63,32 @@ def test_apply_sets_what_is_unset_and_leaves_what_the_user_set():
     added = numerics.apply(env)
     assert env["MKL_CBWR"] == "AUTO" and "MKL_CBWR" not in added  # the user's value wins
     assert env["ATEN_CPU_CAPABILITY"] == "avx2" and env["ONEDNN_MAX_CPU_ISA"] == "AVX2"
-    for unset in ({}, {numerics.SWITCH: "off"}):  # opt-in: the default sets none
-        before = dict(unset)
-        assert numerics.apply(unset) == {} and unset == before
+    default: dict[str, str] = {}
+    cache = {numerics.CACHE: numerics.inductor_cache_dir("avx2")}
+    assert numerics.apply(default) == numerics.PINS | cache and default == numerics.PINS | cache  # on by default
+    mine = {numerics.CACHE: "/my/cache", "ATEN_CPU_CAPABILITY": "avx512"}
+    assert numerics.apply(mine) == {k: v for k, v in numerics.PINS.items() if k != "ATEN_CPU_CAPABILITY"}
+    assert numerics.inductor_cache_dir("avx512") != cache[numerics.CACHE]  # one directory per kernel set
+    for value in ("off", "OFF", "0", "false", "no"):  # switched off: none is set
+        off = {numerics.SWITCH: value}
+        assert numerics.apply(off) == {} and off == {numerics.SWITCH: value}
 
 
 CAPABILITY = "import admitcheck, torch; torch.zeros(1).sum(); print(torch.backends.cpu.get_cpu_capability())"
 
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the pins are x86-64 code paths")
-def test_importing_admitcheck_pins_torch_before_its_first_kernel_when_switched_on():
-    """The pins act only when set before torch's first CPU kernel: `import admitcheck` does that (when on)."""
+def test_importing_admitcheck_pins_torch_before_its_first_kernel_unless_switched_off():
+    """The pins act only when set before torch's first CPU kernel: `import admitcheck` does that (unless off)."""
     env = {k: v for k, v in os.environ.items() if k not in (numerics.SWITCH, *numerics.PINS)}
     env |= {"PYTHONPATH": str(ROOT)}
-    on = subprocess.run([sys.executable, "-c", CAPABILITY], env=env | {numerics.SWITCH: "on"}, capture_output=True,
-                        text=True, check=True).stdout.split()[-1]  # fmt: skip
-    assert on in ("AVX2", "DEFAULT")  # DEFAULT: a CPU without AVX2
-    off = subprocess.run([sys.executable, "-c", CAPABILITY], env=env, capture_output=True, text=True, check=True)
+    on = subprocess.run([sys.executable, "-c", CAPABILITY], env=env, capture_output=True, text=True,
+                        check=True).stdout.split()[-1]  # fmt: skip
+    assert on in ("AVX2", "DEFAULT")  # the default pins it; DEFAULT: a CPU without AVX2
+    off = subprocess.run([sys.executable, "-c", CAPABILITY], env=env | {numerics.SWITCH: "off"}, capture_output=True,
+                         text=True, check=True)  # fmt: skip
     off_cap = off.stdout.split()[-1]
-    assert off_cap == on or off_cap.startswith("AVX512")  # the default leaves torch's own choice (AVX-512 where it is)
+    assert off_cap == on or off_cap.startswith("AVX512")  # off leaves torch's own choice (AVX-512 where it is)
 
 
 @pytest.mark.slow
@@ -95,4 +102,21 @@ def test_pinned_training_steps_are_the_same_bits_on_mkls_intel_and_amd_paths(tmp
     assert native == intel == GOLDEN  # the golden digest: what every x86-64 machine computes under the pins
     is_intel = "GenuineIntel" in Path("/proc/cpuinfo").read_text()
     if not is_intel:  # on an Intel CPU the shim changes nothing; elsewhere, unpinned, MKL's two paths differ
-        assert _run({}) != _run({"LD_PRELOAD": str(shim)})  # the default: unpinned
+        unpinned = {numerics.SWITCH: "off"}
+        assert _run(unpinned) != _run(unpinned | {"LD_PRELOAD": str(shim)})
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the pins are x86-64 code paths")
+def test_a_pinned_process_does_not_load_what_an_unpinned_one_compiled(tmp_path):
+    """Inductor's cache does not tell ATEN_CPU_CAPABILITY's kernel sets apart: with one cache directory, the compiled
+    fused forward crashed (SIGABRT or SIGSEGV, torch 2.13) in a process under the other capability. The pins' own
+    directory keeps them apart: the compiled-forward test passes unpinned, then pinned, then unpinned again, all
+    with the default directories (under one fresh temp dir)."""
+    test = "tests/test_fused_llama.py::test_compiled_fused_forward_reads_in_place_weight_updates"
+    env = {k: v for k, v in os.environ.items() if k not in (numerics.SWITCH, numerics.CACHE, *numerics.PINS)}
+    env |= {"TMPDIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    for switch in ("off", "on", "off"):
+        args = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", test]
+        run = subprocess.run(args, env=env | {numerics.SWITCH: switch}, cwd=ROOT, capture_output=True, text=True)
+        assert run.returncode == 0, (switch, run.stdout[-2000:], run.stderr[-2000:])
