@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # The toy re-make (issues 39, 34, 36, 40) on the device host's CPUs (CUDA hidden, the numeric pins on), DETACHED and
 # resumable, beside whatever the GPU runs: the toy calibration under the lower-noise protocol, its backtest, its two
-# reseeds and its RL counterpart. The runs need the toy pair rebuilt under the pins in toy/ (branch remake holds it:
-# `git checkout remake -- toy` before the device calls, `git checkout HEAD -- toy` after, never committed on main);
-# `start` refuses any other pair.
+# reseeds and its RL counterpart. The runs need the toy pair built under the pins (toy/ since the re-make shipped:
+# calibrations/toy*.yaml are its output); `start` refuses any other pair.
 #
 # Why there: the re-make is ~120 toy runs per calibration, ~250 for the backtest and ~60 for RL, at ~70 CPU-s each
 # under the pins (docs/noise.md); the device host's 16 idle cores make it in about an hour of wall time where this
