@@ -1,13 +1,12 @@
 """The numeric pins on an AVX2-only x86-64 CPU (issue #39), by emulation: the same runs natively and on a CPU that
 QEMU's TCG emulates, compared bit for bit.
 
-    git checkout remake -- toy        # the toy pair built under the pins (never commit it on another branch)
     python bench/avx2_emulation.py --out bench/results/avx2_emulation.json     # ~30 min wall, ~26 CPU-min emulated
     python bench/avx2_emulation.py --parts fingerprint probe --no-diagnosis --no-control --out /tmp/a.json  # ~3 min
 
 Needs: `qemu-x86_64-static` (Debian: `apt-get install qemu-user-static`; QEMU >= 7.2, the first whose TCG emulates
 AVX, AVX2, FMA and F16C), a C compiler (`cc`: the CPUID and approximate-instruction probes), x86-64 Linux, and the
-toy pair built under the pins in toy/ (student e4c0c08427fd049e, teacher 1a8506f541b4fd06:
+toy pair built under the pins in toy/ (shipped since the re-make: student e4c0c08427fd049e, teacher 1a8506f541b4fd06:
 bench/results/numeric_pins.json).
 
 `qemu-x86_64-static -cpu Haswell` runs the venv's own Python, torch, MKL and oneDNN binaries on an emulated Intel
