@@ -198,23 +198,11 @@ def part_noise_rms() -> tuple[dict, dict]:
 def part_speed() -> tuple[dict, dict]:
     """CPU seconds (this process) per step of numeric_pins.py's workload: a toy-teacher training step (2 layers x
     128, batch 64 x 24 tokens, AdamW) and a BF16 forward of the same model; the median of 3 after a warm-up."""
-    torch = _setup()
-    from admitcheck.pairs.toy import make_model
+    _setup()
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from numeric_pins import speed_workload
 
-    model = make_model(128, 2, seed=0)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x = torch.randint(4, 15, (64, 24), generator=torch.Generator().manual_seed(0))
-    bf16 = make_model(128, 2, seed=0).to(torch.bfloat16).eval()
-
-    def step() -> None:
-        loss = torch.nn.functional.cross_entropy(model(x[:, :-1]).logits.flatten(0, 1), x[:, 1:].flatten())
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-
-    def forward() -> None:
-        with torch.no_grad():
-            bf16(x)
+    step, forward = speed_workload()
 
     info = {}
     for name, fn in (("train_step_cpu_seconds", step), ("bf16_forward_cpu_seconds", forward)):

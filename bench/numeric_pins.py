@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OFF = {"ADMITCHECK_NUMERIC_PINS": "off"}  # the default
-ON = {"ADMITCHECK_NUMERIC_PINS": "on"}  # the pins are opt-in (admitcheck.numerics)
+OFF = {"ADMITCHECK_NUMERIC_PINS": "off"}  # the pins switched off
+ON = {"ADMITCHECK_NUMERIC_PINS": "on"}  # the default (admitcheck.numerics)
 PINNED_VARS = ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")  # admitcheck.numerics.PINS' variables
 SHIM_C = "int mkl_serv_intel_cpu_true(void) { return 1; }\nint mkl_serv_intel_cpu(void) { return 1; }\n"
 
@@ -92,16 +92,13 @@ def worker(out_dir: Path) -> dict:
     }
 
 
-def speed_worker(steps: int) -> dict:
-    """Seconds per training step of the toy teacher (2 layers x 128, batch 64 x 24 tokens, AdamW: the toy build's
-    inner loop) and per forward of a BF16 copy, on this process's code path."""
+def speed_workload():
+    """(step, forward): one AdamW training step of the toy teacher's shape (2 layers x 128, batch 64 x 24 tokens: the
+    toy build's inner loop) and one forward of a BF16 copy, as callables (also bench/avx2_emulation.py's)."""
     import torch
 
-    import admitcheck  # noqa: F401  the pins, when switched on
-    from admitcheck import numerics
     from admitcheck.pairs.toy import make_model
 
-    torch.set_num_threads(1)
     model = make_model(128, 2, seed=0)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x = torch.randint(4, 15, (64, 24), generator=torch.Generator().manual_seed(0))
@@ -117,6 +114,19 @@ def speed_worker(steps: int) -> dict:
         with torch.no_grad():
             bf16(x)
 
+    return step, forward
+
+
+def speed_worker(steps: int) -> dict:
+    """Seconds per training step of the toy teacher (2 layers x 128, batch 64 x 24 tokens, AdamW: the toy build's
+    inner loop) and per forward of a BF16 copy, on this process's code path."""
+    import torch
+
+    import admitcheck  # noqa: F401  the pins, when switched on
+    from admitcheck import numerics
+
+    torch.set_num_threads(1)
+    step, forward = speed_workload()
     out: dict[str, object] = {"numerics": numerics.in_effect()}
     for name, fn in (("train_step_seconds", step), ("bf16_forward_seconds", forward)):
         fn()  # warm-up
