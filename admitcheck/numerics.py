@@ -24,10 +24,10 @@ CLI and the test suite import it before torch runs anything); a variable the use
 **On by default** (`ADMITCHECK_NUMERIC_PINS=off` turns them off). The shipped toy pair (toy/) was built under the pins,
 and every toy artifact (calibrations/toy*.yaml, the backtest, README's demo table) was made on it under the pins
 (issue 39's re-make, bench/toy_remake.sh). What the pins make the same bits, on which CPUs, and what they leave out
-(NumPy's float64 kernels, MKL's vsSqrt under an emulated AVX2-only CPU) is in README, "Same numbers on every x86-64
-CPU". Unpinned, a rebuild takes the CPU's own paths and is another pair (its teacher differs by ~1 nat/token on the fixed
-sequences), which the shipped calibration refuses. GPU kernels are not affected. Thread counts are a separate matter:
-runs that must be reproducible use one torch thread (the toy build, calibration runs, the test suite).
+(NumPy's float64 kernels, MKL's vsSqrt under an emulated AVX2-only CPU) is in README, "Same numbers on every
+x86-64 CPU". Unpinned, a rebuild takes the CPU's own paths and is another pair (its teacher differs by ~1 nat/token
+on the fixed sequences), which the shipped calibration refuses. GPU kernels are not affected. Thread counts are a
+separate matter: runs that must be reproducible use one torch thread (the toy build, calibration runs, the tests).
 """
 
 from __future__ import annotations
