@@ -16,25 +16,28 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's admitcheck
 
-def runs(path: Path) -> dict[str, dict]:
-    out = {}
-    for t in path.read_text().splitlines():
-        if t.strip():
-            r = json.loads(t)
-            if r.get("kind") == "run":
-                out[r["key"]] = r
-    return out
+from admitcheck.calibration.ledger import line_kind, read_run
+from admitcheck.calibration.record import RunRecord
 
 
-def kind_of(key: str) -> str:
-    level = json.loads(key)["level"]
-    if level["kind"] == "rollout":
-        ro = level["rollout"]
-        return "rollout " + ro["dtype"] + (" + fp8 kv" if ro.get("kv_cache", {}).get("dtype", "auto") != "auto" else "")
-    return level["kind"]
+def runs(path: Path) -> dict[str, RunRecord]:
+    """A ledger's run records by key (the ledger's own reader)."""
+    lines = [json.loads(t) for t in path.read_text().splitlines() if t.strip()]
+    return {r.key: r for r in (read_run(x, path, i) for i, x in enumerate(lines) if line_kind(x) == "run")}
+
+
+def kind_of(record: RunRecord) -> str:
+    level = record.run_key.level
+    if level.kind == "rollout":
+        ro = level.rollout
+        fp8_kv = ro.get("kv_cache", {}).get("dtype", "auto") != "auto"  # LevelSpec keeps the rollout as dumped
+        return f"rollout {ro['dtype']}" + (" + fp8 kv" if fp8_kv else "")
+    return level.kind
 
 
 def compare(a: Path, b: Path, tau: float) -> dict:
@@ -46,13 +49,13 @@ def compare(a: Path, b: Path, tau: float) -> dict:
         x, y = ra[key], rb[key]
         rows.append(
             {
-                "kind": kind_of(key),
-                "seed": x["seed"],
-                "same_start_quality": x["quality_start"] == y["quality_start"],
-                "same_mismatch": x["mismatch"] == y["mismatch"],
-                "same_first_loss": x["loss_first"] == y["loss_first"],
-                "same_final_quality": x["quality"] == y["quality"],
-                "final_quality_diff_tau": (y["quality"] - x["quality"]) / tau,
+                "kind": kind_of(x),
+                "seed": x.seed,
+                "same_start_quality": x.quality_start == y.quality_start,
+                "same_mismatch": x.mismatch == y.mismatch,
+                "same_first_loss": x.loss_first == y.loss_first,
+                "same_final_quality": x.quality == y.quality,
+                "final_quality_diff_tau": (y.quality - x.quality) / tau,
             }
         )
     parted = [r["final_quality_diff_tau"] for r in rows if not r["same_final_quality"]]
