@@ -98,17 +98,86 @@ def log_x_spread(rows) -> float:
     return float(np.median([np.std(np.log(v), ddof=1) for v in by.values() if len(v) > 1]))
 
 
+def within_level_noise(names: tuple[str, ...]) -> dict:
+    """The run noise of shipped calibrations as the simulation needs it, measured from their runs (issue 34's
+    follow-up, docs/calibration.md "Why the gate refused the model"): within each level, a pair's cost deviation
+    from the level's mean z_i regressed on D_i = p̂·c̄_l·(log x_i − mean log x), pooled over the levels with ≥ 2
+    pairs and over `names` (p̂ each calibration's model exponent, c̄_l the level's mean cost, floored at 0): the slope
+    is λ, the share of the log-x spread between replicates that is the run's actual mismatch (1: a run's cost follows
+    its own x; 0: the spread is the probe's measurement error of the level's x). What is left once λ·D is taken
+    off is the pairs' own noise: its sd pooled, and Bartlett's test of one sd over the levels (per calibration)."""
+    import yaml
+    from scipy import stats
+
+    zs, ds, bart, dof = [], [], {}, 0
+    for name in names:
+        cal = yaml.safe_load((ROOT / "calibrations" / f"{name}.yaml").read_text())
+        p_hat = float(cal["budget"]["model"]["exponent"])
+        rows = ledger_runs(name)
+        base = {s: q for _, s, q, x in rows if x == 0}
+        by: dict[str, list[tuple[float, float]]] = {}
+        for lv, s, q, x in rows:
+            if x > 0 and s in base:
+                by.setdefault(lv, []).append((x, q - base[s]))
+        groups = []
+        for v in by.values():
+            if len(v) < 2:
+                continue
+            lx, c = np.log([t[0] for t in v]), np.array([t[1] for t in v])
+            zs.append(c - c.mean())
+            ds.append(p_hat * max(float(c.mean()), 0.0) * (lx - lx.mean()))
+            groups.append(len(zs) - 1)
+            dof += len(v) - 1
+        bart[name] = groups
+    z, d = np.concatenate(zs), np.concatenate(ds)
+    beta = float(d @ z / (d @ d))
+    lam = min(max(beta, 0.0), 1.0)
+    res = [zz - lam * dd for zz, dd in zip(zs, ds)]
+    s2 = float(sum(r @ r for r in res)) / (dof - 1)
+    se = math.sqrt(float(sum(r @ r for r in [zz - beta * dd for zz, dd in zip(zs, ds)])) / (dof - 1) / float(d @ d))
+    return {
+        "calibrations": list(names),
+        "x_real_share": lam,
+        "x_real_slope": beta,
+        "x_real_slope_se": se,
+        "pair_sd": math.sqrt(s2),
+        "pair_sd_dof": dof - 1,
+        "one_sd_bartlett_p": {
+            n: float(stats.bartlett(*[res[i] for i in g]).pvalue) for n, g in bart.items() if len(g) > 1
+        },
+        "one_sd_bartlett_p_before": {
+            n: float(stats.bartlett(*[zs[i] for i in g]).pvalue) for n, g in bart.items() if len(g) > 1
+        },
+    }
+
+
+TOY_LEDGERS = ("toy", "toy-seed1000", "toy-seed2000")
+
+
 def protocols() -> dict[str, dict]:
-    """The two shipped protocols with their measured noise (module docstring)."""
+    """The shipped protocols with their measured noise (module docstring)."""
     import yaml
     from calibration_repro import shipped_protocol
 
     toy = shipped_protocol(X)
     toy_run_sd, toy_seed_sd, toy_dof = two_way_noise(ledger_runs("toy"))
-    # within a level, a toy run's cost follows its own x (correlation 0.45, p = 0.0002 over 64 pairs): the spread of
-    # x between replicates is the runs' actual mismatch, not the probe's measurement error
+    # within a level, a toy run's cost follows its own x in part (λ ≈ 0.5 over the three re-made calibrations): the
+    # pairs' own noise is one sd over the levels once that part is taken off (`within_level_noise`)
+    noise = within_level_noise(TOY_LEDGERS)
     toy |= {"seed_sd": toy_seed_sd, "two_way_run_sd": toy_run_sd, "two_way_dof": toy_dof, "b_range": "inside grid",
-            "x_real": True}  # fmt: skip
+            "x_real": noise["x_real_share"], "pair_sd": noise["pair_sd"], "noise": noise}  # fmt: skip
+    # the RL calibration: the toy's grid and design, examples/toy_calibrate_rl.yaml's run cap, calibrations/toy_rl's
+    # runs (its tolerance is 5% of its own baseline reward-free quality: the same reverse KL, another recipe)
+    rl_cfg = yaml.safe_load((ROOT / "examples" / "toy_calibrate_rl.yaml").read_text())
+    rl_noise = within_level_noise(("toy_rl",))
+    rl_run_sd, rl_seed_sd, rl_dof = two_way_noise(ledger_runs("toy_rl"))
+    rl_base = [q for _, _, q, x in ledger_runs("toy_rl") if x == 0]
+    toy_rl = toy | {
+        "max_runs": int(rl_cfg["levels"]["max_runs"]),
+        "seed_sd": rl_seed_sd, "two_way_run_sd": rl_run_sd, "two_way_dof": rl_dof,
+        "baseline_mean": float(np.mean(rl_base)), "baseline_sd": float(np.std(rl_base, ddof=1)),
+        "x_real": rl_noise["x_real_share"], "pair_sd": rl_noise["pair_sd"], "noise": rl_noise,
+    }  # fmt: skip
     cfg = yaml.safe_load((ROOT / "examples" / "smollm2_calibrate.yaml").read_text())
     lv = cfg["levels"]
     rows = [ledger_runs(n) for n in SMOLLM2_LEDGERS]
@@ -145,7 +214,7 @@ def protocols() -> dict[str, dict]:
         "b_range": "between the 2nd and 5th level",
     }
     # the SmolLM2 calibration continued past its shipped 21 runs by adaptive rounds to 45 (issue 38's run budget)
-    out = {"toy": toy, "smollm2": smol, "smollm2_45": smol | {"max_runs": 45}}
+    out = {"toy": toy, "toy_rl": toy_rl, "smollm2": smol, "smollm2_45": smol | {"max_runs": 45}}
     return {k: v | {"x": X} for k, v in out.items()}  # the x travels with the protocol (a --jobs worker's X is not set)
 
 
@@ -182,7 +251,9 @@ def noise_and_range(name: str, proto: dict):
     """(paired-cost sd as a function of x, the range B is drawn from) of a protocol: the toy's measured sd per level
     (flat beyond the levels) and B inside the grid; SmolLM2's pooled run sd and B between its 2nd and 5th level."""
     g = proto["grid"]
-    if name == "toy":
+    if name.startswith("toy"):
+        if "pair_sd" in proto:  # one sd once the x-driven part is taken off (`within_level_noise`)
+            return (lambda x: proto["pair_sd"]), (g[0] * 1.5, g[-1] / 1.5)
         lx, lsd = np.log(proto["noise_x"]), proto["noise_sd"]
         return (lambda x: float(np.interp(math.log(x), lx, lsd))), (g[0] * 1.5, g[-1] / 1.5)
     return (lambda x: math.sqrt(2.0) * proto["run_sd"]), (g[1], g[4])
@@ -235,7 +306,7 @@ def _one_cell(name: str, shape: str, sims: int, seed: int, proto: dict) -> dict:
             f, sd, g, proto["baseline_mean"], proto["baseline_sd"], tol, rng,
             replicates=proto["replicates"], factor=proto["factor"], max_runs=proto["max_runs"], x_cv=proto["x_cv"],
             n_boot=0, confidence=proto["confidence"], pairs_per_round=proto["pairs_per_round"],
-            seed_sd=proto["seed_sd"], x_real=proto.get("x_real", False), local_model=proto.get("x") == "run",
+            seed_sd=proto["seed_sd"], x_real=float(proto.get("x_real", 0.0)), local_model=proto.get("x") == "run",
         )  # fmt: skip
         lo, hi = est.budget.interval
         cover += lo <= b <= hi
@@ -297,7 +368,7 @@ def cutoff_check(sims: int = 800, seed: int = 11) -> dict:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--sims", type=int, default=200)
-    ap.add_argument("--protocols", nargs="+", default=["toy", "smollm2"], choices=["toy", "smollm2", "smollm2_45"])
+    ap.add_argument("--protocols", nargs="+", default=["toy", "smollm2"], choices=["toy", "toy_rl", "smollm2", "smollm2_45"])
     ap.add_argument(
         "--design",
         choices=["local", "around"],

@@ -165,7 +165,7 @@ def simulate_protocol(
     confidence: float = 0.95,
     pairs_per_round: int = 1,
     seed_sd: float | None = None,
-    x_real: bool = False,
+    x_real: float = 0.0,
     decide: tuple[float, ...] = (),
     local_model: bool = False,
 ) -> tuple[Estimate, int]:
@@ -175,9 +175,11 @@ def simulate_protocol(
     s_r ~ N(0, seed_sd) shared by every run of seed r (the shared-baseline structure: every level's pair r contains
     the same baseline run), e(x) ~ N(0, noise_sd(x)/√2) (so that a pair near the smallest level has sd noise_sd),
     the baseline's e with noise_sd(xs[0])/√2; seed_sd None: what makes a baseline run's sd `baseline_sd`. A
-    replicate's measured x ~ x·exp(x_cv·N): a measurement error of the level's x, or (`x_real`) the run's actual
-    mismatch, at which its cost is then evaluated (the toy's runs: within a level, cost follows the run's own x,
-    correlation 0.45). `decide`: the candidates' mismatches the rounds decide (`levels.decide`). `local_model`: the
+    replicate's measured x ~ x·exp(d), d ~ N(0, x_cv²); `x_real` (λ in [0, 1]) is the share of d's variance that is
+    the run's actual mismatch, at which its cost is evaluated, the rest the probe's measurement error: the run's
+    actual x is x·exp(r), r = λd + √(λ(1 − λ))·x_cv·N, so that E[r | d] = λd (0: the level's x is measured with
+    error; 1 (or True): a run's cost follows its own measured x; the re-made toy ledgers: λ ≈ 0.5, RL ≈ 1,
+    bench/budget_coverage.py `x_real_share`). `decide`: the candidates' mismatches the rounds decide (`levels.decide`). `local_model`: the
     estimator's (`curve.estimate`; the run-averaged budget's). Stops as `calibrate` does: precision reached, or the
     next round would pass `max_runs`; the estimate's bracket spends α over the rounds looked at."""
     xs = [float(x) for x in xs]
@@ -196,8 +198,15 @@ def simulate_protocol(
     def add(name: str) -> None:
         x, r = targets[name], len(data[name][1])
         seed_of(r)
-        xm = x * math.exp(x_cv * float(rng.standard_normal()))
-        xc = xm if x_real else x
+        d = x_cv * float(rng.standard_normal())
+        xm = x * math.exp(d)
+        lam = float(x_real)
+        if lam >= 1.0:
+            xc = xm
+        elif lam > 0.0:  # the real part of the spread: E[r | d] = λd, var r = λ·x_cv²
+            xc = x * math.exp(lam * d + math.sqrt(lam * (1.0 - lam)) * x_cv * float(rng.standard_normal()))
+        else:
+            xc = x
         q = baseline_quality + true_cost(xc) + effects[r] + noise_sd(x) / math.sqrt(2.0) * float(rng.standard_normal())
         data[name][0].append(xm)
         data[name][1].append(q - base[r])

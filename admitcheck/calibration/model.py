@@ -48,6 +48,7 @@ LOG_B_STEP = 0.01  # resolution of the profile over log B
 LOG_B_MARGIN = 3.0  # the profile is evaluated this far (in log x) beyond the levels' range
 LACK_OF_FIT_ALPHA = 0.05  # the model is used when both lack-of-fit p-values (x with error, x known) are at least this
 BASELINE_SPREAD_ALPHA = 0.01
+X_SHARES = (0.0, 0.25, 0.5, 0.75, 1.0)  # the grid of λ (each run's own x share) the run-x model profiles over
 PROFILE_SHARE = 0.6  # the profile's cutoff is F(1, dof) at 1 − this × (1 − confidence): `profile_level`
 
 
@@ -89,6 +90,8 @@ class ModelFit:
     confidence: float
     x_log_se: float = 0.0  # the levels' log-x standard errors the fit integrated over (root mean square; 0: none)
     lack_of_fit_x_known: LackOfFit | None = None  # the same test of the x-as-known fit; None: no x error fitted
+    x_run_share: float | None = None  # λ̂: the share of the replicates' log-x spread that is each run's own mismatch
+    # (`run_log_dev`); None: every run at its level's x
 
     @property
     def accepted(self) -> bool:
@@ -119,7 +122,9 @@ class ModelFit:
             "lack_of_fit": self.lack_of_fit.to_dict(),
             "accepted": self.accepted,
             "x_log_se": self.x_log_se,
-        } | ({"lack_of_fit_x_known": self.lack_of_fit_x_known.to_dict()} if self.lack_of_fit_x_known else {})
+        } | ({"lack_of_fit_x_known": self.lack_of_fit_x_known.to_dict()} if self.lack_of_fit_x_known else {}) | (
+            {"x_run_share": self.x_run_share} if self.x_run_share is not None else {}
+        )
 
 
 def _min_over_p(rss: np.ndarray) -> np.ndarray:
@@ -173,10 +178,18 @@ def fit_seed_power_law(
     tau: float,
     confidence: float = 0.95,
     level_log_se: Mapping[str, float] | None = None,
+    run_log_dev: Any = None,
 ) -> ModelFit:
     """The model fitted to every run: `seeds` (run's seed or replicate id), `x` (mismatch, 0 for a baseline run),
     `quality`, `levels` (level name per run: the lack-of-fit test's groups), `tau` (> 0, quality units),
-    `level_log_se` (level name -> standard error of its log x: the levels' x are measured, `_x_error_terms`)."""
+    `level_log_se` (level name -> standard error of its log x: the levels' x are measured, `_x_error_terms`).
+
+    `run_log_dev` (per run: its own log x minus `x`'s log, 0 for a baseline run): where a run's cost follows its own
+    x in part, not only its level's. The model then places run i at x·exp(λ·dev_i) and fits λ too (profiled over
+    `X_SHARES`, one more parameter): λ is the share of the replicates' log-x spread that is the run's actual mismatch,
+    the rest (1 − λ) the probe's measurement error, so each level's x error shrinks to se_l·√(1 − λ). The lack-of-fit
+    tests are then against one free mean per level with each run scaled by its own x, m_l·exp(p̂·λ̂·dev_i)
+    (the power law is that model with m_l = τ(x_l/B)^p); with λ = 0 everything is the level-x model's."""
     from scipy import stats  # deferred: `validate` reads artifacts and must start fast
 
     if not tau > 0:
@@ -188,29 +201,42 @@ def fit_seed_power_law(
     if not pert.any():
         raise ValueError("no perturbed run to fit")
     n, s = y.size, int(sidx.max()) + 1
-    dof = n - s - 2
-    lx = np.log(np.where(pert, xa, 1.0))
-    g = np.where(pert[:, None], np.exp(np.outer(lx, EXPONENTS)), 0.0)  # (N, P) x^p
-    ry = _demean(y, sidx, s)  # (N,)
-    rg = _demean(g, sidx, s)  # (N, P)
-    ryy, ryg, rgg = float(ry @ ry), ry @ rg, np.einsum("np,np->p", rg, rg)  # scalars over p: (P,)
+    shares: tuple[float | None, ...] = (None,)
+    dev = np.zeros(n)
+    if run_log_dev is not None:
+        dev = np.where(pert, np.asarray(run_log_dev, dtype=np.float64), 0.0)
+        shares = X_SHARES
+    dof = n - s - 2 - (run_log_dev is not None)
     x_lo, x_hi = float(xa[pert].min()), float(xa[pert].max())
     lb = np.arange(math.log(x_lo) - LOG_B_MARGIN, math.log(x_hi) + LOG_B_MARGIN, LOG_B_STEP)  # (G,) log B
     u = tau * np.exp(-np.outer(lb, EXPONENTS))  # (G, P) cost scale τ·B^−p
-    rss = ryy - 2 * u * ryg + u**2 * rgg  # (G, P) RSS(B, p)
+    ry = _demean(y, sidx, s)  # (N,)
     lof_full = _pure_error(sidx, s, y, lab, pert)  # (RSS, dof) of one free mean per level
     s2_pure = lof_full[0] / lof_full[1] if lof_full[1] > 0 and lof_full[0] > 0 else math.nan
-    se = {k: float(v) for k, v in (level_log_se or {}).items() if v > 0}
-    penalty = np.zeros_like(rss)
-    lof_x_known = None
-    if se and math.isfinite(s2_pure):
-        # the x-as-known fit's own optimum (plain RSS), for the second lack-of-fit test (module docstring)
-        known_min = _profile_minimum(_min_over_p(rss))[1]
-        lof_x_known = lack_of_fit(sidx, s, y, lab, pert, known_min, dof)
-        rss, penalty = _x_error_objective(g, sidx, s, lab, se, ry, rg, u, s2_pure)
-    profile = _min_over_p(rss)  # (G,) min over p
+    se_all = {k: float(v) for k, v in (level_log_se or {}).items() if v > 0}
+    fits = []  # per λ: (objective, penalty, x-as-known optimum or None, se)
+    for lam in shares:
+        share = 0.0 if lam is None else lam
+        lx = np.log(np.where(pert, xa, 1.0)) + share * dev
+        g = np.where(pert[:, None], np.exp(np.outer(lx, EXPONENTS)), 0.0)  # (N, P) x^p
+        rg = _demean(g, sidx, s)  # (N, P)
+        ryg, rgg = ry @ rg, np.einsum("np,np->p", rg, rg)
+        rss = float(ry @ ry) - 2 * u * ryg + u**2 * rgg  # (G, P) RSS(B, p)
+        se = {k: v * math.sqrt(1.0 - share) for k, v in se_all.items()} if share < 1.0 else {}
+        penalty = np.zeros_like(rss)
+        known_min = None
+        if se and math.isfinite(s2_pure):
+            # the x-as-known fit's own optimum (plain RSS), for the second lack-of-fit test (module docstring)
+            known_min = _profile_minimum(_min_over_p(rss))[1]
+            rss, penalty = _x_error_objective(g, sidx, s, lab, se, ry, rg, u, s2_pure)
+        fits.append((rss, penalty, known_min, se))
+    per_share = np.stack([_min_over_p(f[0]) for f in fits])  # (Λ, G) min over p
+    profile = per_share.min(axis=0)  # (G,) min over p (and λ)
     # B̂ and RSS_min: the profile's minimum (at the grid's top end: no rising trend, B̂ = ∞)
     i, rss_min, shift = _profile_minimum(profile)
+    k = int(np.argmin(per_share[:, i]))
+    rss, penalty, known_min, se = fits[k]
+    lam_hat = shares[k]
     lb_hat = float(lb[i]) + shift
     value = math.exp(lb_hat) if i < lb.size - 1 else math.inf
     j = int(np.argmin(rss[i]))
@@ -225,6 +251,8 @@ def fit_seed_power_law(
     hi = math.exp(inside.max()) if inside.size else math.inf
     lo = 0.0 if lo < x_lo else lo  # below the smallest level: the power law would extrapolate
     hi = math.inf if hi > x_hi else hi
+    scale = np.exp(p_hat * (lam_hat or 0.0) * dev)  # each run's cost against its level's, in the saturated model
+    lof_x_known = lack_of_fit(sidx, s, y, lab, pert, known_min, dof, scale) if known_min is not None else None
     return ModelFit(
         value=value,
         interval=(lo, hi),
@@ -234,10 +262,11 @@ def fit_seed_power_law(
         dof=dof,
         runs=n,
         seeds=s,
-        lack_of_fit=lack_of_fit(sidx, s, y, lab, pert, fit_min, dof),
+        lack_of_fit=lack_of_fit(sidx, s, y, lab, pert, fit_min, dof, scale),
         confidence=confidence,
         x_log_se=float(np.sqrt(np.mean(np.square(list(se.values()))))) if se else 0.0,
         lack_of_fit_x_known=lof_x_known,
+        x_run_share=lam_hat,
     )
 
 
@@ -288,14 +317,17 @@ def _x_error_objective(g, sidx, n_seeds, levels, se, ry, rg, u, s2) -> tuple[np.
     return np.nan_to_num(off + on + penalty, nan=np.inf), np.nan_to_num(penalty, nan=np.inf)
 
 
-def lack_of_fit(sidx, n_seeds, y, levels, pert, rss_model, dof_model) -> LackOfFit:
-    """F test of the model (RSS `rss_model`, `dof_model`) against seed effects + one free mean per level."""
+def lack_of_fit(sidx, n_seeds, y, levels, pert, rss_model, dof_model, scale=None) -> LackOfFit:
+    """F test of the model (RSS `rss_model`, `dof_model`) against seed effects + one free mean per level (`scale`:
+    each run's multiplier of its level's mean, the run-x model's exp(p̂·λ̂·dev); None: 1)."""
     from scipy import stats
 
     names = sorted(set(levels[pert].tolist()))
     z = np.zeros((y.size, n_seeds))
     z[np.arange(y.size), sidx] = 1.0
     lv = np.stack([(levels == nm) & pert for nm in names], axis=1).astype(np.float64)
+    if scale is not None:
+        lv = lv * np.asarray(scale, dtype=np.float64)[:, None]
     rss_full, rank = _rss_of(np.c_[z, lv], y)
     dof_full = y.size - rank
     d1 = dof_model - dof_full

@@ -417,6 +417,7 @@ class BudgetModel(Section):
     accepted: bool
     x_log_se: float = 0.0  # rms of the levels' log-x standard errors, integrated out by the fit (errors in variables)
     lack_of_fit_x_known: LackOfFitEntry | None = None  # the same test with each level's x as known (both gate)
+    x_run_share: float | None = None  # λ̂ of the run-x model (the gate's second tier); None: each run at its level's x
 
 
 class BudgetBracket(Section):
