@@ -11,8 +11,15 @@ gated by its lack-of-fit test, else the shape-free bracket) exactly as `calibrat
 
 Protocols (`protocols()`), both read from the shipped files:
 - toy: examples/toy_calibrate.yaml's grid, replicates, pairs per round, interval factor and run cap (adaptive rounds,
-  ≤ 96 runs); the paired-cost sd per level and the log-x spread of calibrations/toy.yaml's runs
-  (`calibration_repro.shipped_protocol`); the seed-effect sd from a two-way (seed + level) fit of its ledger.
+  ≤ 120 runs); the log-x spread of calibrations/toy.yaml's runs (`calibration_repro.shipped_protocol`); the
+  seed-effect sd from a two-way (seed + level) fit of its ledger; and, measured over the three re-made toy
+  calibrations (`within_level_noise`), the share λ of the replicates' log-x spread that is the run's own mismatch
+  (0.49: its cost follows it) and one pair sd once that part is off (0.0173; the levels' sds are one sd, Bartlett
+  p 0.57–0.89). Before 2026-12-05 the toy cells drew each level's sd from the primary ledger's per-level sds and
+  made every run's cost follow its own x in full, which counted the top level's x-driven spread twice
+  (docs/calibration.md, "Why the gate refused the model").
+- toy_rl: the toy protocol with examples/toy_calibrate_rl.yaml's 60-run cap and calibrations/toy_rl's baselines,
+  seed-effect sd, λ (1: its runs' cost follows their own x) and pair sd.
 - smollm2: examples/smollm2_calibrate.yaml (6 levels × 3 pairs + 3 baselines, max_runs 21: no adaptive round); the
   levels at the mean x of the three shipped SmolLM2 calibrations; run sd, seed-effect sd and log-x spread pooled from
   their three ledgers (two-way fits).

@@ -12,7 +12,8 @@ mismatch in that replicate. `estimate` turns the pairs back into runs (a level r
 baseline's) and fits **one model over every run** (`model.fit_seed_power_law`: quality = seed effect + τ·(x/B)^p,
 the baseline = the seed effect, each level's x a measurement with its standard error; its F-profile interval),
 which makes the budget when its gate passes (`_gate`: lack of fit, one run variance, B inside the levels' range);
-with `local_model` (the run-averaged budget's, `fit.fit_runs`) that model is refitted on the levels around its B̂
+where it fits but its level runs spread more than the baselines, the model with each run at its own x in part
+(`_run_x_tier`: λ fitted) makes it if that passes the whole gate; with `local_model` (the run-averaged budget's, `fit.fit_runs`) that model is refitted on the levels around its B̂
 (`_local_refit`), which must pass the gate too.
 Otherwise the budget is the isotonic fit's crossing of τ (`fit_levels`, `budget_of`: pool-adjacent-violators on the
 levels' mean costs, linear in log x on log(max(cost, 0) + δ) between levels, δ = OFFSET_SHARE · τ) with **the
@@ -565,7 +566,7 @@ def _run_x_tier(
     """The second tier of the gate: the level-x model fits the curve but its level runs spread more than the
     baselines. Where a run's cost follows its own x (its replicate's actual mismatch, not only its level's), the
     level runs' spread holds p·cost·(its x's spread): at a steep curve's high-cost levels many times the run noise
-    (the toy RL calibration: slope 1.18 ± 0.18 of 1; docs/calibration.md, "Why the gate refused the model"). The
+    (the toy RL calibration: slope 1.09 ± 0.17 of 1; docs/calibration.md, "Why the gate refused the model"). The
     run-x model (`_Runs.model(run_x=True)`: λ, the share of the spread that is real, fitted) takes that part
     off; it makes the budget where it passes the whole gate itself, on the runs less their fitted cost. Otherwise
     the level-x model's refusal stands, with both reasons. Only a spread refusal gets here: a lack of fit is a shape
