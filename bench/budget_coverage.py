@@ -375,7 +375,9 @@ def cutoff_check(sims: int = 800, seed: int = 11) -> dict:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--sims", type=int, default=200)
-    ap.add_argument("--protocols", nargs="+", default=["toy", "smollm2"], choices=["toy", "toy_rl", "smollm2", "smollm2_45"])
+    ap.add_argument(
+        "--protocols", nargs="+", default=["toy", "smollm2"], choices=["toy", "toy_rl", "smollm2", "smollm2_45"]
+    )
     ap.add_argument(
         "--design",
         choices=["local", "around"],

@@ -68,7 +68,8 @@ def one_cell(args: tuple) -> dict:
                 f, sd, g, proto["baseline_mean"], proto["baseline_sd"], tol, rng,
                 replicates=proto["replicates"], factor=proto["factor"], max_runs=proto["max_runs"],
                 x_cv=proto["x_cv"], n_boot=0, confidence=proto["confidence"],
-                pairs_per_round=proto["pairs_per_round"], seed_sd=proto["seed_sd"], x_real=float(proto.get("x_real", 0.0)),
+                pairs_per_round=proto["pairs_per_round"], seed_sd=proto["seed_sd"],
+                x_real=float(proto.get("x_real", 0.0)),
                 decide=decide,
             )  # fmt: skip
             lo, hi = est.budget.interval

@@ -13,8 +13,8 @@ baseline's) and fits **one model over every run** (`model.fit_seed_power_law`: q
 the baseline = the seed effect, each level's x a measurement with its standard error; its F-profile interval),
 which makes the budget when its gate passes (`_gate`: lack of fit, one run variance, B inside the levels' range);
 where it fits but its level runs spread more than the baselines, the model with each run at its own x in part
-(`_run_x_tier`: λ fitted) makes it if that passes the whole gate; with `local_model` (the run-averaged budget's, `fit.fit_runs`) that model is refitted on the levels around its B̂
-(`_local_refit`), which must pass the gate too.
+(`_run_x_tier`: λ fitted) makes it if that passes the whole gate; with `local_model` (the run-averaged budget's,
+`fit.fit_runs`) that model is refitted on the levels around its B̂ (`_local_refit`), which must pass the gate too.
 Otherwise the budget is the isotonic fit's crossing of τ (`fit_levels`, `budget_of`: pool-adjacent-violators on the
 levels' mean costs, linear in log x on log(max(cost, 0) + δ) between levels, δ = OFFSET_SHARE · τ) with **the
 shape-free bracket** as its interval (`level_bracket`: each level's own Student-t test, a fixed sequence from each
@@ -531,7 +531,8 @@ class _Runs:
         model = fit_seed_power_law(seeds, xrun, q, lab, self.tau, self.confidence, se, dev)
         runs = [ys[i] + np.array([base[int(r)] for r in reps[i]]) for i in keep]
         if run_x and model.x_run_share is not None:
-            runs = [r - model.predict(self.level_x[i] * np.exp(model.x_run_share * self.dev[i])) for r, i in zip(runs, keep)]
+            share = model.x_run_share
+            runs = [r - model.predict(self.level_x[i] * np.exp(share * self.dev[i])) for r, i in zip(runs, keep)]
         return model, baseline_spread_check(self.bvals, runs)
 
 
@@ -575,9 +576,14 @@ def _run_x_tier(
     method, why = _gate(alt, alt_spread, runs.level_x)
     lam = f"λ̂ = {alt.x_run_share:g}" if alt.x_run_share is not None else "λ not fitted"
     if method == "model":
-        return alt, alt_spread, "model", (
-            f"each run at its own x ({lam} of the replicates' log-x spread is the run's own mismatch): {why}; "
-            f"at the levels' x: {reason}"
+        return (
+            alt,
+            alt_spread,
+            "model",
+            (
+                f"each run at its own x ({lam} of the replicates' log-x spread is the run's own mismatch): {why}; "
+                f"at the levels' x: {reason}"
+            ),
         )
     return model, spread, "bracket", f"{reason}; with each run at its own x ({lam}): {why}"
 

@@ -179,9 +179,10 @@ def simulate_protocol(
     the run's actual mismatch, at which its cost is evaluated, the rest the probe's measurement error: the run's
     actual x is x·exp(r), r = λd + √(λ(1 − λ))·x_cv·N, so that E[r | d] = λd (0: the level's x is measured with
     error; 1 (or True): a run's cost follows its own measured x; the re-made toy ledgers: λ ≈ 0.5, RL ≈ 1,
-    bench/budget_coverage.py `x_real_share`). `decide`: the candidates' mismatches the rounds decide (`levels.decide`). `local_model`: the
-    estimator's (`curve.estimate`; the run-averaged budget's). Stops as `calibrate` does: precision reached, or the
-    next round would pass `max_runs`; the estimate's bracket spends α over the rounds looked at."""
+    bench/budget_coverage.py `within_level_noise`). `decide`: the candidates' mismatches the rounds decide
+    (`levels.decide`). `local_model`: the estimator's (`curve.estimate`; the run-averaged budget's). Stops as
+    `calibrate` does: precision reached, or the next round would pass `max_runs`; the estimate's bracket spends α
+    over the rounds looked at."""
     xs = [float(x) for x in xs]
     e0 = noise_sd(xs[0]) / math.sqrt(2.0)
     s_sd = math.sqrt(max(baseline_sd**2 - e0**2, 0.0)) if seed_sd is None else float(seed_sd)

@@ -109,21 +109,23 @@ class ModelFit:
         return float(out) if out.ndim == 0 else out
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "form": "seed_power_law",
-            "value": self.value,
-            "interval": list(self.interval),
-            "exponent": self.exponent,
-            "tau": self.tau,
-            "residual_sd": self.residual_sd,
-            "dof": self.dof,
-            "runs": self.runs,
-            "seeds": self.seeds,
-            "lack_of_fit": self.lack_of_fit.to_dict(),
-            "accepted": self.accepted,
-            "x_log_se": self.x_log_se,
-        } | ({"lack_of_fit_x_known": self.lack_of_fit_x_known.to_dict()} if self.lack_of_fit_x_known else {}) | (
-            {"x_run_share": self.x_run_share} if self.x_run_share is not None else {}
+        return (
+            {
+                "form": "seed_power_law",
+                "value": self.value,
+                "interval": list(self.interval),
+                "exponent": self.exponent,
+                "tau": self.tau,
+                "residual_sd": self.residual_sd,
+                "dof": self.dof,
+                "runs": self.runs,
+                "seeds": self.seeds,
+                "lack_of_fit": self.lack_of_fit.to_dict(),
+                "accepted": self.accepted,
+                "x_log_se": self.x_log_se,
+            }
+            | ({"lack_of_fit_x_known": self.lack_of_fit_x_known.to_dict()} if self.lack_of_fit_x_known else {})
+            | ({"x_run_share": self.x_run_share} if self.x_run_share is not None else {})
         )
 
 
