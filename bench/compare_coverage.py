@@ -2,11 +2,15 @@
 
     nice -n 10 python bench/compare_coverage.py --sims 200 --out bench/results/compare_coverage.json
     python bench/compare_coverage.py --sims 10 --cells power/power:0.8          # a quick look
+    nice -n 10 python bench/compare_coverage.py --sims 200 --second toy_rl --cells power/power:0.1 --out F  # OPD vs RL
 
 Each simulated comparison is two calibrations run side by side under the shipped toy protocol
 (bench/budget_coverage.py's `protocols()["toy"]`: examples/toy_calibrate.yaml's grid, 3 pairs per level, rounds of 4
-pairs, the 96-run cap, the adaptive design of `design.plan_round`; the paired-cost sd per level, seed-effect sd and
-log-x spread measured on calibrations/toy.yaml, the runs' x real: a run's cost follows its own x). Both calibrations
+pairs, the run cap, the adaptive design of `design.plan_round`; the seed-effect sd and log-x spread measured on
+calibrations/toy.yaml, one pair sd and the share λ of the log-x spread that is the run's own mismatch measured on the
+three re-made toy calibrations — before 2026-12-05 the per-level sds of calibrations/toy.yaml and λ = 1), or with
+`--second toy_rl` calibration B under the RL calibration's (its 60-run cap, baselines, pair sd, λ = 1: each RL run's
+cost follows its own x; its budget then often comes from the gate's run-x tier, docs/calibration.md). Both calibrations
 use the same training seeds r = 0, 1, …, and what a seed shares between them is simulated as the ledgers show it:
 - the measured x of level `name`'s replicate r is identical in both (same engine, same noise draw, same probe at the
   start weights: calibrations/toy.yaml and toy_rl.yaml carry the same x at their common levels), and with the toy's
@@ -73,9 +77,13 @@ def simulate_one(k: int, cost, proto: dict, noise: Noise, tol, rng: np.random.Ge
     from admitcheck.calibration.shared_seeds import SeedRuns
 
     xs = list(proto["grid"])
-    lx, lsd = np.log(proto["noise_x"]), proto["noise_sd"]
-    noise_sd = lambda x: float(np.interp(math.log(x), lx, lsd))  # noqa: E731  paired sd, flat beyond the levels
+    if "pair_sd" in proto:  # one pair sd once the x-driven part is off (budget_coverage.within_level_noise)
+        noise_sd = lambda x: proto["pair_sd"]  # noqa: E731
+    else:
+        lx, lsd = np.log(proto["noise_x"]), proto["noise_sd"]
+        noise_sd = lambda x: float(np.interp(math.log(x), lx, lsd))  # noqa: E731  paired sd, flat beyond the levels
     mu0, x_cv, seed_sd = proto["baseline_mean"], proto["x_cv"], proto["seed_sd"]
+    lam = float(proto.get("x_real", 1.0))  # the share of the log-x spread that is the run's own mismatch
     e0 = noise_sd(xs[0]) / math.sqrt(2.0)
     base: list[float] = []
     targets = {f"level-{i}": x for i, x in enumerate(xs)}
@@ -92,8 +100,11 @@ def simulate_one(k: int, cost, proto: dict, noise: Noise, tol, rng: np.random.Ge
     def add(name: str) -> None:
         x, r = targets[name], len(data[name][1])
         seed_of(r)
-        xm = x * math.exp(x_cv * noise.same(("x", name, r)))  # the run's actual (and measured) x: shared
-        q = mu0 + cost(xm) + effect(r) + noise_sd(x) / math.sqrt(2.0) * noise.corr(k, ("run", name, r))
+        d = x_cv * noise.same(("x", name, r))  # the measured x: shared (same engine, noise draw and probe)
+        xm = x * math.exp(d)
+        # the run's actual x: λ of the spread (shared too: the same engine), as design.simulate_protocol draws it
+        xc = x * math.exp(lam * d + math.sqrt(lam * (1.0 - lam)) * x_cv * noise.same(("x_real", name, r)))
+        q = mu0 + cost(xc) + effect(r) + noise_sd(x) / math.sqrt(2.0) * noise.corr(k, ("run", name, r))
         data[name][0].append(xm)
         data[name][1].append(q - base[r])
 
@@ -138,7 +149,11 @@ def side(est, label: str):
     return BudgetSide(label, label, b.value, b.kind, tuple(b.interval), 0.95, est.tau, None)
 
 
-def one_cell(shape_pair: str, rho: float, sims: int, seed: int, proto: dict, deadline: float | None) -> dict:
+def one_cell(
+    shape_pair: str, rho: float, sims: int, seed: int, proto: dict, deadline: float | None, proto_b: dict | None = None
+) -> dict:
+    """One cell: calibration A under `proto`, B under `proto_b` (default the same); τ, the grid and B's range are
+    A's (both protocols share the toy grid)."""
     from budget_coverage import true_cost
 
     from admitcheck.calibration.compare import compare_budgets, mover_log_ratio
@@ -146,8 +161,7 @@ def one_cell(shape_pair: str, rho: float, sims: int, seed: int, proto: dict, dea
     from admitcheck.calibration.shared_seeds import seed_correlation
 
     rng = np.random.default_rng([seed, SHAPES.index(shape_pair), round(10 * rho)])
-    tol = Tolerance(relative=proto["relative"])
-    tau = tol.of(proto["baseline_mean"])
+    tols = [Tolerance(relative=p["relative"]) for p in (proto, proto_b or proto)]
     g = proto["grid"]
     b_lo, b_hi = g[0] * 1.5, g[-1] / 1.5
     shapes = shape_pair.split("/")
@@ -156,10 +170,12 @@ def one_cell(shape_pair: str, rho: float, sims: int, seed: int, proto: dict, dea
     while len(rows) < sims and (deadline is None or time.time() < deadline):
         bs = [math.exp(rng.uniform(math.log(b_lo), math.log(b_hi))) for _ in shapes]
         noise = Noise(rng, rho)
+        protos = (proto, proto_b or proto)
         out = [
-            simulate_one(k, true_cost(s, tau, b, proto), proto, noise, tol, rng)
+            simulate_one(k, true_cost(s, tols[k].of(protos[k]["baseline_mean"]), b, protos[k]), protos[k], noise,
+                         tols[k], rng)
             for k, (s, b) in enumerate(zip(shapes, bs))
-        ]
+        ]  # fmt: skip
         (ea, ra, _), (eb, rb, _) = out
         truth = bs[1] / bs[0]
         sa, sb = side(ea, "A"), side(eb, "B")
@@ -246,10 +262,14 @@ def main() -> None:
     ap.add_argument("--stop-at", default=None, help="UTC HH:MM: no new simulation starts after it (the cell in "
                     "progress is written with the sims it has)")  # fmt: skip
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--second", default="toy", choices=["toy", "toy_rl"], help="calibration B's protocol "
+                    "(budget_coverage.protocols(); toy_rl: the RL calibration's noise, its runs' cost following their "
+                    "own x)")  # fmt: skip
     a = ap.parse_args()
     from budget_coverage import protocols
 
-    proto = protocols()["toy"]
+    protos = protocols()
+    proto, proto_b = protos["toy"], protos[a.second]
     deadline = None
     if a.stop_at:
         now = datetime.datetime.now(datetime.timezone.utc)
@@ -259,13 +279,14 @@ def main() -> None:
         cells = [(c.split(":")[0], float(c.split(":")[1])) for c in a.cells]
     else:
         cells = [(s, r) for s in SHAPES for r in RHOS]
-    result = {"protocol": "toy (bench/budget_coverage.py protocols()['toy'])", "measured": measured(), "rows": [],
+    result = {"protocol": f"A: toy, B: {a.second} (bench/budget_coverage.py protocols())", "measured": measured(),
+              "rows": [],
               "must_hold": "paired coverage >= 0.93 in every cell", "command": " ".join(sys.argv)}  # fmt: skip
     print(json.dumps(result["measured"]), flush=True)
     for shape_pair, rho in cells:
         if deadline is not None and time.time() >= deadline:
             break
-        row = one_cell(shape_pair, rho, a.sims, a.seed, proto, deadline)
+        row = one_cell(shape_pair, rho, a.sims, a.seed, proto, deadline, proto_b)
         result["rows"].append(row)
         result["ok"] = all(r["paired"]["coverage"] >= 0.93 for r in result["rows"])
         print(json.dumps(row), flush=True)
