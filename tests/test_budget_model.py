@@ -197,7 +197,11 @@ def test_the_shipped_artifacts_are_their_ledgers_refit() -> None:
         assert again.budget.value == pytest.approx(shipped.budget.value, rel=1e-9)
         assert again.budget.interval == pytest.approx(shipped.budget.interval, rel=1e-9)
         assert again.budget.method == shipped.budget.method
-    assert load_calibration(ROOT / "calibrations" / "toy_rl.yaml").budget.method == "bracket"
+    rl = load_calibration(ROOT / "calibrations" / "toy_rl.yaml").budget
+    assert rl.method == "model" and rl.model.x_run_share == 1.0  # the gate's run-x tier (the level-x model: refused)
+    assert "each run at its own x" in rl.method_reason and "at the levels' x: the model assumes one run variance" in (
+        rl.method_reason
+    )
 
 
 def test_the_coverage_bench_design_travels_with_each_cell(monkeypatch) -> None:
