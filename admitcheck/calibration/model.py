@@ -1,3 +1,4 @@
+# long module: one model (the seed-effect power law, its errors in variables and run-x share) and its two tests
 """The budget from one monotone model over every run, with seed effects: q = α_seed + τ·(x/B)^p (issue 34).
 
     m = fit_seed_power_law(seeds, x, quality, levels, tau=0.0204, confidence=0.95, level_log_se={"noise-2": 0.07})
@@ -31,6 +32,11 @@ fitted with each level's x as known (its own optimum), `lack_of_fit_x_known`. `a
 a refusal costs only width, so no Bonferroni split: docs/calibration.md, "The gate"). `baseline_spread_check`: an F
 test of the baseline runs' spread against the level runs' (pooled within levels), flagged at p < 1% in the smaller
 tail.
+
+Where a run's cost follows its own x and not only its level's (its replicate's actual mismatch; the toy RL calibration),
+`run_log_dev` places run i at x_l·exp(λ·dev_i) and fits λ ∈ `X_SHARES` too (`ModelFit.x_run_share`); the
+lack-of-fit tests are then against one free mean per level with each run scaled by its own x. `curve._run_x_tier`
+uses it only where the level-x model fits but is refused for its run variance (docs/calibration.md).
 Pure numpy (scipy.stats for the F quantiles).
 """
 
