@@ -428,7 +428,7 @@ def estimate(
     bracket = level_bracket(xs, zs, names, confidence, looks)
 
     method, reason = _gate(model, spread, level_x)
-    if method == "bracket" and _spread_only(model, spread) and any(np.ptp(d) > 0 for d in dev if d.size):
+    if RUN_X_TIER and method == "bracket" and _spread_only(model, spread) and any(np.ptp(d) > 0 for d in dev if d.size):
         model, spread, method, reason = _run_x_tier(runs, model, spread, reason)
     model_all_levels = model
     if local_model and method == "model":
@@ -555,6 +555,9 @@ def local_levels(level_x: tuple[float, ...], b: float) -> list[int]:
     return list(range(max(min(inside) - LOCAL_BEYOND, 0), min(max(inside) + LOCAL_BEYOND, lx.size - 1) + 1))
 
 
+RUN_X_TIER = False  # the gate's run-x tier (`_run_x_tier`): off — its interval under-covered in simulation (below)
+
+
 def _spread_only(model: ModelFit | None, spread: SpreadCheck | None) -> bool:
     """The level-x model was refused for its run variance alone: both lack-of-fit tests pass (`ModelFit.accepted`)
     and the baseline runs' spread is implausible against the level runs' (`SpreadCheck.flagged`)."""
@@ -567,11 +570,17 @@ def _run_x_tier(
     """The second tier of the gate: the level-x model fits the curve but its level runs spread more than the
     baselines. Where a run's cost follows its own x (its replicate's actual mismatch, not only its level's), the
     level runs' spread holds p·cost·(its x's spread): at a steep curve's high-cost levels many times the run noise
-    (the toy RL calibration: slope 1.09 ± 0.17 of 1; docs/calibration.md, "Why the gate refused the model"). The
+    (the toy RL calibration: slope 1.18 ± 0.18 of 1; docs/calibration.md, "Why the gate refused the model"). The
     run-x model (`_Runs.model(run_x=True)`: λ, the share of the spread that is real, fitted) takes that part
     off; it makes the budget where it passes the whole gate itself, on the runs less their fitted cost. Otherwise
     the level-x model's refusal stands, with both reasons. Only a spread refusal gets here: a lack of fit is a shape
-    the power law misses, which each run's own x cannot mend. (model, spread check, method, reason)."""
+    the power law misses, which each run's own x cannot mend. (model, spread check, method, reason).
+
+    **Off** (`RUN_X_TIER`): under the toy RL protocol's measured noise (bench/budget_coverage.py --protocols toy_rl,
+    bench/results/budget_coverage_toy_rl.json) its interval covered 0.835 on power2 (degenerate intervals: the
+    profile's 1%-of-B grid is coarser than the fit's precision at λ̂ = 1) and 0.80 on flat_then_rising (B̂ ≈ 0.7 B:
+    with exact per-run x nothing down-weights the high-cost levels, as with the run-averaged x before its local
+    refit). Until both are mended and re-measured, a spread refusal stays the bracket."""
     alt, alt_spread = runs.model(range(len(runs.names)), run_x=True)
     method, why = _gate(alt, alt_spread, runs.level_x)
     lam = f"λ̂ = {alt.x_run_share:g}" if alt.x_run_share is not None else "λ not fitted"
