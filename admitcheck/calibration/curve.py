@@ -13,8 +13,9 @@ baseline's) and fits **one model over every run** (`model.fit_seed_power_law`: q
 the baseline = the seed effect, each level's x a measurement with its standard error; its F-profile interval),
 which makes the budget when its gate passes (`_gate`: lack of fit, one run variance, B inside the levels' range);
 where it fits but its level runs spread more than the baselines, the model with each run at its own x in part
-(`_run_x_tier`: λ fitted) makes it if that passes the whole gate; with `local_model` (the run-averaged budget's,
-`fit.fit_runs`) that model is refitted on the levels around its B̂ (`_local_refit`), which must pass the gate too.
+(`_run_x_tier`: λ fitted; off, `RUN_X_TIER`) would make it if that passed the whole gate; with `local_model` (the
+run-averaged budget's, `fit.fit_runs`) that model is refitted on the levels around its B̂ (`_local_refit`), which
+must pass the gate too.
 Otherwise the budget is the isotonic fit's crossing of τ (`fit_levels`, `budget_of`: pool-adjacent-violators on the
 levels' mean costs, linear in log x on log(max(cost, 0) + δ) between levels, δ = OFFSET_SHARE · τ) with **the
 shape-free bracket** as its interval (`level_bracket`: each level's own Student-t test, a fixed sequence from each
