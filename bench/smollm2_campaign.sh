@@ -85,7 +85,7 @@ case "$stage" in
     $PY -c "import pynvml" 2>/dev/null && echo "pynvml: yes" || echo "pynvml: no (GPU utilisation read by nvidia-smi)"
     if [ -n "${GPU_TESTS:-}" ]; then
       # GPU_TESTS_ARGS: files and marks (split on spaces); GPU_TESTS_K: a -k expression (kept whole: "a or b")
-      timeout 300 $PY -m pytest -x -q -p no:cacheprovider ${GPU_TESTS_ARGS:-tests/test_workers.py tests/test_engine_cuda.py} \
+      timeout 300 $PY -m pytest -q -p no:cacheprovider ${GPU_TESTS_ARGS:-tests/test_workers.py tests/test_engine_cuda.py} \
         ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} 2>&1 \
         | tail -15 | tee "$OUT/gpu_tests.txt"
     fi
