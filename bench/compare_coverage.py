@@ -73,7 +73,7 @@ def simulate_one(k: int, cost, proto: dict, noise: Noise, tol, rng: np.random.Ge
     """One calibration under the toy protocol (design.simulate_protocol's loop, its draws from `noise`): (the
     estimate, its SeedRuns, runs used)."""
     from admitcheck.calibration.curve import LevelData, estimate
-    from admitcheck.calibration.design import plan_round
+    from admitcheck.calibration.design import actual_x, plan_round
     from admitcheck.calibration.shared_seeds import SeedRuns
 
     xs = list(proto["grid"])
@@ -103,7 +103,7 @@ def simulate_one(k: int, cost, proto: dict, noise: Noise, tol, rng: np.random.Ge
         d = x_cv * noise.same(("x", name, r))  # the measured x: shared (same engine, noise draw and probe)
         xm = x * math.exp(d)
         # the run's actual x: λ of the spread (shared too: the same engine), as design.simulate_protocol draws it
-        xc = x * math.exp(lam * d + math.sqrt(lam * (1.0 - lam)) * x_cv * noise.same(("x_real", name, r)))
+        xc = actual_x(x, d, lam, x_cv, lambda: noise.same(("x_real", name, r)))
         q = mu0 + cost(xc) + effect(r) + noise_sd(x) / math.sqrt(2.0) * noise.corr(k, ("run", name, r))
         data[name][0].append(xm)
         data[name][1].append(q - base[r])

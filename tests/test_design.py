@@ -237,3 +237,18 @@ def test_continued_smollm2_calibrations_keep_the_budget_near_the_measured_curves
 
     local, around = bias(True), bias(False)
     assert local < 0.12 < around, (local, around)
+
+
+def test_actual_x_shares_the_measured_spread():
+    """A run's actual log-x deviation r has E[r | d] = λd and var r = λ·x_cv² (the measured d ~ N(0, x_cv²))."""
+    from admitcheck.calibration.design import actual_x
+
+    assert actual_x(0.01, 0.3, 0.0, 0.2, lambda: 1 / 0) == 0.01  # λ 0: the level's x, no draw
+    assert actual_x(0.01, 0.3, 1.0, 0.2, lambda: 1 / 0) == pytest.approx(0.01 * np.exp(0.3))
+    rng = np.random.default_rng(5)
+    x_cv, lam = 0.2, 0.4
+    d = x_cv * rng.standard_normal(40_000)
+    r = np.log([actual_x(0.01, di, lam, x_cv, lambda: float(rng.standard_normal())) / 0.01 for di in d])
+    slope = float(np.polyfit(d, r, 1)[0])
+    assert slope == pytest.approx(lam, abs=0.02)
+    assert float(r.var()) == pytest.approx(lam * x_cv**2, rel=0.05)

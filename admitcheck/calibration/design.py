@@ -15,6 +15,7 @@ itself is `curve`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,6 +169,18 @@ def _split_gap(est: Estimate, level_x: dict[str, float], factor: float) -> tuple
     return math.sqrt(x_lo * x_hi), f"a level between {lo_name} and {hi_name} (×{x_hi / x_lo:.2g} apart around B̂)"
 
 
+def actual_x(x: float, d: float, share: float, x_cv: float, normal: Callable[[], float]) -> float:
+    """A simulated run's actual mismatch, given its level's x and its measured log-x deviation d ~ N(0, x_cv²):
+    x·exp(r), r = λd + √(λ(1 − λ))·x_cv·N (λ = `share`), so that E[r | d] = λd and var r = λ·x_cv². `normal` draws N
+    (called only for 0 < λ < 1, so a stream of draws is used as before). λ 0: the level's x; 1: the measured x."""
+    lam = float(share)
+    if lam >= 1.0:
+        return x * math.exp(d)
+    if lam > 0.0:
+        return x * math.exp(lam * d + math.sqrt(lam * (1.0 - lam)) * x_cv * normal())
+    return x
+
+
 def simulate_protocol(
     true_cost: Any,  # callable x -> cost (nats/token)
     noise_sd: Any,  # callable x -> sd of one paired cost (nats/token) near the grid's smallest level
@@ -222,13 +235,7 @@ def simulate_protocol(
         seed_of(r)
         d = x_cv * float(rng.standard_normal())
         xm = x * math.exp(d)
-        lam = float(x_real)
-        if lam >= 1.0:
-            xc = xm
-        elif lam > 0.0:  # the real part of the spread: E[r | d] = λd, var r = λ·x_cv²
-            xc = x * math.exp(lam * d + math.sqrt(lam * (1.0 - lam)) * x_cv * float(rng.standard_normal()))
-        else:
-            xc = x
+        xc = actual_x(x, d, x_real, x_cv, lambda: float(rng.standard_normal()))
         q = baseline_quality + true_cost(xc) + effects[r] + noise_sd(x) / math.sqrt(2.0) * float(rng.standard_normal())
         data[name][0].append(xm)
         data[name][1].append(q - base[r])
