@@ -277,18 +277,20 @@ def draw_truth(shape: str, proto: dict, tau: float, b_range: tuple[float, float]
 
 
 def one_cell(args: tuple) -> dict:
-    """One cell: (protocol name, truth, sims, seed, protocol[, local]). `local` (the design, `design.LOCAL`) travels
-    with the cell: a --jobs worker started by spawn or forkserver (Python 3.14's default on Linux) does not inherit
-    the parent's module state; it is restored after the cell."""
-    from admitcheck.calibration import design
+    """One cell: (protocol name, truth, sims, seed, protocol[, local[, run-x tier]]). `local` (the design,
+    `design.LOCAL`) and the tier (`curve.RUN_X_TIER`) travel with the cell: a --jobs worker started by spawn or
+    forkserver (Python 3.14's default on Linux) does not inherit the parent's module state; both are restored after
+    the cell."""
+    from admitcheck.calibration import curve, design
 
-    name, shape, sims, seed, proto, *local = args
-    before = design.LOCAL
-    design.LOCAL = local[0] if local else before
+    name, shape, sims, seed, proto, *opt = args
+    before = design.LOCAL, curve.RUN_X_TIER
+    design.LOCAL = opt[0] if opt else before[0]
+    curve.RUN_X_TIER = opt[1] if len(opt) > 1 else before[1]
     try:
-        return _one_cell(name, shape, sims, seed, proto)
+        return _one_cell(name, shape, sims, seed, proto) | {"run_x_tier": curve.RUN_X_TIER}
     finally:
-        design.LOCAL = before
+        design.LOCAL, curve.RUN_X_TIER = before
 
 
 def _one_cell(name: str, shape: str, sims: int, seed: int, proto: dict) -> dict:
@@ -330,12 +332,15 @@ def _one_cell(name: str, shape: str, sims: int, seed: int, proto: dict) -> dict:
             "design": "local" if design.LOCAL else "around", "seconds": round(time.perf_counter() - t0, 1)}  # fmt: skip
 
 
-def run(sims: int, names=("toy", "smollm2"), truths=None, seed: int = 0, jobs: int = 1, local: bool = True) -> dict:
+def run(
+    sims: int, names=("toy", "smollm2"), truths=None, seed: int = 0, jobs: int = 1, local: bool = True, tier=None
+) -> dict:
+    """Every cell of `names` × truths; `tier` None: `curve.RUN_X_TIER` as shipped, else on or off."""
     from concurrent.futures import ProcessPoolExecutor
 
     protos = protocols()
     work = [
-        (n, t, sims, seed, protos[n], local)
+        (n, t, sims, seed, protos[n], local, *(() if tier is None else (tier,)))
         for n in names
         for t in (truths or (SMOLLM2_TRUTHS if n.startswith("smollm2") else TRUTHS))
         if t != "smollm2_mean" or n.startswith("smollm2")
@@ -392,6 +397,7 @@ if __name__ == "__main__":
         help="the x the protocols' levels and their spread are read in (run: the run-averaged budget's)",
     )
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--run-x-tier", choices=["on", "off"], default=None, help="run-x tier (default: shipped)")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--cutoff-check", action="store_true", help="the profile cutoff's check (800 sims, SmolLM2)")
@@ -406,7 +412,8 @@ if __name__ == "__main__":
         if a.out:
             a.out.write_text(json.dumps(result, indent=2))
         raise SystemExit(0)
-    result = run(a.sims, tuple(a.protocols), a.truths, a.seed, a.jobs, local=a.design == "local")
+    tier = None if a.run_x_tier is None else a.run_x_tier == "on"
+    result = run(a.sims, tuple(a.protocols), a.truths, a.seed, a.jobs, local=a.design == "local", tier=tier)
     if a.out:
         a.out.write_text(json.dumps(result, indent=2))
     print(json.dumps({k: v for k, v in result.items() if k != "protocols"}, indent=2))

@@ -39,6 +39,21 @@ def test_the_model_recovers_an_exact_power_law() -> None:
     assert m.predict(m.value) == pytest.approx(tau) and m.accepted  # the seed effects (sd 0.01 ≫ noise) fitted away
 
 
+def test_the_interval_ends_lie_between_grid_points_and_hold_the_estimate() -> None:
+    """A fit so precise that its profile set is narrower than one grid step (1% of B): the ends are refined between
+    grid points (`model._crossing`), the interval holds B̂ and is not one point; the profile at each end is the cut."""
+    from admitcheck.calibration import model as mm
+
+    tau = 0.037
+    s, x, q, lv = runs(lambda x: tau * (x / 0.08) ** 2.0, np.random.default_rng(4), seeds=6, run_sd=2e-4)
+    m = fit_seed_power_law(s, x, q, lv, tau)
+    lo, hi = m.interval
+    assert lo < m.value < hi and 1.0 < hi / lo < 1.02
+    assert lo <= 0.08 <= hi  # at this precision the grid's hull alone missed B
+    steps = [(math.log(e) - (math.log(GRID[0]) - mm.LOG_B_MARGIN)) / mm.LOG_B_STEP for e in (lo, hi)]  # grid units
+    assert all(abs(k - round(k)) > 1e-6 for k in steps)
+
+
 def test_the_profile_interval_covers_under_the_smollm2_design() -> None:
     """200 calibrations of the SmolLM2 design (6 levels × 3 seeds + 3 baselines, its measured noise) on the model
     itself, B between the 2nd and 5th level: nominal 95%, each end 2.5%. Deterministic (seeded)."""

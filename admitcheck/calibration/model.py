@@ -22,16 +22,16 @@ that Gaussian likelihood's −2 log L × σ² (`_x_error_objective`; the plain R
 and widening the interval's ends in quadrature by z·se covered 0.918, P(B_lo > B) 0.0375, at 800 SmolLM2-protocol
 calibrations of a cost ∝ x² truth; this fit 0.966 / 0.014, 0.986 / 0.009 gated on both tests (bench/results/).
 
-The interval is the F-profile (likelihood-ratio) set {B : min_p RSS(B, p) − RSS_min ≤ F(1, dof; conf') · σ̂²}
-(RSS: the objective above; conf': `profile_level`), σ̂² the residual sum of squares at the optimum over
-dof = runs − seeds − 2, hulled; an end that leaves the levels' range (below the smallest level's x or above the
-largest's) is open (0 or ∞): there the power law would extrapolate. The gate: an F test of the model against the
-two-way model with one free mean per level (seed effects kept), `lack_of_fit`; with x errors, also the power law
-fitted with each level's x as known (its own optimum), `lack_of_fit_x_known`. `accepted`: both p ≥ LACK_OF_FIT_ALPHA
-(the errors-in-variables residual is shrunk at high-cost levels, so that test alone passed steep fits through a step;
-a refusal costs only width, so no Bonferroni split: docs/calibration.md, "The gate"). `baseline_spread_check`: an F
-test of the baseline runs' spread against the level runs' (pooled within levels), flagged at p < 1% in the smaller
-tail.
+The interval is the F-profile (likelihood-ratio) set {B : min_p RSS(B, p) − RSS_min ≤ F(1, dof; conf') · σ̂²} (RSS: the
+objective above; conf': `profile_level`), σ̂² the residual sum of squares at the optimum over dof = runs − seeds − 2,
+hulled (each end refined between grid points, `_crossing`); an end that leaves the levels' range (below the smallest
+level's x or above the largest's) is open (0 or ∞): there the power law would extrapolate. The gate: an F test of the
+model against the two-way model with one free mean per level (seed effects kept), `lack_of_fit`; with x errors, also the
+power law fitted with each level's x as known (its own optimum), `lack_of_fit_x_known`. `accepted`: both p ≥
+LACK_OF_FIT_ALPHA (the errors-in-variables residual is shrunk at high-cost levels, so that test alone passed steep fits
+through a step; a refusal costs only width, so no Bonferroni split: docs/calibration.md, "The gate").
+`baseline_spread_check`: an F test of the baseline runs' spread against the level runs' (pooled within levels), flagged
+at p < 1% in the smaller tail.
 
 Where a run's cost follows its own x and not only its level's (its replicate's actual mismatch; the toy RL calibration),
 `run_log_dev` places run i at x_l·exp(λ·dev_i) and fits λ ∈ `X_SHARES` too (`ModelFit.x_run_share`); the
@@ -51,6 +51,7 @@ import numpy as np
 
 EXPONENTS = np.linspace(0.1, 3.0, 291)  # the grid of p (cost ∝ x^p), step 0.01 (refined: `_min_over_p`)
 LOG_B_STEP = 0.01  # resolution of the profile over log B
+REFINE_STEPS = 20  # the interval's ends: sub-steps between a grid point and the next (`_crossing`)
 LOG_B_MARGIN = 3.0  # the profile is evaluated this far (in log x) beyond the levels' range
 LACK_OF_FIT_ALPHA = 0.05  # the model is used when both lack-of-fit p-values (x with error, x known) are at least this
 BASELINE_SPREAD_ALPHA = 0.01
@@ -162,6 +163,22 @@ def _profile_minimum(profile: np.ndarray) -> tuple[int, float, float]:
     return i, rss_min, shift
 
 
+def _crossing(profile_at, inside: float, outside: float, cut: float) -> float:
+    """Where the profile crosses `cut` between a log-B grid point inside the interval and the next one out: the
+    profile on `REFINE_STEPS` sub-steps, linear between the two that straddle the cut. At the grid step alone (1% of
+    B) an interval narrower than a step was one point, and B̂ (refined off the grid) could lie outside it."""
+    fine = np.linspace(inside, outside, REFINE_STEPS + 1)
+    prof = profile_at(fine)
+    out = prof > cut
+    if not out.any():
+        return float(outside)
+    k = int(np.argmax(out))
+    if k == 0:  # the grid point itself is out at this rounding
+        return float(inside)
+    w = (cut - prof[k - 1]) / (prof[k] - prof[k - 1])
+    return float(fine[k - 1] + w * (fine[k] - fine[k - 1]))
+
+
 def _demean(v: np.ndarray, seed_idx: np.ndarray, n_seeds: int) -> np.ndarray:
     """v minus its seed's mean (the projection off the seed effects); v: (N,) or (N, K)."""
     counts = np.bincount(seed_idx, minlength=n_seeds).astype(np.float64)
@@ -222,22 +239,36 @@ def fit_seed_power_law(
     lof_full = _pure_error(sidx, s, y, lab, pert)  # (RSS, dof) of one free mean per level
     s2_pure = lof_full[0] / lof_full[1] if lof_full[1] > 0 and lof_full[0] > 0 else math.nan
     se_all = {k: float(v) for k, v in (level_log_se or {}).items() if v > 0}
-    fits = []  # per λ: (objective, penalty, x-as-known optimum or None, se)
+    terms = []  # per λ: (x^p, its seed-demeaned form, ry·rg, rg·rg, the levels' log-x se)
     for lam in shares:
         share = 0.0 if lam is None else lam
         lx = np.log(np.where(pert, xa, 1.0)) + share * dev
         g = np.where(pert[:, None], np.exp(np.outer(lx, EXPONENTS)), 0.0)  # (N, P) x^p
         rg = _demean(g, sidx, s)  # (N, P)
-        ryg, rgg = ry @ rg, np.einsum("np,np->p", rg, rg)
-        rss = float(ry @ ry) - 2 * u * ryg + u**2 * rgg  # (G, P) RSS(B, p)
         se = {k: v * math.sqrt(1.0 - share) for k, v in se_all.items()} if share < 1.0 else {}
-        penalty = np.zeros_like(rss)
-        known_min = None
-        if se and math.isfinite(s2_pure):
-            # the x-as-known fit's own optimum (plain RSS), for the second lack-of-fit test (module docstring)
-            known_min = _profile_minimum(_min_over_p(rss))[1]
-            rss, penalty = _x_error_objective(g, sidx, s, lab, se, ry, rg, u, s2_pure)
-        fits.append((rss, penalty, known_min, se))
+        terms.append((g, rg, ry @ rg, np.einsum("np,np->p", rg, rg), se))
+    with_error = math.isfinite(s2_pure)  # the errors-in-variables objective needs the pure-error variance
+
+    def objective(k: int, uu: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(objective, its penalty, plain RSS), each (G', P), of share k at cost scales uu (G', P)."""
+        g, rg, ryg, rgg, se = terms[k]
+        rss = float(ry @ ry) - 2 * uu * ryg + uu**2 * rgg  # RSS(B, p)
+        if not (se and with_error):
+            return rss, np.zeros_like(rss), rss
+        obj, pen = _x_error_objective(g, sidx, s, lab, se, ry, rg, uu, s2_pure)
+        return obj, pen, rss
+
+    def profile_at(lbv: np.ndarray) -> np.ndarray:
+        """The profile (min over p and λ) at the log-B values `lbv`: the interval's ends between grid points."""
+        uu = tau * np.exp(-np.outer(lbv, EXPONENTS))
+        return np.stack([_min_over_p(objective(k, uu)[0]) for k in range(len(terms))]).min(axis=0)
+
+    fits = []  # per λ: (objective, penalty, x-as-known optimum or None, se)
+    for k in range(len(terms)):
+        obj, penalty, rss = objective(k, u)
+        # the x-as-known fit's own optimum (plain RSS), for the second lack-of-fit test (module docstring)
+        known_min = _profile_minimum(_min_over_p(rss))[1] if terms[k][4] and with_error else None
+        fits.append((obj, penalty, known_min, terms[k][4]))
     per_share = np.stack([_min_over_p(f[0]) for f in fits])  # (Λ, G) min over p
     profile = per_share.min(axis=0)  # (G,) min over p (and λ)
     # B̂ and RSS_min: the profile's minimum (at the grid's top end: no rising trend, B̂ = ∞)
@@ -251,12 +282,13 @@ def fit_seed_power_law(
     p_hat = float(EXPONENTS[j])
     fit_min = max(rss_min - float(penalty[i, j]), 0.0)  # the residual sum of squares at the optimum
     s2 = fit_min / dof if dof > 0 else math.nan
-    if dof > 0:
-        inside = lb[profile - rss_min <= stats.f.ppf(profile_level(confidence), 1, dof) * s2]
-    else:
-        inside = lb
-    lo = math.exp(inside.min()) if inside.size else 0.0
-    hi = math.exp(inside.max()) if inside.size else math.inf
+    lo, hi = 0.0, math.inf
+    cut = rss_min + stats.f.ppf(profile_level(confidence), 1, dof) * s2 if dof > 0 else math.inf
+    inside = np.flatnonzero(profile <= cut)
+    if inside.size:  # the hull's ends, each refined between its grid point and the next one out (`_crossing`)
+        first, last = int(inside.min()), int(inside.max())
+        lo = math.exp(_crossing(profile_at, lb[first], lb[first - 1], cut) if first > 0 else lb[first])
+        hi = math.exp(_crossing(profile_at, lb[last], lb[last + 1], cut) if last < lb.size - 1 else lb[last])
     lo = 0.0 if lo < x_lo else lo  # below the smallest level: the power law would extrapolate
     hi = math.inf if hi > x_hi else hi
     scale = np.exp(p_hat * (lam_hat or 0.0) * dev)  # each run's cost against its level's, in the saturated model
