@@ -52,6 +52,7 @@ import numpy as np
 EXPONENTS = np.linspace(0.1, 3.0, 291)  # the grid of p (cost ∝ x^p), step 0.01 (refined: `_min_over_p`)
 LOG_B_STEP = 0.01  # resolution of the profile over log B
 REFINE_STEPS = 20  # the interval's ends: sub-steps between a grid point and the next (`_crossing`)
+FINE_P = 20  # near the optimum and the ends, p on a grid this many times finer (`profile_fine`)
 LOG_B_MARGIN = 3.0  # the profile is evaluated this far (in log x) beyond the levels' range
 LACK_OF_FIT_ALPHA = 0.05  # the model is used when both lack-of-fit p-values (x with error, x known) are at least this
 BASELINE_SPREAD_ALPHA = 0.01
@@ -150,7 +151,7 @@ def _min_over_p(rss: np.ndarray) -> np.ndarray:
     return np.clip(refined, 0.0, None)
 
 
-def _profile_minimum(profile: np.ndarray) -> tuple[int, float, float]:
+def _profile_minimum(profile: np.ndarray, step: float = LOG_B_STEP) -> tuple[int, float, float]:
     """(grid index, minimum, its offset in log B) of a profile over the log-B grid: a parabola through the minimum
     and its neighbours refines both (the grid step is 1% of B)."""
     i = int(np.argmin(profile))
@@ -159,24 +160,28 @@ def _profile_minimum(profile: np.ndarray) -> tuple[int, float, float]:
         a, b, c = profile[i - 1], profile[i], profile[i + 1]
         if a - 2 * b + c > 0:
             rss_min = max(float(b - (c - a) ** 2 / (8 * (a - 2 * b + c))), 0.0)
-            shift = LOG_B_STEP * float((a - c) / (2 * (a - 2 * b + c)))
+            shift = step * float((a - c) / (2 * (a - 2 * b + c)))
     return i, rss_min, shift
 
 
-def _crossing(profile_at, inside: float, outside: float, cut: float) -> float:
-    """Where the profile crosses `cut` between a log-B grid point inside the interval and the next one out: the
-    profile on `REFINE_STEPS` sub-steps, linear between the two that straddle the cut. At the grid step alone (1% of
-    B) an interval narrower than a step was one point, and B̂ (refined off the grid) could lie outside it."""
-    fine = np.linspace(inside, outside, REFINE_STEPS + 1)
-    prof = profile_at(fine)
-    out = prof > cut
-    if not out.any():
-        return float(outside)
-    k = int(np.argmax(out))
-    if k == 0:  # the grid point itself is out at this rounding
-        return float(inside)
-    w = (cut - prof[k - 1]) / (prof[k] - prof[k - 1])
-    return float(fine[k - 1] + w * (fine[k] - fine[k - 1]))
+def _crossing(profile_at, x0: float, points: np.ndarray, cut: float) -> float:
+    """Where the profile crosses `cut` going out from the log-B value `x0` (inside) through the grid `points` in
+    order: the profile (`profile_at`, p refined) on `REFINE_STEPS` sub-steps of each step, linear between the two that
+    straddle the cut; a step whose far end is still inside (the coarse profile overestimated it) is walked past. At the
+    grid alone an interval narrower than a step was one point, and B̂ (refined off the grid) could lie outside it."""
+    prev = float(x0)
+    for nxt in points:
+        fine = np.linspace(prev, float(nxt), REFINE_STEPS + 1)
+        prof = profile_at(fine)
+        out = prof > cut
+        if out.any():
+            k = int(np.argmax(out))
+            if k == 0:  # the start itself is out at this precision
+                return prev
+            w = (cut - prof[k - 1]) / (prof[k] - prof[k - 1])
+            return float(fine[k - 1] + w * (fine[k] - fine[k - 1]))
+        prev = float(nxt)
+    return prev  # the grid's end: open (beyond the levels' range)
 
 
 def _demean(v: np.ndarray, seed_idx: np.ndarray, n_seeds: int) -> np.ndarray:
@@ -239,56 +244,107 @@ def fit_seed_power_law(
     lof_full = _pure_error(sidx, s, y, lab, pert)  # (RSS, dof) of one free mean per level
     s2_pure = lof_full[0] / lof_full[1] if lof_full[1] > 0 and lof_full[0] > 0 else math.nan
     se_all = {k: float(v) for k, v in (level_log_se or {}).items() if v > 0}
-    terms = []  # per λ: (x^p, its seed-demeaned form, ry·rg, rg·rg, the levels' log-x se)
-    for lam in shares:
-        share = 0.0 if lam is None else lam
-        lx = np.log(np.where(pert, xa, 1.0)) + share * dev
-        g = np.where(pert[:, None], np.exp(np.outer(lx, EXPONENTS)), 0.0)  # (N, P) x^p
-        rg = _demean(g, sidx, s)  # (N, P)
-        se = {k: v * math.sqrt(1.0 - share) for k, v in se_all.items()} if share < 1.0 else {}
-        terms.append((g, rg, ry @ rg, np.einsum("np,np->p", rg, rg), se))
     with_error = math.isfinite(s2_pure)  # the errors-in-variables objective needs the pure-error variance
 
-    def objective(k: int, uu: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(objective, its penalty, plain RSS), each (G', P), of share k at cost scales uu (G', P)."""
-        g, rg, ryg, rgg, se = terms[k]
+    def make_terms(exps: np.ndarray) -> list[tuple]:
+        """Per λ: (x^p, its seed-demeaned form, ry·rg, rg·rg, the levels' log-x se) on the exponent grid `exps`."""
+        out = []
+        for lam in shares:
+            share = 0.0 if lam is None else lam
+            lx = np.log(np.where(pert, xa, 1.0)) + share * dev
+            g = np.where(pert[:, None], np.exp(np.outer(lx, exps)), 0.0)  # (N, P) x^p
+            rg = _demean(g, sidx, s)  # (N, P)
+            se = {k: v * math.sqrt(1.0 - share) for k, v in se_all.items()} if share < 1.0 else {}
+            out.append((g, rg, ry @ rg, np.einsum("np,np->p", rg, rg), se))
+        return out
+
+    def objective(tm: tuple, uu: np.ndarray, exps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(objective, its penalty, plain RSS), each (G', P), of one λ's terms at cost scales uu (G', P)."""
+        g, rg, ryg, rgg, se = tm
         rss = float(ry @ ry) - 2 * uu * ryg + uu**2 * rgg  # RSS(B, p)
         if not (se and with_error):
             return rss, np.zeros_like(rss), rss
-        obj, pen = _x_error_objective(g, sidx, s, lab, se, ry, rg, uu, s2_pure)
+        obj, pen = _x_error_objective(g, sidx, s, lab, se, ry, rg, uu, s2_pure, exps)
         return obj, pen, rss
 
-    def profile_at(lbv: np.ndarray) -> np.ndarray:
-        """The profile (min over p and λ) at the log-B values `lbv`: the interval's ends between grid points."""
-        uu = tau * np.exp(-np.outer(lbv, EXPONENTS))
-        return np.stack([_min_over_p(objective(k, uu)[0]) for k in range(len(terms))]).min(axis=0)
+    terms = make_terms(EXPONENTS)
 
-    fits = []  # per λ: (objective, penalty, x-as-known optimum or None, se)
+    def profile_fine(
+        lbv: np.ndarray, plain: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The profile at the log-B values `lbv` with p on a grid `FINE_P` times finer around the coarse grid's
+        optima there (a step of 0.01 in p is coarse where costs are many τ: the parabola through three grid points
+        then misjudged the minimum by more than the profile's cut, and an interval of hi/lo ~1.01 covered 0.915 in
+        simulation): (profile, and at each row's optimum: λ index, p, penalty). `plain`: the plain RSS of that λ
+        index alone (the x-as-known fit's profile)."""
+        pick = [plain] if plain is not None else list(range(len(terms)))
+        col = 0 if plain is None else 2
+        uu = tau * np.exp(-np.outer(lbv, EXPONENTS))
+        j0 = np.concatenate([np.argmin(objective(terms[k], uu, EXPONENTS)[col], axis=1) for k in pick])
+        jlo, jhi = max(int(j0.min()) - 1, 0), min(int(j0.max()) + 1, EXPONENTS.size - 1)
+        exps = np.linspace(EXPONENTS[jlo], EXPONENTS[jhi], (jhi - jlo) * FINE_P + 1)
+        uf = tau * np.exp(-np.outer(lbv, exps))
+        fine_terms = make_terms(exps)
+        per = [objective(fine_terms[k], uf, exps) for k in pick]
+        if plain is not None:
+            per = [(o[2], np.zeros_like(o[2]), o[2]) for o in per]
+        mins = np.stack([_min_over_p(o[0]) for o in per])  # (Λ, G')
+        kk = np.argmin(mins, axis=0)
+        rows = np.arange(lbv.size)
+        jj = np.array([int(np.argmin(per[k][0][r])) for r, k in zip(rows, kk)])
+        pen = np.array([float(per[k][1][r, j]) for r, k, j in zip(rows, kk, jj)])
+        return mins[kk, rows], np.asarray(pick)[kk], exps[jj], pen
+
+    def refined_minimum(prof: np.ndarray, plain: int | None = None) -> tuple[int, float, float, tuple | None]:
+        """(coarse index, minimum, its log B, and at it (λ index, p, penalty) or None at the grid's ends) of a coarse
+        profile, refined on the finer grids (`profile_fine`) when the minimum is inside the grid."""
+        i, mn, shift = _profile_minimum(prof)
+        if not 0 < i < lb.size - 1:
+            return i, mn, float(lb[i]) + shift, None
+        fine_lb = np.linspace(lb[i - 1], lb[i + 1], 2 * FINE_P + 1)
+        fp, kk, pp, pen = profile_fine(fine_lb, plain)
+        m, mn, shift = _profile_minimum(fp, LOG_B_STEP / FINE_P)
+        return i, mn, float(fine_lb[m]) + shift, (int(kk[m]), float(pp[m]), float(pen[m]))
+
+    fits = []  # per λ: (objective, penalty, plain RSS (coarse) or None, se)
     for k in range(len(terms)):
-        obj, penalty, rss = objective(k, u)
-        # the x-as-known fit's own optimum (plain RSS), for the second lack-of-fit test (module docstring)
-        known_min = _profile_minimum(_min_over_p(rss))[1] if terms[k][4] and with_error else None
-        fits.append((obj, penalty, known_min, terms[k][4]))
+        obj, penalty, rss = objective(terms[k], u, EXPONENTS)
+        fits.append((obj, penalty, rss if terms[k][4] and with_error else None, terms[k][4]))
     per_share = np.stack([_min_over_p(f[0]) for f in fits])  # (Λ, G) min over p
     profile = per_share.min(axis=0)  # (G,) min over p (and λ)
-    # B̂ and RSS_min: the profile's minimum (at the grid's top end: no rising trend, B̂ = ∞)
-    i, rss_min, shift = _profile_minimum(profile)
-    k = int(np.argmin(per_share[:, i]))
-    rss, penalty, known_min, se = fits[k]
+    # B̂ and RSS_min: the profile's minimum (at the grid's top end: no rising trend, B̂ = ∞), refined inside the grid
+    i, rss_min, lb_hat, at = refined_minimum(profile)
+    if at is None:
+        k = int(np.argmin(per_share[:, i]))
+        j = int(np.argmin(fits[k][0][i]))
+        p_hat, pen_hat = float(EXPONENTS[j]), float(fits[k][1][i, j])
+    else:
+        k, p_hat, pen_hat = at
+    plain_rss, se = fits[k][2], fits[k][3]
+    # the x-as-known fit's own optimum (plain RSS), for the second lack-of-fit test (module docstring)
+    known_min = refined_minimum(_min_over_p(plain_rss), plain=k)[1] if plain_rss is not None else None
     lam_hat = shares[k]
-    lb_hat = float(lb[i]) + shift
     value = math.exp(lb_hat) if i < lb.size - 1 else math.inf
-    j = int(np.argmin(rss[i]))
-    p_hat = float(EXPONENTS[j])
-    fit_min = max(rss_min - float(penalty[i, j]), 0.0)  # the residual sum of squares at the optimum
+    fit_min = max(rss_min - pen_hat, 0.0)  # the residual sum of squares at the optimum
     s2 = fit_min / dof if dof > 0 else math.nan
     lo, hi = 0.0, math.inf
     cut = rss_min + stats.f.ppf(profile_level(confidence), 1, dof) * s2 if dof > 0 else math.inf
-    inside = np.flatnonzero(profile <= cut)
-    if inside.size:  # the hull's ends, each refined between its grid point and the next one out (`_crossing`)
-        first, last = int(inside.min()), int(inside.max())
-        lo = math.exp(_crossing(profile_at, lb[first], lb[first - 1], cut) if first > 0 else lb[first])
-        hi = math.exp(_crossing(profile_at, lb[last], lb[last + 1], cut) if last < lb.size - 1 else lb[last])
+    if math.isfinite(cut):  # the coarse hull's ends, each refined and walked out between grid points (`_crossing`)
+        inside = np.flatnonzero(profile <= cut)
+
+        def end(idx: int | None, step: int) -> float:
+            """The interval's end in direction `step`, from the coarse hull's end `idx` if it is inside at the finer
+            p, else from B̂ (an interval narrower than a grid step)."""
+            if idx is not None and profile_fine(lb[idx : idx + 1])[0][0] <= cut:
+                x0, nxt = float(lb[idx]), idx + step
+            else:
+                x0 = lb_hat
+                nxt = int(np.searchsorted(lb, lb_hat)) - 1 if step < 0 else int(np.searchsorted(lb, lb_hat, "right"))
+            points = lb[nxt::-1] if step < 0 else lb[nxt:]
+            return _crossing(lambda v: profile_fine(v)[0], x0, points if nxt >= 0 else lb[:0], cut)
+
+        lo = math.exp(end(int(inside.min()) if inside.size else None, -1))
+        hi = math.exp(end(int(inside.max()) if inside.size else None, 1))
     lo = 0.0 if lo < x_lo else lo  # below the smallest level: the power law would extrapolate
     hi = math.inf if hi > x_hi else hi
     scale = np.exp(p_hat * (lam_hat or 0.0) * dev)  # each run's cost against its level's, in the saturated model
@@ -320,7 +376,7 @@ def _pure_error(sidx, n_seeds, y, levels, pert) -> tuple[float, int]:
     return rss_full, y.size - rank
 
 
-def _x_error_objective(g, sidx, n_seeds, levels, se, ry, rg, u, s2) -> tuple[np.ndarray, np.ndarray]:
+def _x_error_objective(g, sidx, n_seeds, levels, se, ry, rg, u, s2, exps=EXPONENTS) -> tuple[np.ndarray, np.ndarray]:
     """(G, P) twice: the objective that replaces RSS(B, p) when each level's log x is measured with standard error se_l
     (errors in variables): −2 log-likelihood × s2 of the runs with the level's true log x = measured + δ_l,
     δ_l ~ N(0, se_l²), linearized in δ (a run's cost τ(x e^δ / B)^p ≈ τ(x/B)^p (1 + p δ)) and integrated out: a
@@ -347,7 +403,7 @@ def _x_error_objective(g, sidx, n_seeds, levels, se, ry, rg, u, s2) -> tuple[np.
     yg = ry @ rg - np.sum(a * b * inv_e, axis=1)
     small = gg <= 1e-10 * np.einsum("np,np->p", rg, rg)  # rg_p lies in span(H): no u² term (rounding only)
     gg, yg = np.where(small, 0.0, gg), np.where(small, 0.0, yg)
-    t = np.where(live, e, 0.0)[None] * ((EXPONENTS[None, :] * u) ** 2 / s2)[:, :, None]  # (G, P, L) e / λ
+    t = np.where(live, e, 0.0)[None] * ((exps[None, :] * u) ** 2 / s2)[:, :, None]  # (G, P, L) e / λ
     c2 = (a[None] - u[:, :, None] * b[None]) ** 2
     with np.errstate(over="ignore", invalid="ignore"):
         on = np.sum(np.where(live[None], c2 * inv_e[None] / (1.0 + t), 0.0), axis=2)
