@@ -6,8 +6,8 @@
                                                       # replace theirs in budget_refit.json, the rest is kept
 
 What it does (issue 34), in order:
-1. `refit.refit` of calibrations/toy.yaml, toy-seed1000.yaml, toy-seed2000.yaml, toy_rl.yaml, smollm2.yaml,
-   smollm2-seed1000.yaml, smollm2-seed2000.yaml:
+1. `refit.refit` of calibrations/toy.yaml, toy-seed1000.yaml, toy-seed2000.yaml, toy_rl.yaml, toy_rl-seed1000.yaml,
+   smollm2.yaml, smollm2-seed1000.yaml, smollm2-seed2000.yaml:
    the ledger's records fitted with this admitcheck's estimator (the seed-effect power law, gated; else the bracket);
    each artifact and its chart rewritten (ledgers untouched).
 2. `refit.refit_pooled` of the three SmolLM2 calibrations → calibrations/smollm2-pooled.yaml (+ .png), beside the
@@ -28,7 +28,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's admitcheck, not an installed one
-SHIPPED = ("toy", "toy-seed1000", "toy-seed2000", "toy_rl", "smollm2", "smollm2-seed1000", "smollm2-seed2000")
+SHIPPED = (
+    "toy",
+    "toy-seed1000",
+    "toy-seed2000",
+    "toy_rl",
+    "toy_rl-seed1000",
+    "smollm2",
+    "smollm2-seed1000",
+    "smollm2-seed2000",
+)
 POOLED = ("smollm2", "smollm2-seed1000", "smollm2-seed2000")
 BACKTESTS = ("toy.backtest",)
 

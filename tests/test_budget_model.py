@@ -219,7 +219,7 @@ def test_the_shipped_artifacts_are_their_ledgers_refit() -> None:
     from admitcheck.calibration.artifact import load_calibration
     from admitcheck.calibration.refit import refit
 
-    for name in ("smollm2", "toy_rl"):
+    for name in ("smollm2", "toy_rl", "toy_rl-seed1000"):
         shipped = load_calibration(ROOT / "calibrations" / f"{name}.yaml")
         again = refit(ROOT / "calibrations" / f"{name}.yaml")
         assert again.budget.value == pytest.approx(shipped.budget.value, rel=1e-9)
