@@ -336,7 +336,9 @@ def test_a_runs_own_x_is_fitted_where_its_cost_follows_it(monkeypatch) -> None:
     """Issue 34's follow-up: where a run's cost follows its own x (the toy RL calibration's kind), the level runs at
     the high levels spread p·cost·0.3 — many times the run noise — so the level-x model, whose lack of fit passes,
     is refused for its run variance; the run-x model (λ fitted) takes that part off, passes the gate itself and
-    makes the budget, with λ̂ near 1 and B̂ near the truth. (Seeded: in this draw the 5 baselines' F test flags the
+    makes the budget, refitted on the levels around its B̂ (`curve._local_refit`: nothing down-weights the
+    high-cost levels; coverage under the toy RL protocol in bench/results/budget_coverage_toy_rl_mended.json), with
+    λ̂ near 1. (Seeded: in this draw the 5 baselines' F test flags the
     spread; with so few baselines it does not always, and then the level-x model's wider interval stands.)"""
     from admitcheck.calibration import curve
 
@@ -346,9 +348,12 @@ def test_a_runs_own_x_is_fitted_where_its_cost_follows_it(monkeypatch) -> None:
     monkeypatch.setattr(curve, "RUN_X_TIER", True)
     est = estimate(levels, base, Tolerance(absolute=tau))
     assert est.model is not None and est.model.x_run_share is not None and est.model.x_run_share >= 0.75
-    assert est.method == "model" and est.method_reason.startswith("each run at its own x")
+    assert est.method == "model" and est.method_reason.startswith("refitted on the levels")  # around B̂ (the tier's)
+    assert "each run at its own x" in est.method_reason
     assert "at the levels' x: " in est.method_reason and "run variance" in est.method_reason
-    assert est.budget.interval[0] <= 0.01 <= est.budget.interval[1] and est.width_factor < 2.0
+    every = est.model_all_levels  # the tier's model on every level (the truth is one power law: it covers here)
+    assert every is not None and every.x_run_share == 1.0 and every.interval[0] <= 0.01 <= every.interval[1]
+    assert 0.0 < est.budget.interval[0] < est.budget.interval[1] < math.inf and est.width_factor < 2.0
     assert est.spread_check is not None and not est.spread_check.flagged  # the runs less their fitted cost
 
 
