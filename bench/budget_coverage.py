@@ -193,11 +193,12 @@ def protocols() -> dict[str, dict]:
     run_sd = math.sqrt(sum(s**2 * d for s, _, d in noise) / dof)
     seed_sd = math.sqrt(sum(s**2 for _, s, _ in noise) / len(noise))
     grid, cost, base = [], [], []
+    n_grid = int(lv["auto_noise"]["count"])
     for r in rows:
         b = {s: q for k, s, q, x in r if x == 0}
         by: dict[str, list[tuple[float, float]]] = {}
         for k, s, q, x in r:
-            if x > 0:
+            if x > 0 and (k in by or len(by) < n_grid):  # the grid's levels: run first; a continuation's added ones not
                 by.setdefault(k, []).append((x, q - b[s]))
         pts = sorted((float(np.mean([p[0] for p in v])), float(np.mean([p[1] for p in v]))) for v in by.values())
         grid.append([p[0] for p in pts])
@@ -208,7 +209,7 @@ def protocols() -> dict[str, dict]:
         "mean_cost": [float(v) for v in np.mean(cost, axis=0)],
         "replicates": int(lv["replicates"]),
         "factor": float(lv["interval_factor"]),
-        "max_runs": int(lv["max_runs"]),
+        "max_runs": int(lv["replicates"]) * (n_grid + 1),  # the grid alone (21), as first shipped; continuations below
         "pairs_per_round": int(lv.get("pairs_per_round", 1)),
         "relative": float(cfg["tolerance"]["relative"]),
         "confidence": float(cfg["confidence"]),
@@ -220,8 +221,11 @@ def protocols() -> dict[str, dict]:
         "baseline_sd": math.sqrt(seed_sd**2 + run_sd**2),
         "b_range": "between the 2nd and 5th level",
     }
-    # the SmolLM2 calibration continued past its shipped 21 runs by adaptive rounds to 45 (issue 38's run budget)
-    out = {"toy": toy, "toy_rl": toy_rl, "smollm2": smol, "smollm2_45": smol | {"max_runs": 45}}
+    # the SmolLM2 calibration continued past its grid's 21 runs by adaptive rounds: to 45 (issue 38's run budget), to
+    # 57 (the cap of the shipped continuation, 2026-12-06: it stopped at 51) and to 69 (the config's cap now)
+    out = {"toy": toy, "toy_rl": toy_rl, "smollm2": smol} | {
+        f"smollm2_{n}": smol | {"max_runs": n} for n in (45, 57, 69)
+    }
     return {k: v | {"x": X} for k, v in out.items()}  # the x travels with the protocol (a --jobs worker's X is not set)
 
 
@@ -277,20 +281,22 @@ def draw_truth(shape: str, proto: dict, tau: float, b_range: tuple[float, float]
 
 
 def one_cell(args: tuple) -> dict:
-    """One cell: (protocol name, truth, sims, seed, protocol[, local[, run-x tier]]). `local` (the design,
-    `design.LOCAL`) and the tier (`curve.RUN_X_TIER`) travel with the cell: a --jobs worker started by spawn or
-    forkserver (Python 3.14's default on Linux) does not inherit the parent's module state; both are restored after
-    the cell."""
+    """One cell: (protocol name, truth, sims, seed, protocol[, local[, run-x tier[, down cap]]]). `local` (the design,
+    `design.LOCAL`), the tier (`curve.RUN_X_TIER`) and the downward cap (`design.DOWN_CAP`) travel with the cell (None:
+    as shipped): a --jobs worker started by spawn or forkserver (Python 3.14's default on Linux) does not inherit the
+    parent's module state; all are restored after the cell."""
     from admitcheck.calibration import curve, design
 
     name, shape, sims, seed, proto, *opt = args
-    before = design.LOCAL, curve.RUN_X_TIER
-    design.LOCAL = opt[0] if opt else before[0]
-    curve.RUN_X_TIER = opt[1] if len(opt) > 1 else before[1]
+    opt += [None] * (3 - len(opt))
+    before = design.LOCAL, curve.RUN_X_TIER, design.DOWN_CAP
+    design.LOCAL = before[0] if opt[0] is None else opt[0]
+    curve.RUN_X_TIER = before[1] if opt[1] is None else opt[1]
+    design.DOWN_CAP = before[2] if opt[2] is None else opt[2]
     try:
-        return _one_cell(name, shape, sims, seed, proto) | {"run_x_tier": curve.RUN_X_TIER}
+        return _one_cell(name, shape, sims, seed, proto) | {"run_x_tier": curve.RUN_X_TIER, "down_cap": design.DOWN_CAP}
     finally:
-        design.LOCAL, curve.RUN_X_TIER = before
+        design.LOCAL, curve.RUN_X_TIER, design.DOWN_CAP = before
 
 
 def _one_cell(name: str, shape: str, sims: int, seed: int, proto: dict) -> dict:
@@ -333,14 +339,22 @@ def _one_cell(name: str, shape: str, sims: int, seed: int, proto: dict) -> dict:
 
 
 def run(
-    sims: int, names=("toy", "smollm2"), truths=None, seed: int = 0, jobs: int = 1, local: bool = True, tier=None
+    sims: int,
+    names=("toy", "smollm2"),
+    truths=None,
+    seed: int = 0,
+    jobs: int = 1,
+    local: bool = True,
+    tier=None,
+    down_cap=None,
 ) -> dict:
-    """Every cell of `names` × truths; `tier` None: `curve.RUN_X_TIER` as shipped, else on or off."""
+    """Every cell of `names` × truths; `tier`, `down_cap` None: `curve.RUN_X_TIER`, `design.DOWN_CAP` as shipped,
+    else on or off."""
     from concurrent.futures import ProcessPoolExecutor
 
     protos = protocols()
     work = [
-        (n, t, sims, seed, protos[n], local, *(() if tier is None else (tier,)))
+        (n, t, sims, seed, protos[n], local, tier, down_cap)
         for n in names
         for t in (truths or (SMOLLM2_TRUTHS if n.startswith("smollm2") else TRUTHS))
         if t != "smollm2_mean" or n.startswith("smollm2")
@@ -381,7 +395,10 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--sims", type=int, default=200)
     ap.add_argument(
-        "--protocols", nargs="+", default=["toy", "smollm2"], choices=["toy", "toy_rl", "smollm2", "smollm2_45"]
+        "--protocols",
+        nargs="+",
+        default=["toy", "smollm2"],
+        choices=["toy", "toy_rl", "smollm2", "smollm2_45", "smollm2_57", "smollm2_69"],
     )
     ap.add_argument(
         "--design",
@@ -398,6 +415,12 @@ if __name__ == "__main__":
     )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--run-x-tier", choices=["on", "off"], default=None, help="run-x tier (default: shipped)")
+    ap.add_argument(
+        "--down-cap",
+        choices=["on", "off"],
+        default=None,
+        help="the design's downward cap, design.DOWN_CAP (default: shipped)",
+    )
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--cutoff-check", action="store_true", help="the profile cutoff's check (800 sims, SmolLM2)")
@@ -413,7 +436,10 @@ if __name__ == "__main__":
             a.out.write_text(json.dumps(result, indent=2))
         raise SystemExit(0)
     tier = None if a.run_x_tier is None else a.run_x_tier == "on"
-    result = run(a.sims, tuple(a.protocols), a.truths, a.seed, a.jobs, local=a.design == "local", tier=tier)
+    down = None if a.down_cap is None else a.down_cap == "on"
+    result = run(
+        a.sims, tuple(a.protocols), a.truths, a.seed, a.jobs, local=a.design == "local", tier=tier, down_cap=down
+    )
     if a.out:
         a.out.write_text(json.dumps(result, indent=2))
     print(json.dumps({k: v for k, v in result.items() if k != "protocols"}, indent=2))

@@ -89,6 +89,24 @@ def test_the_design_adds_a_level_below_the_grid_when_the_interval_reaches_zero()
     assert plan.replicates == () and plan.new_levels == pytest.approx((XS[0] / (XS[1] / XS[0]),))
 
 
+def test_the_design_does_not_go_down_where_the_smallest_level_already_costs_little(monkeypatch) -> None:
+    """An interval that reaches 0 because of the noise, not the grid: the isotonic fit at the smallest level is far
+    below τ (DOWN_WHILE·τ), so with the cap on (DOWN_CAP) a level farther down would look like it and the round takes
+    replicates instead. With the cap off (the shipped default until its coverage is re-run; the design that spent 15
+    of the toy RL reseed's 60 runs on five levels ×4 apart down to k3 1e-6) the same estimate gets a level below."""
+    from admitcheck.calibration import design
+
+    monkeypatch.setattr(design, "DOWN_CAP", True)
+    rows = [[0.0, -0.02, 0.025], [0.02, -0.02, 0.03], [0.01, 0.02, 0.04], [0.02, 0.05, 0.03], [0.06, 0.03, 0.05]]
+    est = estimate(levels_from(rows), [0.43, 0.44, 0.435], Tolerance(), n_boot=100)
+    assert est.budget.interval[0] == 0.0 and est.fit.cost[0] < design.DOWN_WHILE * est.tau
+    x = {n: float(v) for n, v in zip(est.names, XS)}
+    plan = plan_round(est, {n: 3 for n in est.names}, 2.0, 2, x)
+    assert all(t > XS[0] for t in plan.new_levels) and (plan.replicates or plan.new_levels)
+    monkeypatch.setattr(design, "DOWN_CAP", False)
+    assert plan_round(est, {n: 3 for n in est.names}, 2.0, 2, x).new_levels[0] < XS[0]
+
+
 def test_the_design_places_levels_at_half_and_twice_the_budget_when_none_is_near() -> None:
     """Under the model, once the levels nearest B/2 and 2B have SPLIT_AFTER pairs, a design point with no level
     within a factor NEAR gets a new level there (pairs concentrated around B rather than spread over the grid)."""
