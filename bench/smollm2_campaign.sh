@@ -19,6 +19,9 @@
 #   bash bench/smollm2_campaign.sh calibrate 530 10        # the old stage: start with JOBS=10, then poll 530
 #   bash bench/smollm2_campaign.sh screen 400              # screens of the FP8 candidates (attached, time-limited)
 #
+# A tracked config (examples/*.yaml) runs from out/NAME.campaign.yaml with its ledger and artifact in $RUN/cal/ (both
+# git-ignored: the device's per-call copy of the working tree leaves them alone; `campaign_config`). After a session:
+#   tar xzf smollm2_campaign.tgz && cp reports/smollm2/cal/*.ledger.jsonl reports/smollm2/cal/*.{yaml,png} calibrations/
 # Environment: CONFIGS (calibrate configs, default the shipped SmolLM2 ones), JOBS (worker processes per campaign,
 # each keeps the pair and engines for all its runs: default 5), PY (python3), RUN (pid files and logs:
 # reports/smollm2), OUT. On CPU, with the toy pair, tests/test_campaign_detached.py drives this same script.
@@ -43,6 +46,28 @@ install() {  # the wheels into /tmp/site, once per machine (the stamp names the 
     .whl/*.whl /tmp/smol/gguf-*.whl && touch "$STAMPS/site.$sum"
 }
 name_of() { basename "$1" .yaml; }
+campaign_config() {  # the config a campaign runs: for a tracked one (examples/*.yaml), a copy out/NAME.campaign.yaml
+  # (git-ignored, at the same depth, so its relative paths hold) whose output is $RUN/cal/ (git-ignored), seeded once
+  # from the tracked ledger and artifact. Why: every device call copies the working tree onto the device, and on
+  # 2026-12-06 that put the tracked 21-run ledger back over a running campaign's between calls (the calls' ledgers had
+  # to be merged by hand). After a session, copy $RUN/cal/*.ledger.jsonl (and the artifacts) over calibrations/.
+  local c=$1
+  case "$c" in examples/*.yaml) ;; *) echo "$c"; return 0 ;; esac
+  local n; n=$(name_of "$c")
+  mkdir -p out "$RUN/cal"
+  $PY - "$c" "out/$n.campaign.yaml" "$(cd "$RUN/cal" && pwd)" <<'PY'
+import pathlib, shutil, sys, yaml
+src, dst, cal = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3])
+cfg = yaml.safe_load(src.read_text())
+tracked = (src.parent / cfg["output"]).resolve()
+cfg["output"] = str(cal / tracked.name)
+for f in (tracked, tracked.with_name(tracked.stem + ".ledger.jsonl"), tracked.with_suffix(".png")):
+    if f.exists() and not (cal / f.name).exists():
+        shutil.copy2(f, cal / f.name)
+dst.write_text(yaml.safe_dump(cfg, sort_keys=False))
+PY
+  echo "out/$n.campaign.yaml"
+}
 alive() { [ -f "$RUN/$1.pid" ] && kill -0 "$(cat "$RUN/$1.pid")" 2>/dev/null; }
 alive_any() {  # any detached session of ours still running (campaigns, the bench; not nvidia-smi dmon)
   local f; for f in "$RUN"/*.pid; do [ -e "$f" ] && [ "$(basename "$f")" != dmon.pid ] && alive "$(basename "$f" .pid)" \
@@ -72,7 +97,7 @@ status() {
     n=$(name_of "$c")
     if alive "$n"; then s="running (pid $(cat "$RUN/$n.pid"))"; else s="stopped $(tail -n1 "$RUN/$n.log" 2>/dev/null)"; fi
     echo "== $n: $s"
-    $PY -m admitcheck calibrate "$c" --status 2>&1 | tail -n 3
+    $PY -m admitcheck calibrate "$(campaign_config "$c")" --status 2>&1 | tail -n 3
   done
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
 }
@@ -115,7 +140,7 @@ PY
       setsid -f bash -c "echo \$\$ > '$RUN/dmon.pid'; exec nvidia-smi dmon -s u -d 5" > "$RUN/dmon.txt" 2>&1 < /dev/null
     fi
     for c in $CONFIGS; do
-      detach "$(name_of "$c")" "$PY -m admitcheck calibrate '$c' --jobs $JOBS --json > '$RUN/$(name_of "$c").json'"
+      detach "$(name_of "$c")" "$PY -m admitcheck calibrate '$(campaign_config "$c")' --jobs $JOBS --json > '$RUN/$(name_of "$c").json'"
     done
     exit 0
     ;;

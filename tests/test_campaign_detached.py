@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from admitcheck.calibration.calibrate import calibrate
@@ -121,3 +122,32 @@ def test_status_reads_the_ledger_quickly_and_names_a_missing_one(toy_pair_dir, t
     assert ledger_path(out).read_text() == text  # read only: the torn line is left for `calibrate` to drop
     human = CliRunner().invoke(app, ["calibrate", str(cfg), "--status"])
     assert human.exit_code == 0 and ": 2 runs" in human.output and "runs/min" in human.output
+
+
+def test_a_tracked_config_runs_from_an_ignored_copy_the_working_tree_sync_leaves_alone(tmp_path) -> None:
+    """The device tool copies the working tree onto the device at every call; on 2026-12-06 that put the tracked
+    21-run SmolLM2 ledger back over the running campaign's between calls. A tracked config (examples/*.yaml) now runs
+    from out/NAME.campaign.yaml (git-ignored) whose output is $RUN/cal/, seeded once from the tracked ledger: the
+    campaign's ledger is outside what the sync writes, and the tracked one is never written. Read by `status`
+    (nothing is run)."""
+    tracked = ROOT / "calibrations" / "toy.ledger.jsonl"
+    before = tracked.read_bytes()
+    shadow = ROOT / "out" / "toy_calibrate.campaign.yaml"
+    existed = shadow.exists()
+    env = os.environ | {"CONFIGS": "examples/toy_calibrate.yaml", "PY": sys.executable, "RUN": str(tmp_path / "run"),
+                        "OUT": str(tmp_path / "out")}  # fmt: skip
+    try:
+        done = script("status", env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        cfg = yaml.safe_load(shadow.read_text())
+        cal = tmp_path / "run" / "cal"
+        assert Path(cfg["output"]) == cal / "toy.yaml"
+        assert (cal / "toy.ledger.jsonl").read_bytes() == before  # seeded from the tracked ledger
+        assert f"{cal / 'toy.ledger.jsonl'}: 111 runs" in done.stdout
+        (cal / "toy.ledger.jsonl").write_text("changed by the campaign\n")  # a campaign's appends ...
+        assert script("status", env=env).returncode == 0
+        assert (cal / "toy.ledger.jsonl").read_text() == "changed by the campaign\n"  # ... are never re-seeded over
+        assert tracked.read_bytes() == before
+    finally:
+        if not existed:
+            shadow.unlink(missing_ok=True)
