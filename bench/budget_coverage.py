@@ -360,9 +360,16 @@ def run(
         if t != "smollm2_mean" or n.startswith("smollm2")
     ]
     t0 = time.perf_counter()
-    if jobs > 1:
+    if jobs > 1:  # each row printed as its cell ends (a run stopped midway keeps the finished cells in its log)
+        from concurrent.futures import as_completed
+
         with ProcessPoolExecutor(jobs) as pool:
-            rows = list(pool.map(one_cell, work))
+            futures = {pool.submit(one_cell, w): i for i, w in enumerate(work)}
+            done: dict[int, dict] = {}
+            for f in as_completed(futures):
+                done[futures[f]] = f.result()
+                print(json.dumps(done[futures[f]]), flush=True)
+        rows = [done[i] for i in range(len(work))]
     else:
         rows = []
         for w in work:
