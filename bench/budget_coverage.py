@@ -364,12 +364,10 @@ def run(
         from concurrent.futures import as_completed
 
         with ProcessPoolExecutor(jobs) as pool:
-            futures = {pool.submit(one_cell, w): i for i, w in enumerate(work)}
-            done: dict[int, dict] = {}
+            futures = [pool.submit(one_cell, w) for w in work]
             for f in as_completed(futures):
-                done[futures[f]] = f.result()
-                print(json.dumps(done[futures[f]]), flush=True)
-        rows = [done[i] for i in range(len(work))]
+                print(json.dumps(f.result()), flush=True)
+        rows = [f.result() for f in futures]
     else:
         rows = []
         for w in work:
