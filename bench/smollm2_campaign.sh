@@ -26,7 +26,7 @@
 # each keeps the pair and engines for all its runs: default 5), PY (python3), RUN (pid files and logs:
 # reports/smollm2), OUT. On CPU, with the toy pair, tests/test_campaign_detached.py drives this same script.
 set -uo pipefail
-stage=${1:?stage: stash0 | pair | remeasure | mps | mps_off | queue | ttq | start | poll SECONDS | status | stop | collect | screen SECONDS}
+stage=${1:?stage: stash0 | pair | session | backtest | remeasure | mps | mps_off | queue | ttq | start | poll SECONDS | status | stop | collect | screen SECONDS}
 OUT=${OUT:-/tmp/out}
 PY=${PY:-python3}
 RUN=${RUN:-reports/smollm2}
@@ -50,23 +50,39 @@ campaign_config() {  # the config a campaign runs: for a tracked one (examples/*
   # (git-ignored, at the same depth, so its relative paths hold) whose output is $RUN/cal/ (git-ignored), seeded once
   # from the tracked ledger and artifact. Why: every device call copies the working tree onto the device, and on
   # 2026-12-06 that put the tracked 21-run ledger back over a running campaign's between calls (the calls' ledgers had
-  # to be merged by hand). After a session, copy $RUN/cal/*.ledger.jsonl (and the artifacts) over calibrations/.
+  # to be merged by hand). A screen config's calibration and a backtest's output are moved the same way, and a
+  # backtest's calibrate and screen configs become their campaign copies (its baselines and budget: the campaign's).
+  # After a session, copy $RUN/cal/*.ledger.jsonl (and the artifacts) over calibrations/.
   local c=$1
   case "$c" in examples/*.yaml) ;; *) echo "$c"; return 0 ;; esac
-  local n; n=$(name_of "$c")
   mkdir -p out "$RUN/cal"
-  $PY - "$c" "out/$n.campaign.yaml" "$(cd "$RUN/cal" && pwd)" <<'PY'
+  $PY - "$c" "$(cd "$RUN/cal" && pwd)" <<'PY'
 import pathlib, shutil, sys, yaml
-src, dst, cal = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3])
-cfg = yaml.safe_load(src.read_text())
-tracked = (src.parent / cfg["output"]).resolve()
-cfg["output"] = str(cal / tracked.name)
-for f in (tracked, tracked.with_name(tracked.stem + ".ledger.jsonl"), tracked.with_suffix(".png")):
-    if f.exists() and not (cal / f.name).exists():
-        shutil.copy2(f, cal / f.name)
-dst.write_text(yaml.safe_dump(cfg, sort_keys=False))
+cal = pathlib.Path(sys.argv[2])
+
+
+def moved(tracked: pathlib.Path) -> str:  # the campaign's copy of a tracked output, seeded once from it
+    for f in (tracked, tracked.with_name(tracked.stem + ".ledger.jsonl"), tracked.with_suffix(".png")):
+        if f.exists() and not (cal / f.name).exists():
+            shutil.copy2(f, cal / f.name)
+    return str(cal / tracked.name)
+
+
+def copy(src: pathlib.Path) -> str:  # out/NAME.campaign.yaml for examples/NAME.yaml
+    cfg = yaml.safe_load(src.read_text())
+    for key in ("output", "calibration"):  # calibrate/backtest output; a screen's calibration
+        if cfg.get(key):
+            cfg[key] = moved((src.parent / cfg[key]).resolve())
+    for key in ("calibrate_config", "screen_config"):  # a backtest's
+        if cfg.get(key):
+            cfg[key] = pathlib.Path(copy(src.parent / cfg[key])).name  # beside it in out/
+    dst = pathlib.Path("out") / f"{src.stem}.campaign.yaml"
+    dst.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return str(dst)
+
+
+print(copy(pathlib.Path(sys.argv[1])))
 PY
-  echo "out/$n.campaign.yaml"
 }
 alive() { [ -f "$RUN/$1.pid" ] && kill -0 "$(cat "$RUN/$1.pid")" 2>/dev/null; }
 alive_any() {  # any detached session of ours still running (campaigns, the bench; not nvidia-smi dmon)
@@ -228,7 +244,7 @@ PY
     limit=${2:-540}; t0=$(date +%s)
     while :; do
       status
-      for f in "$RUN"/queue.log "$RUN"/remeasure_*.log "$RUN"/bench*.log "$RUN"/noise.log "$RUN"/ttq.log "$RUN"/screen.log; do
+      for f in "$RUN"/session.log "$RUN"/queue.log "$RUN"/remeasure_*.log "$RUN"/backtest.log "$RUN"/bench*.log "$RUN"/noise.log "$RUN"/ttq.log "$RUN"/screen.log; do
         [ -e "$f" ] || continue; b=$(basename "$f" .log)
         echo "== $b: $(alive "$b" && echo running || echo stopped)"; tail -n 2 "$f" | cut -c1-300
       done
@@ -247,10 +263,33 @@ PY
     status
     ;;
   collect) ;;
-  screen)
-    timeout -k 15 "${2:-400}" $PY -m admitcheck screen examples/smollm2_screen.yaml --json \
+  screen)  # against the campaign's calibration ($RUN/cal/smollm2.yaml: what `start` continued), attached
+    timeout -k 15 "${2:-400}" $PY -m admitcheck screen "$(campaign_config examples/smollm2_screen.yaml)" --json \
       > "$RUN/screen.json" 2> "$RUN/screen.log"; echo "rc=$?"
     tail -c 3000 "$RUN/screen.log"
+    ;;
+  backtest)  # issue 38's backtest (examples/smollm2_backtest.yaml), detached and resumable: its ledger in $RUN/cal
+    detach backtest "$PY -m admitcheck backtest '$(campaign_config examples/smollm2_backtest.yaml)' --jobs $JOBS --json \
+      > '$RUN/backtest.json'"
+    exit 0
+    ;;
+  session)  # one device session's GPU work in order, detached (calls only poll): MPS, the calibrations in $CONFIGS
+    # continued to their max_runs, the FP8 screens against the result, the backtest (resumable), MPS off, then the
+    # #36 noise decomposition (not resumable across machines: its tensors stay in /tmp/noise_smollm2). JOBS workers.
+    cmds="bash '$0' mps"
+    for c in $CONFIGS; do
+      cmds="$cmds; $PY -m admitcheck calibrate '$(campaign_config "$c")' --jobs $JOBS --json > '$RUN/$(name_of "$c").json' \
+        2> '$RUN/$(name_of "$c").err'; echo $(name_of "$c") rc=\$?"
+    done
+    detach session "$cmds; \
+      timeout -k 15 600 $PY -m admitcheck screen '$(campaign_config examples/smollm2_screen.yaml)' --json \
+        > '$RUN/screen.json' 2> '$RUN/screen.log'; echo screen rc=\$?; \
+      $PY -m admitcheck backtest '$(campaign_config examples/smollm2_backtest.yaml)' --jobs $JOBS --json \
+        > '$RUN/backtest.json' 2> '$RUN/backtest.log'; echo backtest rc=\$?; \
+      bash '$0' mps_off; \
+      $PY bench/noise.py --pair smollm2 --seeds 4 --eval-seeds 3 --couplings inverse_cdf --ema --big-eval-samples 32 \
+        --jobs $JOBS --work /tmp/noise_smollm2 --out '$RUN/noise_smollm2.json' > '$RUN/noise.log' 2>&1; echo noise rc=\$?"
+    exit 0
     ;;
   *) echo "unknown stage $stage" >&2; exit 2 ;;
 esac
