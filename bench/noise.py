@@ -59,7 +59,7 @@ def _eval_seeds(base: int, k: int) -> list[int]:
 
 def one_run(args: tuple) -> dict:
     """One OPD run (level, seed, training coupling) under the shipped recipe, with the records above."""
-    pair, level_std, seed, coupling, k_eval, emas, work, steps = args
+    pair, level_std, seed, coupling, k_eval, emas, work, steps, eval_couplings, big_samples = args
     os.chdir(ROOT)
     import torch
 
@@ -115,7 +115,7 @@ def one_run(args: tuple) -> dict:
         seconds_train = time.perf_counter() - t0
         sampling = SamplingConfig(temperature=config.train.temperature)
         evals, seconds_eval = [], []
-        for ec in COUPLINGS:
+        for ec in eval_couplings:
             ev_cfg = config.eval.model_copy(update={"sampling_coupling": ec})
             ev = opd.QualityEvaluator(
                 ctx.teacher, ctx.eval_ids, None, ev_cfg, ctx.tokens, sampling, config.reference, config.rollout
@@ -139,12 +139,21 @@ def one_run(args: tuple) -> dict:
                         "tokens_by_response": list(q.tokens_by_response),
                     }
                 )
-    torch.save({"tokens": tokens_at, "weights": weights_at}, Path(work) / f"{tag}.pt")
+        # the larger evaluation of the final weights, here while they are in memory: a run's record is then whole, and
+        # a campaign that loses its machine resumes from the records alone (the weights never leave the machine)
+        big = []
+        if big_samples:
+            big = _big_eval(ctx, config, student, config.train.steps, big_samples, tag, eval_couplings)
+    # tokens (small: collected with the records, so the divergence survives a lost machine) apart from the weights
+    torch.save(tokens_at, Path(work) / f"{tag}.tokens.pt")
+    torch.save(weights_at, Path(work) / f"{tag}.weights.pt")
     return {
         "tag": tag,
         "coupling": coupling,
         "level": "baseline" if level_std == 0 else "level",
+        "relative_std": level_std,
         "seed": seed,
+        "big_evals": big,
         "seconds_train": seconds_train,
         "seconds_eval_mean": float(np.mean(seconds_eval)),
         "seconds_by_phase": result.seconds(),
@@ -153,47 +162,69 @@ def one_run(args: tuple) -> dict:
     }
 
 
+def _big_eval(ctx, config, student, steps: int, samples: int, tag: str, eval_couplings) -> list[dict]:
+    """Final weights scored by a larger evaluation: `samples` responses per prompt at the shipped eval seed, under
+    each eval coupling."""
+    import time as _t
+
+    from admitcheck.calibration import opd
+    from admitcheck.config import SamplingConfig
+
+    out = []
+    sampling = SamplingConfig(temperature=config.train.temperature)
+    for ec in eval_couplings:
+        ev_cfg = config.eval.model_copy(update={"sampling_coupling": ec, "samples": samples})
+        ev = opd.QualityEvaluator(
+            ctx.teacher, ctx.eval_ids, None, ev_cfg, ctx.tokens, sampling, config.reference, config.rollout
+        )
+        t1 = _t.perf_counter()
+        q = ev(student, steps)
+        out.append(
+            {
+                "tag": tag,
+                "eval_coupling": ec,
+                "samples": samples,
+                "seconds": _t.perf_counter() - t1,
+                "quality": q.reverse_kl,
+                "se_draws": q.standard_error,
+                "kl_by_response": [round(k, 7) for k in q.kl_by_response],
+                "tokens_by_response": list(q.tokens_by_response),
+            }
+        )
+    return out
+
+
 def one_eval(args: tuple) -> list[dict]:
-    """A finished run's final weights (kept at its last check step) scored by a larger evaluation: `samples`
-    responses per prompt at the shipped eval seed, under both eval couplings."""
-    pair, tag, steps, samples, work = args
+    """A finished run's final weights (kept at its last check step, on this machine) scored by a larger evaluation
+    (records made before runs did it themselves)."""
+    pair, tag, steps, samples, work, eval_couplings = args
     os.chdir(ROOT)
     import torch
 
     from admitcheck import io
-    from admitcheck.calibration import opd
     from admitcheck.calibration.levels import load_context, one_thread
-    from admitcheck.config import CalibrateConfig, SamplingConfig
+    from admitcheck.config import CalibrateConfig
 
     cfg_path = _pair_files(pair)[0]
     config = io.load_config(cfg_path, CalibrateConfig)
     ctx = load_context(config, str(cfg_path))
-    weights = torch.load(Path(work) / f"{tag}.pt")["weights"][steps]
-    out = []
+    weights = _tensors(Path(work), tag, "weights")[steps]
     with one_thread():
         student = __import__("copy").deepcopy(ctx.student)
         torch.nn.utils.vector_to_parameters(weights, student.parameters())
-        sampling = SamplingConfig(temperature=config.train.temperature)
-        for ec in COUPLINGS:
-            ev_cfg = config.eval.model_copy(update={"sampling_coupling": ec, "samples": samples})
-            ev = opd.QualityEvaluator(
-                ctx.teacher, ctx.eval_ids, None, ev_cfg, ctx.tokens, sampling, config.reference, config.rollout
-            )
-            t1 = time.perf_counter()
-            q = ev(student, steps)
-            out.append(
-                {
-                    "tag": tag,
-                    "eval_coupling": ec,
-                    "samples": samples,
-                    "seconds": time.perf_counter() - t1,
-                    "quality": q.reverse_kl,
-                    "se_draws": q.standard_error,
-                    "kl_by_response": [round(k, 7) for k in q.kl_by_response],
-                    "tokens_by_response": list(q.tokens_by_response),
-                }
-            )
-    return out
+        return _big_eval(ctx, config, student, steps, samples, tag, eval_couplings)
+
+
+def _tensors(work: Path, tag: str, what: str) -> dict | None:
+    """A run's kept tokens or weights by step: `{tag}.{what}.pt`, or the one file runs wrote before 2026-12-06;
+    None where they are not on this machine (weights never leave the machine that made them)."""
+    import torch
+
+    if (work / f"{tag}.{what}.pt").exists():
+        return torch.load(work / f"{tag}.{what}.pt")
+    if (work / f"{tag}.pt").exists():
+        return torch.load(work / f"{tag}.pt")[what]
+    return None
 
 
 def larger_eval(rows: list[dict], big: list[dict], tau: float) -> list[dict]:
@@ -202,8 +233,8 @@ def larger_eval(rows: list[dict], big: list[dict], tau: float) -> list[dict]:
 
     idx = {(b["tag"], b["eval_coupling"]): b for b in big}
     out = []
-    for c in COUPLINGS:
-        for ec in COUPLINGS:
+    for c in _present(r["coupling"] for r in rows):
+        for ec in _present(b["eval_coupling"] for b in big):
             seeds = sorted({r["seed"] for r in rows if r["coupling"] == c})
             base, lev, cost, se, secs = [], [], [], [], []
             for s in seeds:
@@ -243,7 +274,13 @@ def larger_eval(rows: list[dict], big: list[dict], tau: float) -> list[dict]:
     return out
 
 
-def sampling_cost(pair: str, repeats: int = 10, big_samples: int = 0) -> dict:
+def _present(values) -> list[str]:
+    """The couplings these records were made with, in COUPLINGS' order (a run made only some of them)."""
+    have = set(values)
+    return [c for c in COUPLINGS if c in have]
+
+
+def sampling_cost(pair: str, repeats: int = 10, big_samples: int = 0, couplings=COUPLINGS) -> dict:
     """CPU seconds (process time, 1 thread) of one training batch's rollout under each coupling, and of one EMA
     update, alternating couplings so that machine load falls on both alike: the per-run cost of the switches."""
 
@@ -257,11 +294,11 @@ def sampling_cost(pair: str, repeats: int = 10, big_samples: int = 0) -> dict:
     ctx = load_context(config, str(cfg_path))
     train = config.train
     batch = [ctx.train_ids[i % len(ctx.train_ids)] for i in range(train.batch_size)]
-    cpu = {c: [] for c in COUPLINGS}
+    cpu = {c: [] for c in couplings}
     with one_thread():
         engine = _engine(ctx, ctx.student, config.rollout)
         for r in range(repeats):
-            for c in COUPLINGS:
+            for c in couplings:
                 t = time.process_time()
                 engine.sample(batch, SamplingConfig(temperature=train.temperature, coupling=c), r, train.max_new_tokens)
                 cpu[c].append(time.process_time() - t)
@@ -290,8 +327,10 @@ def sampling_cost(pair: str, repeats: int = 10, big_samples: int = 0) -> dict:
     per_batch = {c: float(np.median(v)) for c, v in cpu.items()}
     return {
         "rollout_cpu_s_per_batch": per_batch,
-        "gumbel_over_inverse_cdf": per_batch["gumbel"] / per_batch["inverse_cdf"],
-        "extra_cpu_s_per_run": (per_batch["gumbel"] - per_batch["inverse_cdf"]) * train.steps,
+        "gumbel_over_inverse_cdf": per_batch["gumbel"] / per_batch["inverse_cdf"] if len(per_batch) == 2 else None,
+        "extra_cpu_s_per_run": (
+            (per_batch["gumbel"] - per_batch["inverse_cdf"]) * train.steps if len(per_batch) == 2 else None
+        ),
         "ema_update_cpu_s": ema_s,
         "ema_extra_cpu_s_per_run": ema_s * train.steps,
         "repeats": repeats,
@@ -368,12 +407,11 @@ def _agreement(a, b) -> dict:
 
 
 def analyse(rows: list[dict], work: Path, tau: float, shipped: dict, emas: list[float]) -> dict:
-    import torch
 
     by = {(r["coupling"], r["level"], r["seed"]): r for r in rows}
     seeds = sorted({r["seed"] for r in rows})
     out: dict = {"options": [], "divergence": {}, "evaluation": {}, "seconds": {}}
-    for c in COUPLINGS:
+    for c in _present(r["coupling"] for r in rows):
         runs = [r for r in rows if r["coupling"] == c]
         out["seconds"][c] = {
             "train_mean": float(np.mean([r["seconds_train"] for r in runs])),
@@ -387,22 +425,25 @@ def analyse(rows: list[dict], work: Path, tau: float, shipped: dict, emas: list[
             for s in seeds:
                 if (c, "level", s) not in by or (c, "baseline", s) not in by:
                     continue
-                a = torch.load(work / f"{c}-level-{s}.pt")
-                b = torch.load(work / f"{c}-base-{s}.pt")
-                if step not in a["tokens"]:
+                ta, tb = (_tensors(work, f"{c}-{lv}-{s}", "tokens") for lv in ("level", "base"))
+                if ta is None or tb is None or step not in ta:
                     continue
-                agree.append(_agreement(a["tokens"][step], b["tokens"][step]))
-                wa, wb = a["weights"][step], b["weights"][step]
-                dist.append(float((wa - wb).norm() / wb.norm()))
+                agree.append(_agreement(ta[step], tb[step]))
+                wa, wb = (_tensors(work, f"{c}-{lv}-{s}", "weights") for lv in ("level", "base"))
+                if wa is not None and wb is not None:
+                    dist.append(float((wa[step] - wb[step]).norm() / wb[step].norm()))
             if agree:
                 div[str(step)] = {
+                    "pairs": len(agree),
                     "token_agreement": float(np.mean([x["tokens"] for x in agree])),
                     "sequence_agreement": float(np.mean([x["sequences"] for x in agree])),
                     "first_difference_mean": float(np.mean([x["first_difference_mean"] for x in agree])),
-                    "relative_weight_distance": float(np.mean(dist)),
+                    # None where the weights are not on this machine (they never leave the one that made them)
+                    "relative_weight_distance": float(np.mean(dist)) if dist else None,
+                    "weight_pairs": len(dist),
                 }
         out["divergence"][c] = div
-        for ec in COUPLINGS:
+        for ec in _present(e["eval_coupling"] for r in runs for e in r["evals"]):
             # evaluation variance: the same final weights, K eval seeds
             ev_sd, se_draws, se_prompts = [], [], []
             for r in runs:
@@ -490,12 +531,17 @@ def main() -> None:
     ap.add_argument("--level-std", type=float, default=None, help="default: the shipped level with most replicates")
     ap.add_argument("--eval-seeds", type=int, default=3, help="K: eval seeds per final weights")
     ap.add_argument("--ema", type=float, nargs="*", default=[0.9, 0.98])
-    ap.add_argument("--couplings", nargs="*", default=list(COUPLINGS))
+    ap.add_argument("--couplings", nargs="*", default=list(COUPLINGS), help="training rollouts' couplings")
+    ap.add_argument("--eval-couplings", nargs="*", default=list(COUPLINGS), help="the evaluations' couplings")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--steps", type=int, default=None, help="smoke tests only: not the shipped recipe's steps")
     ap.add_argument("--big-eval-samples", type=int, default=0, help="also score final weights with N samples/prompt")
     ap.add_argument("--work", default=None, help="per-run records and tensors (default /tmp/admitcheck-noise-PAIR)")
     ap.add_argument("--out", default=None)
+    ap.add_argument(
+        "--analyse-only", action="store_true",
+        help="no runs, evaluations or timings: analyse the records in --work (collected from where they were made)",
+    )  # fmt: skip
     a = ap.parse_args()
     cfg_path, artifact_path, ledger = _pair_files(a.pair)
     artifact = yaml.safe_load(artifact_path.read_text())
@@ -523,32 +569,48 @@ def main() -> None:
             for std in (0.0, a.level_std):
                 tag = f"{c}-{'base' if std == 0 else 'level'}-{s}"
                 if tag not in have:
-                    tasks.append((a.pair, std, s, c, a.eval_seeds, tuple(a.ema), str(work), a.steps))
+                    tasks.append(
+                        (a.pair, std, s, c, a.eval_seeds, tuple(a.ema), str(work), a.steps, tuple(a.eval_couplings),
+                         a.big_eval_samples)
+                    )  # fmt: skip
+    if a.analyse_only:
+        tasks = []
     t0 = time.perf_counter()
     print(f"{len(tasks)} runs to do ({len(done)} done) in {work}", flush=True)
-    with ProcessPoolExecutor(max_workers=a.jobs) as pool:
+    with ProcessPoolExecutor(max_workers=max(1, min(a.jobs, len(tasks)))) as pool:
         for row in pool.map(one_run, tasks):
             done.append(row)
             with done_file.open("a") as f:
                 f.write(json.dumps(row) + "\n")
             print(f"{row['tag']}: {row['seconds_train']:.0f} s, {time.perf_counter() - t0:.0f} s in", flush=True)
     done = [r for r in done if r["seed"] in seeds and r["coupling"] in a.couplings]
+    # a record names its level's size since 2026-12-06 (before: the default level, the same on the ledgers then)
+    done = [r for r in done if r.get("relative_std") in (None, 0.0, a.level_std)]
     shipped = shipped_figures(ledger, a.level_std, tau)
     result = analyse(done, work, tau, shipped, a.ema)
     if a.big_eval_samples:
         big_file = work / f"evals_{a.big_eval_samples}.jsonl"
         big = [json.loads(x) for x in big_file.read_text().splitlines()] if big_file.exists() else []
+        big += [b for r in done for b in r.get("big_evals", []) if b["samples"] == a.big_eval_samples]
         have_big = {b["tag"] for b in big}
         last_step = max(s for s in CHECK_STEPS if s <= (a.steps or _recipe_steps(cfg_path)))
-        todo = [(a.pair, r["tag"], last_step, a.big_eval_samples, str(work)) for r in done if r["tag"] not in have_big]
-        print(f"{len(todo)} larger evaluations to do", flush=True)
-        with ProcessPoolExecutor(max_workers=a.jobs) as pool:
+        # runs recorded without it: scored here from their kept weights, where this machine has them
+        todo = [
+            (a.pair, r["tag"], last_step, a.big_eval_samples, str(work), tuple(a.eval_couplings))
+            for r in done
+            if r["tag"] not in have_big and _tensors(work, r["tag"], "weights") is not None and not a.analyse_only
+        ]
+        missing = [r["tag"] for r in done if r["tag"] not in have_big and r["tag"] not in {t[1] for t in todo}]
+        print(f"{len(todo)} larger evaluations to do ({len(missing)} runs without one: weights elsewhere)", flush=True)
+        with ProcessPoolExecutor(max_workers=max(1, min(a.jobs, len(todo)))) as pool:
             for rows in pool.map(one_eval, todo):
                 big += rows
                 with big_file.open("a") as f:
                     f.writelines(json.dumps(x) + "\n" for x in rows)
         result["larger_evaluation"] = larger_eval(done, big, tau)
-    result["sampling_cost"] = sampling_cost(a.pair, big_samples=a.big_eval_samples)
+        result["larger_evaluation_missing"] = missing
+    if not a.analyse_only:
+        result["sampling_cost"] = sampling_cost(a.pair, big_samples=a.big_eval_samples, couplings=a.couplings)
     reproduced = []
     for r in done:  # today's defaults: the inverse-CDF runs at the shipped seeds must give the ledger's quality
         if r["coupling"] == "inverse_cdf":
@@ -567,6 +629,7 @@ def main() -> None:
         "check_steps": [s for s in CHECK_STEPS],
         "jobs": a.jobs,
         "torch_threads_per_run": 1,
+        "analyse_only": a.analyse_only,  # the records were made elsewhere (their machine: docs/noise.md)
         "commit": commit.strip(),
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "command": "python " + " ".join(sys.argv),

@@ -23,14 +23,21 @@
 # git-ignored: the device's per-call copy of the working tree leaves them alone; `campaign_config`). After a session:
 #   tar xzf smollm2_campaign.tgz && cp reports/smollm2/cal/*.ledger.jsonl reports/smollm2/cal/*.{yaml,png} calibrations/
 # Environment: CONFIGS (calibrate configs, default the shipped SmolLM2 ones), JOBS (worker processes per campaign,
-# each keeps the pair and engines for all its runs: default 5), PY (python3), RUN (pid files and logs:
+# each keeps the pair and engines for all its runs: default what fits the GPU's memory, `fit_jobs`), PY (python3), RUN (pid files and logs:
 # reports/smollm2), OUT. On CPU, with the toy pair, tests/test_campaign_detached.py drives this same script.
 set -uo pipefail
 stage=${1:?stage: stash0 | pair | session | backtest | remeasure | mps | mps_off | queue | ttq | start | poll SECONDS | status | stop | collect | screen SECONDS}
 OUT=${OUT:-/tmp/out}
 PY=${PY:-python3}
 RUN=${RUN:-reports/smollm2}
-JOBS=${JOBS:-5}
+fit_jobs() {  # kept workers that fit the GPU's memory: ~15.6 GiB each on SmolLM2 (measured on an H100, 2026-12-06:
+  # 15.63 and 14.54 GiB; 5 of them and a parent holding the pair ran out of memory), 16 GiB a worker: an H100's 80 GiB
+  # holds 4, an H200's 141 GiB 8. Without a GPU (the CPU tests): 5.
+  local mem; mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
+  [ -z "$mem" ] && { echo 5; return; }
+  local n=$(( (mem - 4096) / 16384 )); [ "$n" -gt 10 ] && n=10; [ "$n" -lt 1 ] && n=1; echo "$n"
+}
+JOBS=${JOBS:-$(fit_jobs)}
 EVERY=${EVERY:-60}
 CONFIGS=${CONFIGS:-examples/smollm2_calibrate.yaml examples/smollm2_calibrate_seed1000.yaml}
 STAMPS=/tmp/admitcheck_stage  # per machine: a fresh machine has none
@@ -98,7 +105,8 @@ detach() {  # detach NAME COMMAND: COMMAND in its own session, output in $RUN/NA
   echo "$n: started (pid $(cat "$RUN/$n.pid"), its own session; log $RUN/$n.log)"
 }
 collect() {  # everything the campaigns made, in one file (ledgers first: they are what must come back)
-  mkdir -p "$RUN/noise_work" && cp /tmp/noise_smollm2/*.jsonl "$RUN/noise_work/" 2>/dev/null  # run records, not weights
+  # the noise step's run records and rollout tokens (small), not its weights: bench/noise.py --analyse-only reads them
+  mkdir -p "$RUN/noise_work" && cp /tmp/noise_smollm2/*.jsonl /tmp/noise_smollm2/*.tokens.pt "$RUN/noise_work/" 2>/dev/null
   tar czf "$OUT/smollm2_campaign.tgz" calibrations/smollm2*.ledger.jsonl calibrations/smollm2*.yaml \
     calibrations/smollm2*.png "$RUN" $(for c in $CONFIGS; do $PY - "$c" <<'PY'
 import sys, yaml, pathlib

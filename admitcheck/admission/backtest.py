@@ -202,7 +202,9 @@ def backtest(
     runner = open_executor(cal_cfg.resources, jobs=jobs, executor=executor, ray_address=ray_address)
     out = output_path(config, calibration)
     verdicts = screen(inputs.screen, config_file=inputs.screen_file, progress=progress).verdicts
-    load_context(cal_cfg, inputs.calibrate_file)  # checks the pair, prompts and engine before anything runs
+    # checks the pair, prompts and engine before anything runs; on the CPU, as `calibrate` does: the context is cached
+    # for the process, and on the GPU it held 3.25 GiB beside the workers (an H100 ran out of memory, 2026-12-06)
+    load_context(cal_cfg, inputs.calibrate_file, device="cpu")
     header = ledger_header(cal_cfg)
     ledger = Ledger.open(ledger_path(out), header)
     reusable = _reusable_runs(calibration, header)
