@@ -281,22 +281,32 @@ PY
       > '$RUN/backtest.json'"
     exit 0
     ;;
-  session)  # one device session's GPU work in order, detached (calls only poll): MPS, the calibrations in $CONFIGS
-    # continued to their max_runs, the FP8 screens against the result, the backtest (resumable), MPS off, then the
-    # #36 noise decomposition (not resumable across machines: its tensors stay in /tmp/noise_smollm2). JOBS workers.
+  session)  # one device session's GPU work in order, detached (calls only poll). STEPS (default all, in this order):
+    # calibrate (the configs in $CONFIGS continued to their max_runs), screen (the FP8 candidates against the result),
+    # backtest (resumable: its ledger in $RUN/cal), noise (#36: the runs' records and tokens are collected, their
+    # weights stay in /tmp/noise_smollm2), ttq (#40, resumable in $RUN/ttq). MPS on for all but noise and ttq. JOBS workers.
+    steps=" ${STEPS:-calibrate screen backtest noise} "
     cmds="bash '$0' mps"
-    for c in $CONFIGS; do
-      cmds="$cmds; $PY -m admitcheck calibrate '$(campaign_config "$c")' --jobs $JOBS --json > '$RUN/$(name_of "$c").json' \
-        2> '$RUN/$(name_of "$c").err'; echo $(name_of "$c") rc=\$?"
-    done
-    detach session "$cmds; \
-      timeout -k 15 600 $PY -m admitcheck screen '$(campaign_config examples/smollm2_screen.yaml)' --json \
-        > '$RUN/screen.json' 2> '$RUN/screen.log'; echo screen rc=\$?; \
-      $PY -m admitcheck backtest '$(campaign_config examples/smollm2_backtest.yaml)' --jobs $JOBS --json \
-        > '$RUN/backtest.json' 2> '$RUN/backtest.log'; echo backtest rc=\$?; \
-      bash '$0' mps_off; \
-      $PY bench/noise.py --pair smollm2 --seeds 4 --eval-seeds 3 --couplings inverse_cdf --ema --big-eval-samples 32 \
-        --jobs $JOBS --work /tmp/noise_smollm2 --out '$RUN/noise_smollm2.json' > '$RUN/noise.log' 2>&1; echo noise rc=\$?"
+    if [[ $steps == *" calibrate "* ]]; then
+      for c in $CONFIGS; do
+        cmds="$cmds; $PY -m admitcheck calibrate '$(campaign_config "$c")' --jobs $JOBS --json > '$RUN/$(name_of "$c").json' \
+          2> '$RUN/$(name_of "$c").err'; echo $(name_of "$c") rc=\$?"
+      done
+    fi
+    [[ $steps == *" screen "* ]] && cmds="$cmds; timeout -k 15 600 $PY -m admitcheck screen \
+      '$(campaign_config examples/smollm2_screen.yaml)' --json > '$RUN/screen.json' 2> '$RUN/screen.log'; echo screen rc=\$?"
+    [[ $steps == *" backtest "* ]] && cmds="$cmds; $PY -m admitcheck backtest '$(campaign_config examples/smollm2_backtest.yaml)' \
+      --jobs $JOBS --json > '$RUN/backtest.json' 2> '$RUN/backtest.log'; echo backtest rc=\$?"
+    cmds="$cmds; bash '$0' mps_off"
+    [[ $steps == *" noise "* ]] && cmds="$cmds; $PY bench/noise.py --pair smollm2 --seeds 4 --eval-seeds 3 \
+      --couplings inverse_cdf --ema --big-eval-samples 32 --jobs $JOBS --work /tmp/noise_smollm2 \
+      --out '$RUN/noise_smollm2.json' > '$RUN/noise.log' 2>&1; echo noise rc=\$?"
+    [[ $steps == *" ttq "* ]] && cmds="$cmds; mkdir -p '$RUN/ttq'; $PY bench/time_to_quality.py \
+      --config examples/smollm2_calibrate.yaml --plan bench/ttq/smollm2_plan.yaml --every ${TTQ_EVERY:-5} \
+      --replicates ${TTQ_REPLICATES:-3} --jobs ${TTQ_JOBS:-1} --ledger '$RUN/ttq/smollm2.ttq.ledger.jsonl' \
+      --out '$RUN/time_to_quality.json' > '$RUN/ttq.log' 2>&1; echo ttq rc=\$?"
+    echo "session steps:$steps(JOBS $JOBS)"
+    detach session "$cmds"
     exit 0
     ;;
   *) echo "unknown stage $stage" >&2; exit 2 ;;

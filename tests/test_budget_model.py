@@ -226,7 +226,9 @@ def test_the_shipped_artifacts_are_their_ledgers_refit() -> None:
         assert again.budget.interval == pytest.approx(shipped.budget.interval, rel=1e-9)
         assert again.budget.method == shipped.budget.method
     rl = load_calibration(ROOT / "calibrations" / "toy_rl.yaml").budget
-    assert rl.method == "bracket" and "the model assumes one run variance" in rl.method_reason  # the run-x tier is off
+    # the run-x tier (on since 2026-12-06): each run at its own x, refitted around B̂; the level-x refusal kept
+    assert rl.method == "model" and "each run at its own x" in rl.method_reason
+    assert "the model assumes one run variance" in rl.method_reason
 
 
 def test_the_coverage_bench_design_travels_with_each_cell(monkeypatch) -> None:
@@ -343,7 +345,9 @@ def test_a_runs_own_x_is_fitted_where_its_cost_follows_it(monkeypatch) -> None:
     from admitcheck.calibration import curve
 
     levels, base, tau = _own_x_runs(np.random.default_rng(6), 1.0)
-    off = estimate(levels, base, Tolerance(absolute=tau))  # as shipped: the tier is off (curve.RUN_X_TIER)
+    assert curve.RUN_X_TIER  # as shipped since 2026-12-06
+    monkeypatch.setattr(curve, "RUN_X_TIER", False)
+    off = estimate(levels, base, Tolerance(absolute=tau))  # without the tier: the level-x refusal is the bracket
     assert off.method == "bracket" and "run variance" in off.method_reason and "own x" not in off.method_reason
     monkeypatch.setattr(curve, "RUN_X_TIER", True)
     est = estimate(levels, base, Tolerance(absolute=tau))

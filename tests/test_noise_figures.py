@@ -55,3 +55,27 @@ def test_the_must_hold_is_reported_as_not_met():
     assert best > 0.25
     assert "**not met**" in (ROOT / "README.md").read_text()
     assert "not met" in (ROOT / "docs" / "noise.md").read_text()
+
+
+def test_the_smollm2_records_analyse_on_a_machine_without_their_tensors(tmp_path):
+    """The SmolLM2 noise step's 8 run records (inverse-CDF training only, made on an H100, collected without their
+    weights or tokens) re-analyse here as bench/results/noise_smollm2.json says: only the coupling that was run (the
+    analysis once iterated over both and failed), no divergence without tokens, the evaluation sd docs/noise.md quotes,
+    and each run's final quality the H200-made ledger's to 1e-8."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("noise_bench", ROOT / "bench" / "noise.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = [json.loads(x) for x in (ROOT / "bench/results/noise_smollm2_work/runs.jsonl").read_text().splitlines()]
+    shipped = json.loads((ROOT / "bench/results/noise_smollm2.json").read_text())
+    tau = shipped["meta"]["tau"]
+    out = bench.analyse(rows, tmp_path, tau, shipped["shipped"], [])
+    assert set(out["divergence"]) == {"inverse_cdf"} and out["divergence"]["inverse_cdf"] == {}
+    assert set(out["evaluation"]) == {"inverse_cdf/inverse_cdf", "inverse_cdf/gumbel"}
+    assert out["evaluation"] == shipped["evaluation"] and out["options"] == shipped["options"]
+    ev = out["evaluation"]["inverse_cdf/inverse_cdf"]
+    assert f"{ev['eval_sd_pooled']:.4f}" == "0.0063" and f"{ev['eval_sd_pooled_tau']:.2f}" == "0.17"
+    docs = (ROOT / "docs" / "noise.md").read_text()
+    assert "| 0.0063 | 0.17 |" in docs
+    assert all(abs(r["quality"] - r["ledger"]) < 1e-8 for r in shipped["shipped_reproduced"])

@@ -13,9 +13,9 @@ baseline's) and fits **one model over every run** (`model.fit_seed_power_law`: q
 the baseline = the seed effect, each level's x a measurement with its standard error; its F-profile interval),
 which makes the budget when its gate passes (`_gate`: lack of fit, one run variance, B inside the levels' range);
 where it fits but its level runs spread more than the baselines, the model with each run at its own x in part
-(`_run_x_tier`: λ fitted; off, `RUN_X_TIER`) would make it if that passed the whole gate; with `local_model` (the
-run-averaged budget's, `fit.fit_runs`), and for the tier's model, that model is refitted on the levels around its B̂
-(`_local_refit`), which must pass the gate too.
+(`_run_x_tier`: λ fitted; `RUN_X_TIER`, on since 2026-12-06) makes it if that passes the whole gate; with
+`local_model` (the run-averaged budget's, `fit.fit_runs`), and for the tier's model, that model is refitted on the
+levels around its B̂ (`_local_refit`), which must pass the gate too.
 Otherwise the budget is the isotonic fit's crossing of τ (`fit_levels`, `budget_of`: pool-adjacent-violators on the
 levels' mean costs, linear in log x on log(max(cost, 0) + δ) between levels, δ = OFFSET_SHARE · τ) with **the
 shape-free bracket** as its interval (`level_bracket`: each level's own Student-t test, a fixed sequence from each
@@ -559,7 +559,7 @@ def local_levels(level_x: tuple[float, ...], b: float) -> list[int]:
     return list(range(max(min(inside) - LOCAL_BEYOND, 0), min(max(inside) + LOCAL_BEYOND, lx.size - 1) + 1))
 
 
-RUN_X_TIER = False  # the gate's run-x tier (`_run_x_tier`): off — its interval under-covered in simulation (below)
+RUN_X_TIER = True  # the gate's run-x tier (`_run_x_tier`): on since 2026-12-06, its coverage shown under every protocol
 
 
 def _spread_only(model: ModelFit | None, spread: SpreadCheck | None) -> bool:
@@ -580,13 +580,16 @@ def _run_x_tier(
     the level-x model's refusal stands, with both reasons. Only a spread refusal gets here: a lack of fit is a shape
     the power law misses, which each run's own x cannot mend. (model, spread check, method, reason).
 
-    **Off** (`RUN_X_TIER`): under the toy RL protocol's measured noise (bench/budget_coverage.py --protocols toy_rl,
-    bench/results/budget_coverage_toy_rl.json) its interval covered 0.835 on power2 (degenerate intervals: the
-    profile's grids were coarser than the fit's precision at λ̂ = 1) and 0.80 on flat_then_rising (B̂ ≈ 0.7 B:
-    with exact per-run x nothing down-weights the high-cost levels, as with the run-averaged x before its local
-    refit). Both mended (`model.profile_fine`; its model refitted around B̂ in `estimate`): 0.94–1.00 in all 8
-    truths (bench/results/budget_coverage_toy_rl_mended.json). Until the other shipped protocols are re-run with it,
-    a spread refusal stays the bracket."""
+    **On** (`RUN_X_TIER`, since 2026-12-06). It was off after its first coverage run: under the toy RL protocol's
+    measured noise (bench/results/budget_coverage_toy_rl.json) its interval covered 0.835 on power2 (degenerate
+    intervals: the profile's grids were coarser than the fit's precision at λ̂ = 1) and 0.80 on flat_then_rising
+    (B̂ ≈ 0.7 B: with exact per-run x nothing down-weights the high-cost levels, as with the run-averaged x before its
+    local refit). Both mended (`model.profile_fine`; its model refitted around B̂ in `estimate`), it covers 0.94–1.00
+    with P(B_lo > B) ≤ 0.02 in every truth of all four shipped protocols (200 simulated calibrations a cell):
+    toy_rl 0.940–1.000 (bench/results/budget_coverage_toy_rl_mended.json), toy 0.955–1.000
+    (budget_coverage_toy_tier_mended.json), SmolLM2's 21-run grid 0.955–1.000
+    (budget_coverage_smollm2_tier_mended.json) and its 57-run continuation 0.970–1.000
+    (budget_coverage_smollm2_57_tier.json)."""
     alt, alt_spread = runs.model(range(len(runs.names)), run_x=True)
     method, why = _gate(alt, alt_spread, runs.level_x)
     lam = f"λ̂ = {alt.x_run_share:g}" if alt.x_run_share is not None else "λ not fitted"
