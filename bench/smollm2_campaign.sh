@@ -69,7 +69,8 @@ cal = pathlib.Path(sys.argv[2])
 
 
 def moved(tracked: pathlib.Path) -> str:  # the campaign's copy of a tracked output, seeded once from it
-    for f in (tracked, tracked.with_name(tracked.stem + ".ledger.jsonl"), tracked.with_suffix(".png")):
+    kept = (".ledger.jsonl", ".screen.json")  # a backtest's kept screen too (admission.backtest.screen_cache_path)
+    for f in (tracked, *(tracked.with_name(tracked.stem + k) for k in kept), tracked.with_suffix(".png")):
         if f.exists() and not (cal / f.name).exists():
             shutil.copy2(f, cal / f.name)
     return str(cal / tracked.name)

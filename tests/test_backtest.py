@@ -10,6 +10,7 @@ interrupted backtest resumes to the identical report; --jobs 2 equals --jobs 1; 
 from __future__ import annotations
 
 import copy
+import json
 import shutil
 from pathlib import Path
 
@@ -183,6 +184,14 @@ def test_interrupted_backtest_resumes_to_the_identical_report(setup, report, tmp
         r["kind"] == "run" and "reused_from" not in r for r in io.read_jsonl(tmp_path / "tiny.backtest.ledger.jsonl")
     )
     monkeypatch.setattr(opd, "train", real_train)
+    # the candidates' screen was kept beside the ledger: the resumed backtest takes its verdicts, not a new screen
+    assert (tmp_path / "tiny.backtest.screen.json").is_file()
+    import admitcheck.admission.screen as screen_module
+
+    def screened_again(*args, **kwargs):
+        raise AssertionError("the resumed backtest screened again")
+
+    monkeypatch.setattr(screen_module, "screen", screened_again)
     resumed = backtest(cfg, config_file=str(cfg_path))
     same = {"provenance": None, "calibration": None}  # provenance paths and times: this report is elsewhere
     assert comparable(resumed) | same == comparable(report) | same
@@ -346,3 +355,17 @@ def test_verdicts_are_re_made_against_a_re_fitted_budget() -> None:
     other = cal.model_copy(update={"tolerance": cal.tolerance.model_copy(update={"value": 2 * cal.tau})})
     with pytest.raises(ConfigError):
         rejudge(report, other, "reject")
+
+
+@pytest.mark.slow
+def test_a_kept_screen_of_other_inputs_is_not_reused(setup, report, tmp_path) -> None:
+    """The kept screen names what made it: one whose key does not match (another calibration, pair, config or torch)
+    is screened again and rewritten, and the report is the same."""
+    root, _ = setup
+    cfg_path = write_backtest_config(root / "stale.yaml", tmp_path / "tiny.backtest.yaml")
+    shutil.copy(root / "out" / "tiny.backtest.ledger.jsonl", tmp_path)  # its runs: only the screen is made here
+    cache = tmp_path / "tiny.backtest.screen.json"
+    cache.write_text('{"key": "made with other inputs", "report": {}}')
+    again = backtest(io.load_config(cfg_path, BacktestConfig), config_file=str(cfg_path))
+    assert json.loads(cache.read_text())["key"] != "made with other inputs"
+    assert [r.verdict for r in again.rows] == [r.verdict for r in report.rows]

@@ -193,15 +193,13 @@ def backtest(
     progress: Progress | None = None,
 ) -> BacktestReport:
     """Verdicts, truth runs (resumed from the ledger) and the report; see the module docstring."""
-    from admitcheck.admission.screen import screen
-
     t0 = time.perf_counter()
     check_jobs(jobs, config_file)
     inputs = load_inputs(config, config_file)
     cal_cfg, calibration = inputs.calibrate, inputs.calibration
     runner = open_executor(cal_cfg.resources, jobs=jobs, executor=executor, ray_address=ray_address)
     out = output_path(config, calibration)
-    verdicts = screen(inputs.screen, config_file=inputs.screen_file, progress=progress).verdicts
+    verdicts = _screened(inputs, out, progress)
     # checks the pair, prompts and engine before anything runs; on the CPU, as `calibrate` does: the context is cached
     # for the process, and on the GPU it held 3.25 GiB beside the workers (an H100 ran out of memory, 2026-12-06)
     load_context(cal_cfg, inputs.calibrate_file, device="cpu")
@@ -214,6 +212,51 @@ def backtest(
         runner.close()
     rows = _rows(inputs, config, ledger, counts, verdicts)
     return write_backtest(_report(inputs, config, out, rows, ledger, t0), out)
+
+
+def screen_cache_path(out: Path) -> Path:
+    """Where a backtest keeps its candidates' screen (`_screened`): `<output stem>.screen.json` beside the ledger."""
+    return out.with_name(f"{out.stem}.screen.json")
+
+
+def _screened(inputs: Inputs, out: Path, progress: Progress | None) -> list:
+    """The held-out candidates' verdicts: screened once and kept in `screen_cache_path(out)` with what made them —
+    the screen config (its candidates the backtest's), the calibration file's bytes, the pair's fingerprints and the
+    torch/transformers installed — so that a backtest resumed in another session (a GPU's device time is short, and
+    17 screens on SmolLM2 take minutes of it) reuses them while all of these are the same. Delete the file to screen
+    again (an admitcheck whose screen changed keeps the same version string)."""
+    import hashlib
+    import json
+
+    from admitcheck.admission.screen import screen
+    from admitcheck.admission.screen_report import ScreenReport
+
+    made = {
+        "screen": inputs.screen.model_dump(mode="json"),
+        "calibration_sha256": hashlib.sha256(Path(inputs.calibration.path).read_bytes()).hexdigest(),
+        "pair": ledger_header(inputs.calibrate).pair,
+        "environment": {k: fingerprint.environment().get(k) for k in ("torch", "transformers")},
+    }
+    key = hashlib.sha256(json.dumps(made, sort_keys=True, default=str).encode()).hexdigest()
+    path = screen_cache_path(out)
+    if path.is_file():
+        try:
+            doc = json.loads(path.read_text())
+            if doc.get("key") == key:
+                return list(ScreenReport.model_validate(doc["report"]).verdicts)
+        except (ValueError, KeyError, TypeError):  # unreadable or another schema: screened again and rewritten
+            pass
+    report = screen(inputs.screen, config_file=inputs.screen_file, progress=progress)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Python's JSON, not strict JSON: an open interval's ∞ must come back as ∞ (`report.to_json` writes it null)
+    text = json.dumps({"key": key, "report": report.to_dict()}, indent=1, allow_nan=True, default=_json_scalar)
+    io.write_text_atomic(path, text + "\n")
+    return list(report.verdicts)
+
+
+def _json_scalar(obj: Any) -> Any:
+    """numpy scalars as Python numbers; anything else json cannot write, as its string."""
+    return obj.item() if hasattr(obj, "item") else str(obj)
 
 
 def _seed(inputs: Inputs, r: int) -> int:
