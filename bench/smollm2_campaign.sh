@@ -284,7 +284,7 @@ PY
     ;;
   session)  # one device session's GPU work in order, detached (calls only poll). STEPS (default all, in this order):
     # calibrate (the configs in $CONFIGS continued to their max_runs), screen (the FP8 candidates against the result),
-    # backtest (resumable: its ledger in $RUN/cal), noise (#36: the runs' records and tokens are collected, their
+    # backtest (resumable: its ledger in $RUN/cal), recipe (the recipe search from two FP8 recipes, if named), noise (#36: the runs' records and tokens are collected, their
     # weights stay in /tmp/noise_smollm2), ttq (#40, resumable in $RUN/ttq). MPS on for all but noise and ttq. JOBS workers.
     steps=" ${STEPS:-calibrate screen backtest noise} "
     cmds="bash '$0' mps"
@@ -298,6 +298,12 @@ PY
       '$(campaign_config examples/smollm2_screen.yaml)' --json > '$RUN/screen.json' 2> '$RUN/screen.log'; echo screen rc=\$?"
     [[ $steps == *" backtest "* ]] && cmds="$cmds; $PY -m admitcheck backtest '$(campaign_config examples/smollm2_backtest.yaml)' \
       --jobs $JOBS --json > '$RUN/backtest.json' 2> '$RUN/backtest.log'; echo backtest rc=\$?"
+    if [[ $steps == *" recipe "* ]]; then  # issue 38's recipe search, both starting recipes (attached, time-limited)
+      for r in smollm2_recipe smollm2_recipe_calibrated; do
+        cmds="$cmds; timeout -k 15 600 $PY -m admitcheck recipe '$(campaign_config "examples/$r.yaml")' \
+          --output '$RUN/$r.screen.yaml' --json > '$RUN/$r.json' 2> '$RUN/$r.log'; echo $r rc=\$?"
+      done
+    fi
     cmds="$cmds; bash '$0' mps_off"
     [[ $steps == *" noise "* ]] && cmds="$cmds; $PY bench/noise.py --pair smollm2 --seeds 4 --eval-seeds 3 \
       --couplings inverse_cdf --ema --big-eval-samples 32 --jobs $JOBS --work /tmp/noise_smollm2 \
