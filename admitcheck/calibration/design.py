@@ -100,7 +100,7 @@ class RoundPlan:
 
 MIN_LEVEL_X = 1e-6  # nats/token: no level is added below this (below a BF16 engine's floor, nothing to learn there)
 DOWN_WHILE = 0.5  # × τ: a level below the grid only while the isotonic fit at the smallest level is at least this
-DOWN_CAP = False  # DOWN_WHILE's switch: off until bench/budget_coverage.py --down-cap on has re-run every protocol
+DOWN_CAP = False  # DOWN_WHILE's switch: off — safe under toy_rl and SmolLM2-69 but no gain seen (docs/calibration.md)
 SPLIT_AFTER = 4  # replicates at both bracketing levels before a level between them is tried instead of more pairs
 
 
