@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
 from admitcheck import fingerprint, io
 from admitcheck.admission import truth
@@ -49,6 +50,7 @@ from admitcheck.admission.backtest_report import (
     dump_backtest,
     load_backtest,
 )
+from admitcheck.admission.screen_report import ScreenReport
 from admitcheck.calibration.artifact import plain, training_recipe_of
 from admitcheck.calibration.campaign import Campaign, check_jobs, open_executor, run_key
 from admitcheck.calibration.compatibility import calibration_matches
@@ -229,7 +231,6 @@ def _screened(inputs: Inputs, out: Path, progress: Progress | None) -> list:
     import json
 
     from admitcheck.admission.screen import screen
-    from admitcheck.admission.screen_report import ScreenReport
 
     made = {
         "screen": inputs.screen.model_dump(mode="json"),
@@ -241,10 +242,10 @@ def _screened(inputs: Inputs, out: Path, progress: Progress | None) -> list:
     path = screen_cache_path(out)
     if path.is_file():
         try:
-            doc = json.loads(path.read_text())
-            if doc.get("key") == key:
-                return list(ScreenReport.model_validate(doc["report"]).verdicts)
-        except (ValueError, KeyError, TypeError):  # unreadable or another schema: screened again and rewritten
+            kept = KeptScreen.model_validate(json.loads(path.read_text()))
+            if kept.key == key:
+                return list(kept.report.verdicts)
+        except ValueError:  # unreadable, or another schema (pydantic's ValidationError is one): screened again
             pass
     report = screen(inputs.screen, config_file=inputs.screen_file, progress=progress)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -252,6 +253,14 @@ def _screened(inputs: Inputs, out: Path, progress: Progress | None) -> list:
     text = json.dumps({"key": key, "report": report.to_dict()}, indent=1, allow_nan=True, default=_json_scalar)
     io.write_text_atomic(path, text + "\n")
     return list(report.verdicts)
+
+
+class KeptScreen(BaseModel):
+    """`<output stem>.screen.json`: a backtest's screen of its candidates and the key of what made it (`_screened`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    key: str  # sha256 of the screen config, the calibration file, the pair's fingerprints, torch and transformers
+    report: ScreenReport
 
 
 def _json_scalar(obj: Any) -> Any:
