@@ -53,6 +53,15 @@ install() {  # the wheels into /tmp/site, once per machine (the stamp names the 
     .whl/*.whl /tmp/smol/gguf-*.whl && touch "$STAMPS/site.$sum"
 }
 name_of() { basename "$1" .yaml; }
+noise_cmd() {  # the #36 noise step on $1 workers (its tensors in /tmp/noise_smollm2; records and tokens collected)
+  echo "$PY bench/noise.py --pair smollm2 --seeds 4 --eval-seeds 3 --couplings inverse_cdf --ema --big-eval-samples 32 \
+    --jobs $1 --work /tmp/noise_smollm2 --out '$RUN/noise_smollm2.json'"
+}
+ttq_cmd() {  # issue 40's time-to-quality bench, resumable in $RUN/ttq
+  echo "mkdir -p '$RUN/ttq'; $PY bench/time_to_quality.py --config examples/smollm2_calibrate.yaml \
+    --plan bench/ttq/smollm2_plan.yaml --every ${TTQ_EVERY:-5} --replicates ${TTQ_REPLICATES:-3} \
+    --jobs ${TTQ_JOBS:-1} --ledger '$RUN/ttq/smollm2.ttq.ledger.jsonl' --out '$RUN/time_to_quality.json'"
+}
 campaign_config() {  # the config a campaign runs: for a tracked one (examples/*.yaml), a copy out/NAME.campaign.yaml
   # (git-ignored, at the same depth, so its relative paths hold) whose output is $RUN/cal/ (git-ignored), seeded once
   # from the tracked ledger and artifact. Why: every device call copies the working tree onto the device, and on
@@ -226,17 +235,13 @@ PY
         --out '$RUN/bench_same.json' > '$RUN/bench_same.log' 2>&1; echo bench_same rc=\$?; \
       $PY bench/gpu_smollm2.py --pair smollm2 --device cuda --parts decode,opd --out '$RUN/bench_decode.json' \
         > '$RUN/bench_decode.log' 2>&1; echo decode_opd rc=\$?; \
-      $PY bench/noise.py --pair smollm2 --seeds 4 --eval-seeds 3 --couplings inverse_cdf --ema --big-eval-samples 32 \
-        --jobs $QJOBS --work /tmp/noise_smollm2 --out '$RUN/noise_smollm2.json' > '$RUN/noise.log' 2>&1"
+      $(noise_cmd "$QJOBS") > '$RUN/noise.log' 2>&1"
     exit 0
     ;;
   ttq)  # issue 40: time-to-quality measured vs plan's prediction (bench/time_to_quality.py), detached and resumable
     # on this machine: the ledgers live in $RUN/ttq (collected with the rest; each call's machine and jobs beside
     # them). TTQ_JOBS=1 times each run alone (the GPU to itself: run nothing else beside it).
-    mkdir -p "$RUN/ttq"
-    detach ttq "$PY bench/time_to_quality.py --config examples/smollm2_calibrate.yaml --plan bench/ttq/smollm2_plan.yaml \
-      --every ${TTQ_EVERY:-5} --replicates ${TTQ_REPLICATES:-3} --jobs ${TTQ_JOBS:-1} \
-      --ledger '$RUN/ttq/smollm2.ttq.ledger.jsonl' --out '$RUN/time_to_quality.json'"
+    detach ttq "$(ttq_cmd)"
     exit 0
     ;;
   bench)  # bench/gpu_smollm2.py with the given arguments, detached; its JSON goes to $RUN/$BENCH.json
@@ -305,13 +310,8 @@ PY
       done
     fi
     cmds="$cmds; bash '$0' mps_off"
-    [[ $steps == *" noise "* ]] && cmds="$cmds; $PY bench/noise.py --pair smollm2 --seeds 4 --eval-seeds 3 \
-      --couplings inverse_cdf --ema --big-eval-samples 32 --jobs $JOBS --work /tmp/noise_smollm2 \
-      --out '$RUN/noise_smollm2.json' > '$RUN/noise.log' 2>&1; echo noise rc=\$?"
-    [[ $steps == *" ttq "* ]] && cmds="$cmds; mkdir -p '$RUN/ttq'; $PY bench/time_to_quality.py \
-      --config examples/smollm2_calibrate.yaml --plan bench/ttq/smollm2_plan.yaml --every ${TTQ_EVERY:-5} \
-      --replicates ${TTQ_REPLICATES:-3} --jobs ${TTQ_JOBS:-1} --ledger '$RUN/ttq/smollm2.ttq.ledger.jsonl' \
-      --out '$RUN/time_to_quality.json' > '$RUN/ttq.log' 2>&1; echo ttq rc=\$?"
+    [[ $steps == *" noise "* ]] && cmds="$cmds; $(noise_cmd "$JOBS") > '$RUN/noise.log' 2>&1; echo noise rc=\$?"
+    [[ $steps == *" ttq "* ]] && cmds="$cmds; $(ttq_cmd) > '$RUN/ttq.log' 2>&1; echo ttq rc=\$?"
     echo "session steps:$steps(JOBS $JOBS)"
     detach session "$cmds"
     exit 0
