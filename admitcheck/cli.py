@@ -399,9 +399,26 @@ def backtest(
     executor: ExecutorOpt = "local",
     ray_address: RayAddressOpt = None,
     as_json: JsonOpt = False,
+    status: Annotated[
+        bool,
+        typer.Option(
+            "--status",
+            metavar=FLAG,
+            help="Run nothing: print each candidate's truth runs so far (pairs, interim cost and interval, truth once "
+            "settled, the kept screen's verdict), read from the ledger without loading a model.",
+        ),
+    ] = False,
 ) -> None:
     """Check a calibration's verdicts against full OPD runs with each held-out candidate (resumable); writes the
     report as YAML, Markdown and a plot."""
+    if status:
+
+        def read_status(cfg, file):
+            from admitcheck.admission.backtest_status import backtest_status
+
+            return backtest_status(cfg, config_file=file)
+
+        return _run(config, "backtest", read_status, terminal.render_backtest_status, as_json=as_json)
 
     def run(cfg, file):
         from admitcheck.admission.backtest import backtest as run_backtest

@@ -313,6 +313,25 @@ def render_backtest(bt: BacktestReport) -> None:
     out.print(f"report: {bt.path.with_suffix('.md')}, plot: {bt.path.with_suffix('.png')}")
 
 
+def render_backtest_status(st) -> None:
+    """`backtest --status`: the truth runs so far (`admission.backtest_status.BacktestStatus`); interim costs."""
+    title = (
+        f"backtest so far: {st.ledger} ({st.candidate_runs} runs; baselines {st.baseline_runs} from "
+        f"{st.baselines_from}; cost in nats/token; τ {fmt(st.tau)})"
+    )
+    rows = Table(title=title)
+    for c in ("candidate", "family", "verdict", "x in runs", "predicted cost", "cost so far [CI]", "pairs", "truth"):
+        rows.add_column(c, justify="left" if c in ("candidate", "family", "verdict", "truth") else "right")
+    for r in st.rows:
+        truth = r.truth or (f"needs {r.next_look} pairs" if r.next_look else "-")
+        interval = fmt_interval(r.cost_interval) if r.cost_interval else ""
+        rows.add_row(r.name, r.family, r.verdict or "not screened", fmt(r.x), fmt(r.predicted_cost),
+                     f"{fmt(r.cost)} {interval}".strip(), str(r.pairs), truth)  # fmt: skip
+    out.print(rows)
+    out.print(f"{st.settled}/{len(st.rows)} truths settled; the report is written when all are (run the command "
+              "without --status to resume)")  # fmt: skip
+
+
 # --------------------------------------------------------------------------------------------------- compare
 
 

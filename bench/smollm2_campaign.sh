@@ -30,14 +30,19 @@ stage=${1:?stage: stash0 | pair | session | backtest | remeasure | mps | mps_off
 OUT=${OUT:-/tmp/out}
 PY=${PY:-python3}
 RUN=${RUN:-reports/smollm2}
-fit_jobs() {  # kept workers that fit the GPU's memory: ~15.6 GiB each on SmolLM2 (measured on an H100, 2026-12-06:
-  # 15.63 and 14.54 GiB; 5 of them and a parent holding the pair ran out of memory), 16 GiB a worker: an H100's 80 GiB
-  # holds 4, an H200's 141 GiB 8. Without a GPU (the CPU tests): 5.
-  local mem; mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
+fit_jobs() {  # kept workers that fit the GPU's memory, $1 MiB a worker (default 16384). A calibration's worker holds
+  # ~15.6 GiB on SmolLM2 (measured on an H100, 2026-12-06: 15.63 and 14.54 GiB; 5 of them and a parent holding the pair
+  # ran out of memory): 16 GiB, an H100's 80 GiB holds 4, an H200's 141 GiB 8. A backtest's workers met up to 13
+  # recipes and grew to ~19 GiB (4 ran out of memory on an H100, 2026-12-06); their engines are now bounded
+  # (calibration.workers.MAX_KEPT_ENGINES) and the backtest sizes at 20 GiB: 3 on an H100, 6 on an H200.
+  # Without a GPU (the CPU tests): 5.
+  local mem per=${1:-16384}; mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
   [ -z "$mem" ] && { echo 5; return; }
-  local n=$(( (mem - 4096) / 16384 )); [ "$n" -gt 10 ] && n=10; [ "$n" -lt 1 ] && n=1; echo "$n"
+  local n=$(( (mem - 4096) / per )); [ "$n" -gt 10 ] && n=10; [ "$n" -lt 1 ] && n=1; echo "$n"
 }
+JOBS_SET=${JOBS:-}  # a JOBS the caller gave holds for every step; else each step sizes its own
 JOBS=${JOBS:-$(fit_jobs)}
+BT_JOBS=${JOBS_SET:-$(fit_jobs 20480)}  # the backtest's workers (see fit_jobs)
 EVERY=${EVERY:-60}
 CONFIGS=${CONFIGS:-examples/smollm2_calibrate.yaml examples/smollm2_calibrate_seed1000.yaml}
 STAMPS=/tmp/admitcheck_stage  # per machine: a fresh machine has none
@@ -118,7 +123,7 @@ collect() {  # everything the campaigns made, in one file (ledgers first: they a
   # the noise step's run records and rollout tokens (small), not its weights: bench/noise.py --analyse-only reads them
   mkdir -p "$RUN/noise_work" && cp /tmp/noise_smollm2/*.jsonl /tmp/noise_smollm2/*.tokens.pt "$RUN/noise_work/" 2>/dev/null
   tar czf "$OUT/smollm2_campaign.tgz" calibrations/smollm2*.ledger.jsonl calibrations/smollm2*.yaml \
-    calibrations/smollm2*.png "$RUN" $(for c in $CONFIGS; do $PY - "$c" <<'PY'
+    calibrations/smollm2*.png "$RUN" $(for c in $(calibrate_configs 2>/dev/null); do $PY - "$c" <<'PY'
 import sys, yaml, pathlib
 c = pathlib.Path(sys.argv[1]); out = (c.parent / yaml.safe_load(c.read_text())["output"]).resolve()
 print(out.with_name(out.stem + ".ledger.jsonl"), out if out.exists() else "")
@@ -126,8 +131,14 @@ PY
   done) 2>/dev/null
   ls -la "$OUT"
 }
+calibrate_configs() {  # the configs of $CONFIGS that are calibrate configs (top-level `levels:`); the others (a
+  # backtest's, a recipe's, given by mistake) have no calibrate status or ledger here: named once on stderr, skipped
+  local c; for c in $CONFIGS; do
+    if grep -q '^levels:' "$c" 2>/dev/null; then echo "$c"; else echo "(CONFIGS: $c is not a calibrate config; skipped)" >&2; fi
+  done
+}
 status() {
-  for c in $CONFIGS; do
+  for c in $(calibrate_configs); do
     n=$(name_of "$c")
     if alive "$n"; then s="running (pid $(cat "$RUN/$n.pid"))"; else s="stopped $(tail -n1 "$RUN/$n.log" 2>/dev/null)"; fi
     echo "== $n: $s"
@@ -283,7 +294,7 @@ PY
     tail -c 3000 "$RUN/screen.log"
     ;;
   backtest)  # issue 38's backtest (examples/smollm2_backtest.yaml), detached and resumable: its ledger in $RUN/cal
-    detach backtest "$PY -m admitcheck backtest '$(campaign_config examples/smollm2_backtest.yaml)' --jobs $JOBS --json \
+    detach backtest "$PY -m admitcheck backtest '$(campaign_config examples/smollm2_backtest.yaml)' --jobs $BT_JOBS --json \
       > '$RUN/backtest.json'"
     exit 0
     ;;
@@ -302,7 +313,7 @@ PY
     [[ $steps == *" screen "* ]] && cmds="$cmds; timeout -k 15 600 $PY -m admitcheck screen \
       '$(campaign_config examples/smollm2_screen.yaml)' --json > '$RUN/screen.json' 2> '$RUN/screen.log'; echo screen rc=\$?"
     [[ $steps == *" backtest "* ]] && cmds="$cmds; $PY -m admitcheck backtest '$(campaign_config examples/smollm2_backtest.yaml)' \
-      --jobs $JOBS --json > '$RUN/backtest.json' 2> '$RUN/backtest.log'; echo backtest rc=\$?"
+      --jobs $BT_JOBS --json > '$RUN/backtest.json' 2> '$RUN/backtest.log'; echo backtest rc=\$?"
     if [[ $steps == *" recipe "* ]]; then  # issue 38's recipe search, both starting recipes (attached, time-limited)
       for r in smollm2_recipe smollm2_recipe_calibrated; do
         cmds="$cmds; timeout -k 15 600 $PY -m admitcheck recipe '$(campaign_config "examples/$r.yaml")' \
@@ -312,7 +323,7 @@ PY
     cmds="$cmds; bash '$0' mps_off"
     [[ $steps == *" noise "* ]] && cmds="$cmds; $(noise_cmd "$JOBS") > '$RUN/noise.log' 2>&1; echo noise rc=\$?"
     [[ $steps == *" ttq "* ]] && cmds="$cmds; $(ttq_cmd) > '$RUN/ttq.log' 2>&1; echo ttq rc=\$?"
-    echo "session steps:$steps(JOBS $JOBS)"
+    echo "session steps:$steps(JOBS $JOBS, backtest $BT_JOBS)"
     detach session "$cmds"
     exit 0
     ;;

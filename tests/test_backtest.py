@@ -369,3 +369,43 @@ def test_a_kept_screen_of_other_inputs_is_not_reused(setup, report, tmp_path) ->
     again = backtest(io.load_config(cfg_path, BacktestConfig), config_file=str(cfg_path))
     assert json.loads(cache.read_text())["key"] != "made with other inputs"
     assert [r.verdict for r in again.rows] == [r.verdict for r in report.rows]
+
+
+# ------------------------------------------------------------------------------------------------ --status
+
+
+def test_status_reads_what_the_report_says(setup, report) -> None:
+    """`backtest --status` on a finished backtest: every candidate's pairs, truth, cost and verdict are the report's,
+    read from the ledger and the kept screen alone."""
+    from admitcheck.admission.backtest_status import backtest_status
+
+    _, cfg_path = setup
+    st = backtest_status(io.load_config(cfg_path, BacktestConfig), config_file=str(cfg_path))
+    assert st.settled == len(report.rows) and st.screen_kept
+    assert st.tau == report.calibration.tolerance and st.baseline_runs == TRUTH["max_replicates"]
+    for s, r in zip(st.rows, report.rows, strict=True):
+        assert (s.name, s.family, s.verdict) == (r.name, r.family, r.verdict.decision)
+        assert s.pairs >= r.truth.n and s.next_look is None and s.truth == r.truth.label
+        assert s.cost == pytest.approx(r.truth.cost) and s.cost_interval == pytest.approx(tuple(r.truth.interval))
+        if s.pairs == r.truth.n:  # the truth runs, no more: the same runs' mismatch and the curve there
+            assert s.x == pytest.approx(r.x) and s.predicted_cost == pytest.approx(r.predicted_cost)
+
+
+def test_status_before_any_run_and_from_the_cli(setup, report, tmp_path) -> None:
+    """A backtest not started yet: no pairs, no truth, no verdict; the calibration's baselines found (same header).
+    The command prints it as JSON, exit 0, loading no model."""
+    from admitcheck.admission.backtest_status import backtest_status
+    from admitcheck.cli import app
+
+    root, _ = setup
+    cfg_path = write_backtest_config(root / "fresh.yaml", tmp_path / "fresh.backtest.yaml")
+    st = backtest_status(io.load_config(cfg_path, BacktestConfig), config_file=str(cfg_path))
+    assert st.candidate_runs == 0 and not st.screen_kept and st.settled == 0
+    assert st.baselines_from == "calibration ledger" and st.baseline_runs >= TRUTH["replicates"]
+    for s in st.rows:
+        assert (s.pairs, s.truth, s.cost, s.verdict) == (0, None, None, None)
+        assert s.next_look == TRUTH["replicates"]
+    res = CliRunner().invoke(app, ["backtest", str(cfg_path), "--status", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["candidate_runs"] == 0
+    assert not (tmp_path / "fresh.backtest.ledger.jsonl").exists()  # read only

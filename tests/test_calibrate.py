@@ -447,3 +447,18 @@ def test_systematic_noise_is_another_level_key_and_fresh_noise_keeps_the_old_one
     fresh = Level("n", "noise", relative_std=0.02).spec()
     assert fresh.dump() == {"kind": "noise", "relative_std": 0.02, "rollout": None, "staleness": 0}
     assert Level("n", "noise", relative_std=0.02, systematic=True).spec().dump() == fresh.dump() | {"systematic": True}
+
+
+def test_header_difference_takes_a_missing_key_for_null() -> None:
+    """An option an older admitcheck wrote at its null default (`rollout.cuda_graphs: null`, the shipped SmolLM2
+    calibration ledger's header) is the same run as a newer header that leaves it out: Ledger.open resumed such a
+    ledger, and a backtest now reuses its runs by the same rule (it did not, 2026-12-06: 4 baselines were to be re-run).
+    A real difference is still named."""
+    from admitcheck.calibration.ledger import LedgerHeader, header_difference
+
+    old = LedgerHeader(2, {"student": "a"}, {"rollout": {"cuda_graphs": None, "dtype": "float32"}})
+    new = LedgerHeader(2, {"student": "a"}, {"rollout": {"dtype": "float32"}})
+    assert header_difference(old, new) is None and header_difference(new, old) is None
+    other = LedgerHeader(2, {"student": "a"}, {"rollout": {"dtype": "bfloat16"}})
+    assert header_difference(old, other) == "config.rollout.dtype"
+    assert header_difference(old, LedgerHeader(2, {"student": "b"}, old.config)) == "pair.student"

@@ -164,17 +164,25 @@ def test_kept_engines_give_todays_records_bit_for_bit(toy_pair_dir, tmp_path) ->
     config = small_config(toy_pair_dir, tmp_path / "toy.yaml")
     ctx = load_context(config)
     keep = EngineKeep()
+    # a keep bounded below the three recipes: engines evicted (closed) and rebuilt when their recipe comes back
+    small, closed = EngineKeep(max_engines=2), []
     runs = mixed_runs(config)
     for i, (level, seed) in enumerate(runs):
         fresh = run_one(ctx, config, level, seed)
         kept = run_one(ctx, config, level, seed, keep=keep)
+        before = dict(small.engines)
+        bounded = run_one(ctx, config, level, seed, keep=small)
+        closed += [e for k, e in before.items() if small.engines.get(k) is not e]
         assert measured(kept) == measured(fresh), f"run {i}: {level.name}/seed {seed}"
+        assert measured(bounded) == measured(fresh), f"run {i} (bounded keep): {level.name}/seed {seed}"
+        assert len(small.engines) <= 2
         assert kept.worker_run == i + 1 and fresh.worker_run is None
         for r in (fresh, kept):
             assert r.seconds_setup is not None and r.seconds_evaluation > 0 and r.gpu_utilization is None
             assert (r.seconds_probe is None) == (level.kind == "baseline")
     assert len(keep.engines) == 3  # float32 base (noise levels, and the float32 staleness floor), W8A8, FP8 KV
     assert len(keep.evaluators) == 1
+    assert len(closed) >= 3 and all(e.model is None for e in closed)  # the evicted were closed (their memory freed)
 
 
 @pytest.mark.slow

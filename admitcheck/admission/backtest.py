@@ -54,7 +54,15 @@ from admitcheck.admission.screen_report import ScreenReport
 from admitcheck.calibration.artifact import plain, training_recipe_of
 from admitcheck.calibration.campaign import Campaign, check_jobs, open_executor, run_key
 from admitcheck.calibration.compatibility import calibration_matches
-from admitcheck.calibration.ledger import Ledger, LedgerHeader, ledger_header, ledger_path, line_kind, read_run
+from admitcheck.calibration.ledger import (
+    Ledger,
+    LedgerHeader,
+    header_difference,
+    ledger_header,
+    ledger_path,
+    line_kind,
+    read_run,
+)
 from admitcheck.calibration.levels import Level, load_context, replicate_seed
 from admitcheck.calibration.record import RunRecord
 from admitcheck.calibration.schema import CalibrationArtifact
@@ -286,8 +294,7 @@ def _reusable_runs(calibration: CalibrationArtifact, header: LedgerHeader) -> di
         return {}
     if not records:
         return {}
-    theirs = LedgerHeader.read(records[0])
-    if (theirs.ledger_version, theirs.pair, theirs.config) != (header.ledger_version, header.pair, header.config):
+    if header_difference(LedgerHeader.read(records[0]), header):  # the rule Ledger.open resumes by
         return {}
     runs = [read_run(r, path, i) for i, r in enumerate(records[1:], start=1) if line_kind(r) == "run"]
     return {r.key: r.reused(path.name) for r in runs}

@@ -97,6 +97,19 @@ def line_kind(line: dict[str, Any]) -> str | None:
     return line.get("kind")
 
 
+def header_difference(a: LedgerHeader, b: LedgerHeader) -> str | None:
+    """The first dotted field where two ledgers' headers differ in what makes a run (version, pair, config), or None:
+    the one rule for whether runs of one ledger belong to another (`Ledger.open`, a backtest's reuse of its
+    calibration's runs). A key missing on one side equals null on the other (`first_difference`): an option an older
+    admitcheck wrote at its null default (`rollout.cuda_graphs: null`) is the same run as one a newer leaves out."""
+    for section, x, y in (("ledger_version", a.ledger_version, b.ledger_version), ("pair", a.pair, b.pair),
+                          ("config", a.config, b.config)):  # fmt: skip
+        diff = first_difference(x, y, f"{section}.")
+        if diff:
+            return diff
+    return None
+
+
 def first_difference(a: Any, b: Any, prefix: str = "") -> str | None:
     """The first dotted key (sorted order) where two nested dicts differ, or None."""
     if isinstance(a, dict) and isinstance(b, dict):
@@ -185,23 +198,17 @@ class Ledger:
         if not records or line_kind(records[0]) != "header":
             raise CalibrationError("not a calibration ledger (no header line)", file=str(path), field="kind")
         theirs = LedgerHeader.read(records[0])
-        for section, was_section, now_section in (
-            ("ledger_version", theirs.ledger_version, header.ledger_version),
-            ("pair", theirs.pair, header.pair),
-            ("config", theirs.config, header.config),
-        ):
-            diff = first_difference(was_section, now_section, f"{section}.")
-            if diff:
-                what = "a different pair" if section == "pair" else "a different config"
-                lines = records[0], header.line()
-                was, now = (fingerprint.dotted_get(x, diff, None) for x in lines)
-                raise CalibrationError(
-                    f"this ledger was written for {what} ({diff}: ledger {was!r}, now "
-                    f"{now!r}); its runs are kept: restore the old setting, or set another "
-                    "`output` (or delete the ledger) to calibrate afresh",
-                    file=str(path),
-                    field=diff,
-                )
+        diff = header_difference(theirs, header)
+        if diff:
+            what = "a different pair" if diff.startswith("pair") else "a different config"
+            was, now = (fingerprint.dotted_get(x, diff, None) for x in (records[0], header.line()))
+            raise CalibrationError(
+                f"this ledger was written for {what} ({diff}: ledger {was!r}, now "
+                f"{now!r}); its runs are kept: restore the old setting, or set another "
+                "`output` (or delete the ledger) to calibrate afresh",
+                file=str(path),
+                field=diff,
+            )
         if header.names_functional and theirs.functional != header.functional:
             raise CalibrationError(
                 f"this ledger's level x were measured as {theirs.functional or 'the uncapped token mean'}, "

@@ -13,9 +13,12 @@ with the recipe re-applied (`HFEngine.load_weights`), exactly what a fresh engin
 records are bit-identical to building every engine anew (tests/test_workers.py); on CUDA the in-place weight copy
 keeps the parameters' memory, so captured decode graphs (and a compiled forward) survive from run to run.
 
-Engines are never closed by a run: a worker holds at most one per distinct rollout recipe of the campaign (the base
-config, each rollout level's, the reference floor of staleness levels), each a model copy in the engine's dtype
-plus a float32 clean copy (SmolLM2-135M: ~0.8 GB).
+A worker holds at most `MAX_KEPT_ENGINES` engines, one per distinct rollout recipe it met most recently (the base
+config, each rollout level's, the reference floor of staleness levels), each a model copy in the engine's dtype plus
+a float32 clean copy (SmolLM2-135M: ~0.8 GB, more with its captured decode graphs); the least recently used is
+closed when another is needed. Why a bound: a backtest hands each worker up to 13 recipes (17 candidates), and on
+2026-12-06 four such workers on an H100 grew to ~19 GiB each where a calibration's hold ~15.6 GiB, and ran out of
+memory. An evicted recipe is rebuilt when it comes back, which gives the records a kept one gives (tested).
 """
 
 from __future__ import annotations
@@ -39,11 +42,15 @@ def engine_key(rollout: RolloutConfig) -> str:
     return json.dumps(rollout.model_dump(mode="json", exclude={"noise"}), sort_keys=True)
 
 
+MAX_KEPT_ENGINES = 4  # a calibration's recipes (base, float32 floor, one or two rollout levels) all stay kept
+
+
 @dataclass
 class EngineKeep:
     """Engines and evaluators kept by one process for one context (see the module docstring)."""
 
-    engines: dict[str, Any] = field(default_factory=dict)  # engine_key -> HFEngine
+    engines: dict[str, Any] = field(default_factory=dict)  # engine_key -> HFEngine, least recently used first
+    max_engines: int = MAX_KEPT_ENGINES
     evaluators: dict[str, opd.QualityEvaluator] = field(default_factory=dict)
     runs: int = 0  # runs made with this keep (a record's `worker_run` is this after the run)
 
@@ -51,14 +58,17 @@ class EngineKeep:
         """An engine under `rollout` holding `model`'s weights with the recipe applied at noise step 0, as
         `HFEngine(model, rollout, ...)` would build it; the kept one when there is one."""
         key = engine_key(rollout)
-        engine = self.engines.get(key)
+        engine = self.engines.pop(key, None)
         if engine is None:
             from admitcheck.rollout.engines.hf import HFEngine
 
+            while len(self.engines) >= max(1, self.max_engines):  # the least recently used makes room
+                self.engines.pop(next(iter(self.engines))).close()
             tokens = ctx.tokens
             engine = HFEngine(model, rollout, eos_token_id=tokens.eos_token_id, pad_token_id=tokens.pad_token_id)
             self.engines[key] = engine
             return engine
+        self.engines[key] = engine  # now the most recently used
         engine.rollout = rollout  # same key: only the noise (size, seed) differs, which load_weights applies
         engine.load_weights(model.state_dict(), noise_step=0)
         return engine

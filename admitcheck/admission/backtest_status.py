@@ -1,0 +1,192 @@
+"""`backtest --status`: where a backtest stands, from its ledger and kept screen, without running or loading a model.
+
+    st = backtest_status(io.load_config("examples/smollm2_backtest.yaml", BacktestConfig), "examples/…")
+    st.rows[0].pairs, st.rows[0].truth, st.rows[0].cost_interval      # a BacktestStatus
+
+A backtest on a GPU runs for longer than one device session (SmolLM2: 17 candidates × 4–12 pairs), so its ledger is
+read between sessions: per candidate the pairs made so far (a candidate run and the baseline run of the same seed),
+the truth `truth.sequential_truth` gives them (None while the next look's pairs are missing), the mean paired cost
+with its interval (the settled look's; else over every pair made so far, at the per-look confidence), the cost the
+calibration's curve predicts at the runs' mean mismatch, and the verdict the kept screen
+(`backtest.screen_cache_path`) gives, when it was kept. An interim cost is not the report's: the report is what
+`backtest` writes once every truth is settled.
+
+Baselines come from the backtest's ledger, else from the calibration's ledger when both ledgers carry the same header
+(the pair and run-relevant config as fingerprinted where they were written) — what `backtest` reuses, less its
+torch/transformers check (the runs were made on another machine; `backtest` itself checks it before reusing).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from admitcheck import io
+from admitcheck.admission import truth
+from admitcheck.admission.backtest import KeptScreen, candidate_level, family, screen_cache_path
+from admitcheck.calibration.artifact import load_calibration
+from admitcheck.calibration.campaign import run_key
+from admitcheck.calibration.ledger import LedgerHeader, header_difference, ledger_path, line_kind, read_run
+from admitcheck.calibration.levels import Level, replicate_seed
+from admitcheck.calibration.record import RunRecord
+from admitcheck.config import BacktestConfig, CalibrateConfig
+from admitcheck.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class CandidateStatus:
+    """One candidate's truth runs so far."""
+
+    name: str
+    family: str
+    runs: int  # candidate runs in the ledger at the replicate seeds
+    pairs: int  # leading replicates with both the candidate's and the baseline's run (what a look reads)
+    next_look: int | None  # pairs the next look needs; None once the truth is settled
+    truth: str | None  # admit / reject / ambiguous once settled (`truth.sequential_truth`), else None
+    cost: float | None  # mean paired cost, nats/token: the settled look's, else over all `pairs` (None below 2)
+    cost_interval: tuple[float, float] | None  # Student's t at the per-look confidence
+    look_confidence: float | None
+    x: float | None  # mean start mismatch of the candidate's runs
+    predicted_cost: float | None  # the calibration curve at x
+    verdict: str | None  # the kept screen's decision (None: no screen kept yet)
+    verdict_mismatch: float | None
+
+    @property
+    def residual(self) -> float | None:
+        return None if self.cost is None or self.predicted_cost is None else self.cost - self.predicted_cost
+
+
+@dataclass(frozen=True)
+class BacktestStatus:
+    ledger: Path
+    calibration: Path
+    tau: float
+    budget: float
+    baseline_runs: int  # at the replicate seeds, from either ledger
+    baselines_from: str  # "backtest ledger", "calibration ledger", or both
+    candidate_runs: int  # runs in the backtest's ledger
+    screen_kept: bool
+    rows: list[CandidateStatus] = field(default_factory=list)
+
+    @property
+    def settled(self) -> int:
+        return sum(r.truth is not None for r in self.rows)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ledger"], d["calibration"] = str(self.ledger), str(self.calibration)
+        for row, r in zip(d["rows"], self.rows, strict=True):
+            row["residual"] = r.residual
+        return d
+
+
+def _runs(path: Path) -> tuple[dict | None, dict[str, RunRecord]]:
+    """A ledger's header line and its runs by key (a torn last line skipped, as `ledger.read_progress` does)."""
+    if not path.is_file():
+        return None, {}
+    header, runs = None, {}
+    lines = path.read_bytes().split(b"\n")
+    for i, raw in enumerate(lines[:-1]):
+        if not raw.strip():
+            continue
+        try:
+            line = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"corrupt ledger line {i + 1}: {exc.msg}", file=str(path)) from None
+        if line_kind(line) == "header":
+            header = line
+        elif line_kind(line) == "run":
+            r = read_run(line, path, i)
+            runs[r.key] = r
+    return header, runs
+
+
+def backtest_status(config: BacktestConfig, config_file: str | None = None) -> BacktestStatus:
+    """The backtest's progress (see the module docstring); ConfigError naming the field when its calibrate config or
+    calibration is missing."""
+    cal_file = config.calibrate_config
+    if not Path(cal_file).is_file():
+        raise ConfigError(f"file not found: {cal_file}", file=config_file, field="calibrate_config")
+    cal_cfg = io.load_config(cal_file, CalibrateConfig)
+    calibration = load_calibration(cal_cfg.output)
+    out = Path(config.output) if config.output else calibration.path.with_name(f"{calibration.path.stem}.backtest.yaml")
+    mine_header, mine = _runs(ledger_path(out))
+    theirs_header, theirs = _runs(ledger_path(calibration.path))
+
+    reuse = theirs_header is not None and (
+        mine_header is None or not header_difference(LedgerHeader.read(mine_header), LedgerHeader.read(theirs_header))
+    )
+    seeds = [replicate_seed(cal_cfg.seed, r) for r in range(config.truth.max_replicates)]
+    base = Level("baseline", "baseline")
+    baselines, sources = {}, set()
+    for s in seeds:
+        key = run_key(base, s)
+        if key in mine:
+            baselines[s] = mine[key]
+            sources.add("backtest ledger")
+        elif reuse and key in theirs:
+            baselines[s] = theirs[key]
+            sources.add("calibration ledger")
+    verdicts = _kept_verdicts(screen_cache_path(out))
+    counts = truth.look_counts(config.truth)
+    rows = []
+    for cand in config.candidates:
+        lv = candidate_level(cand)
+        runs = [mine.get(run_key(lv, s)) for s in seeds]
+        pairs = 0
+        while pairs < len(seeds) and runs[pairs] is not None and seeds[pairs] in baselines:
+            pairs += 1
+        diffs = [runs[r].quality - baselines[seeds[r]].quality for r in range(pairs)]
+        settled, needed = truth.sequential_truth(diffs, calibration.tau, config.truth)
+        cost = interval = conf = None
+        if pairs >= 2:  # the settled look's, else all the pairs made so far at the per-look level (interim)
+            conf = truth.confidence_per_look(config.truth.confidence, len(counts))
+            t = settled or truth.truth_at(diffs, calibration.tau, conf)
+            cost, interval = t.cost, t.interval
+        xs = [r.mismatch for r in runs if r is not None and r.mismatch is not None and math.isfinite(r.mismatch)]
+        x = float(np.mean(xs)) if xs else None
+        v = verdicts.get(cand.name)
+        rows.append(
+            CandidateStatus(
+                name=cand.name,
+                family=family(cand),
+                runs=sum(r is not None for r in runs),
+                pairs=pairs,
+                next_look=needed,
+                truth=settled.label if settled is not None else None,
+                cost=cost,
+                cost_interval=interval,
+                look_confidence=conf,
+                x=x,
+                predicted_cost=float(calibration.predict_cost(x)) if x is not None else None,
+                verdict=v.decision if v is not None else None,
+                verdict_mismatch=v.mismatch if v is not None else None,
+            )
+        )
+    return BacktestStatus(
+        ledger=ledger_path(out),
+        calibration=calibration.path,
+        tau=calibration.tau,
+        budget=calibration.budget.value,
+        baseline_runs=len(baselines),
+        baselines_from=" and ".join(sorted(sources)) or "none yet",
+        candidate_runs=len(mine),
+        screen_kept=bool(verdicts),
+        rows=rows,
+    )
+
+
+def _kept_verdicts(path: Path) -> dict:
+    """The kept screen's verdicts by candidate name (none when no screen was kept or it cannot be read)."""
+    if not path.is_file():
+        return {}
+    try:
+        kept = KeptScreen.model_validate(json.loads(path.read_text()))
+    except ValueError:
+        return {}
+    return {v.name: v for v in kept.report.verdicts}
