@@ -78,11 +78,9 @@ class BacktestStatus:
         return sum(r.truth is not None for r in self.rows)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["ledger"], d["calibration"] = str(self.ledger), str(self.calibration)
-        for row, r in zip(d["rows"], self.rows, strict=True):
-            row["residual"] = r.residual
-        return d
+        rows = [asdict(r) | {"residual": r.residual} for r in self.rows]
+        head = {k: v for k, v in asdict(self).items() if k != "rows"}
+        return head | {"ledger": str(self.ledger), "calibration": str(self.calibration), "rows": rows}
 
 
 def _runs(path: Path) -> tuple[dict | None, dict[str, RunRecord]]:
