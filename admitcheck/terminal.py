@@ -328,6 +328,13 @@ def render_backtest_status(st) -> None:
         rows.add_row(r.name, r.family, r.verdict or "not screened", fmt(r.x), fmt(r.predicted_cost),
                      f"{fmt(r.cost)} {interval}".strip(), str(r.pairs), truth)  # fmt: skip
     out.print(rows)
+    fams = Table(title="residual by source family so far (observed − predicted cost; 95% CI by seed), in τ")
+    for c in ("family", "candidates", "mean residual [95% CI]"):
+        fams.add_column(c)
+    for name, f in st.families.items():
+        lo, hi = f.interval
+        fams.add_row(name, str(f.candidates), f"{f.mean / st.tau:+.2f} [{lo / st.tau:+.2f}, {hi / st.tau:+.2f}]")
+    out.print(fams)
     out.print(f"{st.settled}/{len(st.rows)} truths settled; the report is written when all are (run the command "
               "without --status to resume)")  # fmt: skip
 

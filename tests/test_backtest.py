@@ -389,6 +389,14 @@ def test_status_reads_what_the_report_says(setup, report) -> None:
         assert s.cost == pytest.approx(r.truth.cost) and s.cost_interval == pytest.approx(tuple(r.truth.interval))
         if s.pairs == r.truth.n:  # the truth runs, no more: the same runs' mismatch and the curve there
             assert s.x == pytest.approx(r.x) and s.predicted_cost == pytest.approx(r.predicted_cost)
+    compared = 0
+    for name, f in report.families.items():  # the families' residuals by seed, where the status reads the same pairs
+        if all(s.pairs == r.truth.n for s, r in zip(st.rows, report.rows, strict=True) if r.family == name):
+            compared += 1
+            mine = st.families[name]
+            assert (mine.candidates, mine.mean) == (f.candidates, pytest.approx(f.mean))
+            assert mine.interval == pytest.approx(list(f.interval))
+    assert compared >= 1
 
 
 def test_status_before_any_run_and_from_the_cli(setup, report, tmp_path) -> None:

@@ -96,15 +96,38 @@ def test_clopper_pearson_covers_for_every_p(n) -> None:
         assert cover >= 0.95 - 1e-9, (n, p, cover)
 
 
-def test_family_residual_interval_covers() -> None:
+def test_family_residual_interval_covers_under_shared_baselines() -> None:
+    """The shipped protocol: every candidate's cost at seed i is its run minus the one baseline run of seed i (as
+    noisy as a run), so a family's candidates share the baselines' noise; their pairs differ (the toy backtest's noise
+    family: 16, 16, 4, 4, 4). The by-seed interval covers the true residual (0) at 95% for normal and Student-t(3)
+    noise (bench/family_residual_coverage.py: every layout, three shapes; the interval it replaced: as low as 0.75)."""
     rng = np.random.default_rng(4)
-    se = np.array([0.004, 0.006, 0.01, 0.005, 0.008])  # one family's candidates' standard errors
-    covered = 0
-    for _ in range(4000):
-        r = 0.003 + rng.normal(0.0, se)
-        lo, hi = family_residual(r, se)["interval"]
-        covered += lo <= 0.003 <= hi
-    assert abs(covered / 4000 - 0.95) < 3 * np.sqrt(0.95 * 0.05 / 4000)
+    sims, layout = 3000, [16, 16, 4, 4, 4]
+    for shape in ("normal", "t3"):
+        covered = 0
+        for _ in range(sims):
+            draw = (lambda n: rng.standard_normal(n)) if shape == "normal" else (
+                lambda n: rng.standard_t(3, n) / np.sqrt(3))  # fmt: skip
+            seed_fx, base_noise = draw(16), draw(16)
+            costs = [0.7 * j + seed_fx[:n] + draw(n) - (seed_fx[:n] + base_noise[:n]) for j, n in enumerate(layout)]
+            lo, hi = family_residual(costs, [0.7 * j for j in range(len(layout))])["interval"]
+            covered += lo <= 0.0 <= hi
+        assert covered / sims >= 0.95 - 3 * np.sqrt(0.95 * 0.05 / sims), (shape, covered / sims)
+
+
+def test_family_residual_of_one_candidate_is_its_t_interval() -> None:
+    x = np.array([0.1, 0.3, -0.2, 0.5, 0.0])
+    f = family_residual([x], [0.05])
+    half = stats.t.ppf(0.975, 4) * x.std(ddof=1) / np.sqrt(5)
+    assert f["mean"] == pytest.approx(x.mean() - 0.05)
+    assert f["interval"] == pytest.approx([x.mean() - 0.05 - half, x.mean() - 0.05 + half])
+    # equal pairs: the t interval of the per-seed family mean (n − 1 degrees of freedom)
+    a, b = np.array([0.1, 0.2, 0.3, 0.4]), np.array([0.3, 0.1, 0.0, 0.2])
+    e = (a + b) / 2
+    g = family_residual([a, b], [0.0, 0.0])
+    assert g["interval"][0] == pytest.approx(e.mean() - stats.t.ppf(0.975, 3) * e.std(ddof=1) / 2)
+    with pytest.raises(ValueError):
+        family_residual([[0.1]], [0.0])
 
 
 def test_agreement_counts_and_ambiguous_truths() -> None:

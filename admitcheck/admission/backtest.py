@@ -388,9 +388,10 @@ def _families_and_agreement(rows: list[CandidateRow]) -> tuple[dict[str, FamilyR
     for name in FAMILIES:
         mine = [r for r in rows if r.family == name]
         if mine:
-            se = [r.truth.sd / np.sqrt(r.truth.n) for r in mine]
+            # by seed: every candidate's cost at seed i shares the baseline run of seed i (truth.family_residual)
+            costs, predicted = [r.truth.paired_costs for r in mine], [r.predicted_cost for r in mine]
             fams[name] = FamilyResidual(
-                **truth.family_residual([r.residual for r in mine], se),
+                **truth.family_residual(costs, predicted),
                 agree=sum(r.agrees is True for r in mine),
                 disagree=sum(r.agrees is False for r in mine),
                 ambiguous=sum(r.agrees is None for r in mine),

@@ -9,7 +9,8 @@ the truth `truth.sequential_truth` gives them (None while the next look's pairs 
 with its interval (the settled look's; else over every pair made so far, at the per-look confidence), the cost the
 calibration's curve predicts at the runs' mean mismatch, and the verdict the kept screen
 (`backtest.screen_cache_path`) gives, when it was kept. An interim cost is not the report's: the report is what
-`backtest` writes once every truth is settled.
+`backtest` writes once every truth is settled. Per source family, the interim mean residual with its interval by seed
+(`truth.family_residual`: the candidates share their baselines) over the candidates with at least 2 pairs.
 
 Baselines come from the backtest's ledger, else from the calibration's ledger when both ledgers carry the same header
 (the pair and run-relevant config as fingerprinted where they were written) — what `backtest` reuses, less its
@@ -55,10 +56,21 @@ class CandidateStatus:
     predicted_cost: float | None  # the calibration curve at x
     verdict: str | None  # the kept screen's decision (None: no screen kept yet)
     verdict_mismatch: float | None
+    paired_costs: list[float] = field(default_factory=list)  # candidate − baseline quality at the replicate seeds
 
     @property
     def residual(self) -> float | None:
         return None if self.cost is None or self.predicted_cost is None else self.cost - self.predicted_cost
+
+
+@dataclass(frozen=True)
+class FamilySoFar:
+    """A source family's interim mean residual (observed − predicted cost) with its interval by seed."""
+
+    candidates: int
+    mean: float
+    interval: list[float]  # [lo, hi]
+    se: float
 
 
 @dataclass(frozen=True)
@@ -72,6 +84,8 @@ class BacktestStatus:
     candidate_runs: int  # runs in the backtest's ledger
     screen_kept: bool
     rows: list[CandidateStatus] = field(default_factory=list)
+    # per source family, over its candidates with ≥ 2 pairs: `truth.family_residual` (mean residual, interval by seed)
+    families: dict[str, FamilySoFar] = field(default_factory=dict)
 
     @property
     def settled(self) -> int:
@@ -164,8 +178,15 @@ def backtest_status(config: BacktestConfig, config_file: str | None = None) -> B
                 predicted_cost=float(calibration.predict_cost(x)) if x is not None else None,
                 verdict=v.decision if v is not None else None,
                 verdict_mismatch=v.mismatch if v is not None else None,
+                paired_costs=diffs,
             )
         )
+    families = {}
+    for name in dict.fromkeys(r.family for r in rows):
+        mine = [r for r in rows if r.family == name and r.pairs >= 2 and r.predicted_cost is not None]
+        if mine:
+            costs, predicted = [r.paired_costs for r in mine], [r.predicted_cost for r in mine]
+            families[name] = FamilySoFar(**truth.family_residual(costs, predicted))
     return BacktestStatus(
         ledger=ledger_path(out),
         calibration=calibration.path,
@@ -176,6 +197,7 @@ def backtest_status(config: BacktestConfig, config_file: str | None = None) -> B
         candidate_runs=len(mine),
         screen_kept=bool(verdicts),
         rows=rows,
+        families=families,
     )
 
 

@@ -135,10 +135,40 @@ def agreement(decisions: Sequence[str], labels: Sequence[str], confidence: float
     }
 
 
-def family_residual(residuals: Sequence[float], standard_errors: Sequence[float], confidence: float = 0.95):
-    """Mean residual of a family's candidates and its normal interval from their standard errors."""
-    r, se = np.asarray(residuals, dtype=np.float64), np.asarray(standard_errors, dtype=np.float64)
-    mean = float(r.mean())
-    s = float(np.sqrt(np.sum(se**2)) / r.size)
-    z = float(stats.norm.ppf(0.5 + confidence / 2))
-    return {"candidates": int(r.size), "mean": mean, "interval": [mean - z * s, mean + z * s], "se": s}
+def family_residual(
+    paired_costs: Sequence[Sequence[float]], predicted: Sequence[float], confidence: float = 0.95
+) -> dict[str, Any]:
+    """A source family's mean residual (observed − predicted cost, averaged over its candidates) and its interval.
+
+    `paired_costs[c][i]`: candidate c's paired cost at the i-th replicate seed (a truth's pairs are the leading
+    replicate seeds, the same for every candidate); `predicted[c]`: the curve's cost at its mismatch. Every candidate
+    is paired with the same baseline run at seed i, so the baseline's own noise is in all of their costs at that seed:
+    the candidates are not independent, the seeds are. The interval treats the seeds as clusters: the family mean is
+    linear in the costs (weight 1/(K n_c) each), its variance the bias-reduced cluster sandwich (CR2, Bell & McCaffrey
+    2002: each residual d_ci − d̄_c scaled by 1/√(1 − 1/n_c), the leverage of its candidate's mean) and Student's t
+    with the Satterthwaite degrees of freedom of that sandwich under independent errors (Imbens & Kolesár 2016) — few
+    seeds, and candidates with unequal pairs, leave fewer than seeds − 1. With one candidate it is that candidate's own
+    t interval; with equal pairs, the t interval of the per-seed family mean. Conditional on the curve (its own
+    uncertainty is not in it). Coverage under the shipped protocol, three shapes: bench/family_residual_coverage.py."""
+    costs = [np.asarray(c, dtype=np.float64) for c in paired_costs]
+    if not costs or len(costs) != len(predicted):
+        raise ValueError("one predicted cost per candidate, at least one candidate")
+    if min(c.size for c in costs) < 2:
+        raise ValueError("a family residual needs at least 2 pairs per candidate")
+    k, m = len(costs), max(c.size for c in costs)
+    residuals = np.array([c.mean() for c in costs]) - np.asarray(predicted, dtype=np.float64)
+    mean = float(residuals.mean())
+    # the observations (candidate c, seed i), the projection on the candidates' means, the mean's weights
+    cand = np.concatenate([np.full(c.size, j) for j, c in enumerate(costs)])
+    seed = np.concatenate([np.arange(c.size) for c in costs])
+    n = np.array([c.size for c in costs], dtype=np.float64)[cand]
+    d = np.concatenate(costs)
+    resid_maker = np.eye(d.size) - (cand[:, None] == cand[None, :]) / n[None, :]  # I − H (symmetric)
+    weight = 1.0 / (k * n) / np.sqrt(1.0 - 1.0 / n)  # ℓ, scaled by the CR2 adjustment of each observation
+    q = np.stack([resid_maker[:, seed == i] @ weight[seed == i] for i in range(m)], axis=1)  # V = Σ_i (q_i · d)²
+    variance = float(np.sum((q.T @ d) ** 2))
+    g = q.T @ q
+    df = float(np.trace(g) ** 2 / np.trace(g @ g))
+    s = float(np.sqrt(variance))
+    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * s
+    return {"candidates": k, "mean": mean, "interval": [mean - half, mean + half], "se": s}
