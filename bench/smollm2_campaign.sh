@@ -67,6 +67,15 @@ ttq_cmd() {  # issue 40's time-to-quality bench, resumable in $RUN/ttq
     --plan bench/ttq/smollm2_plan.yaml --every ${TTQ_EVERY:-5} --replicates ${TTQ_REPLICATES:-3} \
     --jobs ${TTQ_JOBS:-1} --ledger '$RUN/ttq/smollm2.ttq.ledger.jsonl' --out '$RUN/time_to_quality.json'"
 }
+BACKTESTS=${BACKTESTS:-examples/smollm2_backtest.yaml examples/smollm2_backtest_recipes.yaml}
+backtest_cmds() {  # each of $BACKTESTS in turn ($RUN/NAME.json and NAME.log), each one's rc echoed
+  local b c="true"
+  for b in $BACKTESTS; do
+    c="$c; $PY -m admitcheck backtest '$(campaign_config "$b")' --jobs $BT_JOBS --json > '$RUN/$(name_of "$b").json' \
+      2> '$RUN/$(name_of "$b").log'; echo $(name_of "$b") rc=\$?"
+  done
+  echo "$c"
+}
 campaign_config() {  # the config a campaign runs: for a tracked one (examples/*.yaml), a copy out/NAME.campaign.yaml
   # (git-ignored, at the same depth, so its relative paths hold) whose output is $RUN/cal/ (git-ignored), seeded once
   # from the tracked ledger and artifact. Why: every device call copies the working tree onto the device, and on
@@ -269,7 +278,7 @@ PY
     limit=${2:-540}; t0=$(date +%s)
     while :; do
       status
-      for f in "$RUN"/session.log "$RUN"/queue.log "$RUN"/remeasure_*.log "$RUN"/backtest.log "$RUN"/bench*.log "$RUN"/noise.log "$RUN"/ttq.log "$RUN"/screen.log; do
+      for f in "$RUN"/session.log "$RUN"/queue.log "$RUN"/remeasure_*.log "$RUN"/backtest.log "$RUN"/smollm2_backtest*.log "$RUN"/bench*.log "$RUN"/noise.log "$RUN"/ttq.log "$RUN"/screen.log; do
         [ -e "$f" ] || continue; b=$(basename "$f" .log)
         echo "== $b: $(alive "$b" && echo running || echo stopped)"; tail -n 2 "$f" | cut -c1-300
       done
@@ -293,14 +302,13 @@ PY
       > "$RUN/screen.json" 2> "$RUN/screen.log"; echo "rc=$?"
     tail -c 3000 "$RUN/screen.log"
     ;;
-  backtest)  # issue 38's backtest (examples/smollm2_backtest.yaml), detached and resumable: its ledger in $RUN/cal
-    detach backtest "$PY -m admitcheck backtest '$(campaign_config examples/smollm2_backtest.yaml)' --jobs $BT_JOBS --json \
-      > '$RUN/backtest.json'"
+  backtest)  # issue 38's backtests ($BACKTESTS in order), detached and resumable: their ledgers in $RUN/cal
+    detach backtest "$(backtest_cmds)"
     exit 0
     ;;
   session)  # one device session's GPU work in order, detached (calls only poll). STEPS (default all, in this order):
     # calibrate (the configs in $CONFIGS continued to their max_runs), screen (the FP8 candidates against the result),
-    # backtest (resumable: its ledger in $RUN/cal), recipe (the recipe search from two FP8 recipes, if named), noise (#36: the runs' records and tokens are collected, their
+    # backtest ($BACKTESTS, resumable: their ledgers in $RUN/cal), recipe (the recipe search from two FP8 recipes, if named), noise (#36: the runs' records and tokens are collected, their
     # weights stay in /tmp/noise_smollm2), ttq (#40, resumable in $RUN/ttq). MPS on for all but noise and ttq. JOBS workers.
     steps=" ${STEPS:-calibrate screen backtest noise} "
     cmds="bash '$0' mps"
@@ -312,8 +320,7 @@ PY
     fi
     [[ $steps == *" screen "* ]] && cmds="$cmds; timeout -k 15 600 $PY -m admitcheck screen \
       '$(campaign_config examples/smollm2_screen.yaml)' --json > '$RUN/screen.json' 2> '$RUN/screen.log'; echo screen rc=\$?"
-    [[ $steps == *" backtest "* ]] && cmds="$cmds; $PY -m admitcheck backtest '$(campaign_config examples/smollm2_backtest.yaml)' \
-      --jobs $BT_JOBS --json > '$RUN/backtest.json' 2> '$RUN/backtest.log'; echo backtest rc=\$?"
+    [[ $steps == *" backtest "* ]] && cmds="$cmds; $(backtest_cmds)"
     if [[ $steps == *" recipe "* ]]; then  # issue 38's recipe search, both starting recipes (attached, time-limited)
       for r in smollm2_recipe smollm2_recipe_calibrated; do
         cmds="$cmds; timeout -k 15 600 $PY -m admitcheck recipe '$(campaign_config "examples/$r.yaml")' \
