@@ -320,12 +320,16 @@ def render_backtest_status(st) -> None:
         f"{st.baselines_from}; cost in nats/token; τ {fmt(st.tau)})"
     )
     rows = Table(title=title)
-    for c in ("candidate", "family", "verdict", "x in runs", "predicted cost", "cost so far [CI]", "pairs", "truth"):
+    cols = ("candidate", "family", "verdict", "screen mismatch [CI]", "KV × BF16", "x in runs", "predicted cost",
+            "cost so far [CI]", "pairs", "truth")  # fmt: skip
+    for c in cols:
         rows.add_column(c, justify="left" if c in ("candidate", "family", "verdict", "truth") else "right")
     for r in st.rows:
         truth = r.truth or (f"needs {r.next_look} pairs" if r.next_look else "-")
         interval = fmt_interval(r.cost_interval) if r.cost_interval else ""
-        rows.add_row(r.name, r.family, r.verdict or "not screened", fmt(r.x), fmt(r.predicted_cost),
+        screened = f"{fmt(r.verdict_mismatch)} {fmt_interval(r.verdict_interval)}" if r.verdict_interval else "-"
+        kv = f"{r.kv_tokens_vs_bf16:.2f}" if r.kv_tokens_vs_bf16 is not None else "-"
+        rows.add_row(r.name, r.family, r.verdict or "not screened", screened, kv, fmt(r.x), fmt(r.predicted_cost),
                      f"{fmt(r.cost)} {interval}".strip(), str(r.pairs), truth)  # fmt: skip
     out.print(rows)
     fams = Table(title="residual by source family so far (observed − predicted cost; 95% CI by seed), in τ")

@@ -382,9 +382,11 @@ def test_status_reads_what_the_report_says(setup, report) -> None:
     _, cfg_path = setup
     st = backtest_status(io.load_config(cfg_path, BacktestConfig), config_file=str(cfg_path))
     assert st.settled == len(report.rows) and st.screen_kept
+    assert st.candidate_runs == sum(r["kind"] == "run" for r in io.read_jsonl(ledger_path(report.path)))
     assert st.tau == report.calibration.tolerance and st.baseline_runs == TRUTH["max_replicates"]
     for s, r in zip(st.rows, report.rows, strict=True):
         assert (s.name, s.family, s.verdict) == (r.name, r.family, r.verdict.decision)
+        assert s.verdict_interval == pytest.approx(tuple(r.verdict.mismatch_interval))
         assert s.pairs >= r.truth.n and s.next_look is None and s.truth == r.truth.label
         assert s.cost == pytest.approx(r.truth.cost) and s.cost_interval == pytest.approx(tuple(r.truth.interval))
         if s.pairs == r.truth.n:  # the truth runs, no more: the same runs' mismatch and the curve there
@@ -411,7 +413,7 @@ def test_status_before_any_run_and_from_the_cli(setup, report, tmp_path) -> None
     assert st.candidate_runs == 0 and not st.screen_kept and st.settled == 0
     assert st.baselines_from == "calibration ledger" and st.baseline_runs >= TRUTH["replicates"]
     for s in st.rows:
-        assert (s.pairs, s.truth, s.cost, s.verdict) == (0, None, None, None)
+        assert (s.pairs, s.truth, s.cost, s.verdict, s.kv_tokens_vs_bf16) == (0, None, None, None, None)
         assert s.next_look == TRUTH["replicates"]
     res = CliRunner().invoke(app, ["backtest", str(cfg_path), "--status", "--json"])
     assert res.exit_code == 0, res.output

@@ -56,6 +56,8 @@ class CandidateStatus:
     predicted_cost: float | None  # the calibration curve at x
     verdict: str | None  # the kept screen's decision (None: no screen kept yet)
     verdict_mismatch: float | None
+    verdict_interval: tuple[float, float] | None  # the screen's final interval on the mismatch
+    kv_tokens_vs_bf16: float | None  # the screen's KV capacity against BF16 (`capacity.ratio_vs_bf16`)
     paired_costs: list[float] = field(default_factory=list)  # candidate − baseline quality at the replicate seeds
 
     @property
@@ -178,14 +180,16 @@ def backtest_status(config: BacktestConfig, config_file: str | None = None) -> B
                 predicted_cost=float(calibration.predict_cost(x)) if x is not None else None,
                 verdict=v.decision if v is not None else None,
                 verdict_mismatch=v.mismatch if v is not None else None,
+                verdict_interval=tuple(v.mismatch_interval) if v is not None else None,
+                kv_tokens_vs_bf16=v.capacity.ratio_vs_bf16 if v is not None and v.capacity is not None else None,
                 paired_costs=diffs,
             )
         )
     families = {}
     for name in dict.fromkeys(r.family for r in rows):
-        mine = [r for r in rows if r.family == name and r.pairs >= 2 and r.predicted_cost is not None]
-        if mine:
-            costs, predicted = [r.paired_costs for r in mine], [r.predicted_cost for r in mine]
+        members = [r for r in rows if r.family == name and r.pairs >= 2 and r.predicted_cost is not None]
+        if members:
+            costs, predicted = [r.paired_costs for r in members], [r.predicted_cost for r in members]
             families[name] = FamilySoFar(**truth.family_residual(costs, predicted))
     return BacktestStatus(
         ledger=ledger_path(out),
