@@ -57,7 +57,7 @@ class CandidateStatus:
     verdict: str | None  # the kept screen's decision (None: no screen kept yet)
     verdict_mismatch: float | None
     verdict_interval: tuple[float, float] | None  # the screen's final interval on the mismatch
-    kv_tokens_vs_bf16: float | None  # the screen's KV capacity against BF16 (`capacity.ratio_vs_bf16`)
+    kv_tokens_vs_bf16: float | None  # the screen's KV tokens against BF16 at equal memory (its capacity summary)
     paired_costs: list[float] = field(default_factory=list)  # candidate − baseline quality at the replicate seeds
 
     @property
