@@ -419,3 +419,7 @@ def test_status_before_any_run_and_from_the_cli(setup, report, tmp_path) -> None
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["candidate_runs"] == 0
     assert not (tmp_path / "fresh.backtest.ledger.jsonl").exists()  # read only
+    (tmp_path / "fresh.backtest.ledger.jsonl").write_text('{"kind": "header"}\n{"kind": "run", "key": \n')
+    bad = CliRunner().invoke(app, ["backtest", str(cfg_path), "--status"])
+    assert bad.exit_code == 2 and "corrupt ledger line 2" in bad.output and "Traceback" not in bad.output
+    assert (tmp_path / "fresh.backtest.ledger.jsonl").read_text().endswith('"key": \n')  # left as it was

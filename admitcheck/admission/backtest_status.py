@@ -36,7 +36,7 @@ from admitcheck.calibration.ledger import LedgerHeader, header_difference, ledge
 from admitcheck.calibration.levels import Level, replicate_seed
 from admitcheck.calibration.record import RunRecord
 from admitcheck.config import BacktestConfig, CalibrateConfig
-from admitcheck.errors import ConfigError
+from admitcheck.errors import CalibrationError, ConfigError
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ def _runs(path: Path) -> tuple[dict | None, dict[str, RunRecord]]:
         try:
             line = json.loads(raw)
         except json.JSONDecodeError as exc:
-            raise ConfigError(f"corrupt ledger line {i + 1}: {exc.msg}", file=str(path)) from None
+            raise CalibrationError(f"corrupt ledger line {i + 1}: {exc.msg}", file=str(path)) from None
         if line_kind(line) == "header":
             header = line
         elif line_kind(line) == "run":
