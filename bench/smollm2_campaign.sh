@@ -22,7 +22,8 @@
 # A tracked config (examples/*.yaml) runs from out/NAME.campaign.yaml with its ledger and artifact in $RUN/cal/ (both
 # git-ignored: the device's per-call copy of the working tree leaves them alone; `campaign_config`). After a session:
 #   tar xzf smollm2_campaign.tgz && cp reports/smollm2/cal/*.{ledger.jsonl,screen.json,yaml,png} calibrations/
-# Environment: CONFIGS (calibrate configs, default the shipped SmolLM2 ones), JOBS (worker processes per campaign,
+# Environment: CONFIGS (calibrate configs, default the shipped SmolLM2 ones), BACKTESTS (backtest configs, default
+# examples/smollm2_backtest.yaml and smollm2_backtest_recipes.yaml), JOBS (worker processes per campaign,
 # each keeps the pair and engines for all its runs: default what fits the GPU's memory, `fit_jobs`), PY (python3), RUN (pid files and logs:
 # reports/smollm2), OUT. On CPU, with the toy pair, tests/test_campaign_detached.py drives this same script.
 set -uo pipefail
