@@ -248,13 +248,9 @@ def _screened(inputs: Inputs, out: Path, progress: Progress | None) -> list:
     }
     key = hashlib.sha256(json.dumps(made, sort_keys=True, default=str).encode()).hexdigest()
     path = screen_cache_path(out)
-    if path.is_file():
-        try:
-            kept = KeptScreen.model_validate(json.loads(path.read_text()))
-            if kept.key == key:
-                return list(kept.report.verdicts)
-        except ValueError:  # unreadable, or another schema (pydantic's ValidationError is one): screened again
-            pass
+    kept = read_kept_screen(path)
+    if kept is not None and kept.key == key:
+        return list(kept.report.verdicts)
     report = screen(inputs.screen, config_file=inputs.screen_file, progress=progress)
     path.parent.mkdir(parents=True, exist_ok=True)
     # Python's JSON, not strict JSON: an open interval's ∞ must come back as ∞ (`report.to_json` writes it null)
@@ -269,6 +265,19 @@ class KeptScreen(BaseModel):
     model_config = ConfigDict(extra="forbid")
     key: str  # sha256 of the screen config, the calibration file, the pair's fingerprints, torch and transformers
     report: ScreenReport
+
+
+def read_kept_screen(path: Path) -> KeptScreen | None:
+    """The kept screen at `path` (`screen_cache_path`); None when there is none, or it is unreadable or of another
+    schema (pydantic's ValidationError is a ValueError): the backtest then screens again and rewrites it."""
+    import json
+
+    if not path.is_file():
+        return None
+    try:
+        return KeptScreen.model_validate(json.loads(path.read_text()))
+    except ValueError:
+        return None
 
 
 def _json_scalar(obj: Any) -> Any:

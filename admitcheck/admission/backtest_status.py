@@ -3,7 +3,7 @@
     st = backtest_status(io.load_config("examples/smollm2_backtest.yaml", BacktestConfig), "examples/…")
     st.rows[0].pairs, st.rows[0].truth, st.rows[0].cost_interval      # a BacktestStatus
 
-A backtest on a GPU runs for longer than one device session (SmolLM2: 17 candidates × 4–12 pairs), so its ledger is
+A backtest on a GPU runs for longer than one device session (SmolLM2: 18 candidates × 4–12 pairs), so its ledger is
 read between sessions: per candidate the pairs made so far (a candidate run and the baseline run of the same seed),
 the truth `truth.sequential_truth` gives them (None while the next look's pairs are missing), the mean paired cost
 with its interval (the settled look's; else over every pair made so far, at the per-look confidence), the cost the
@@ -19,7 +19,6 @@ torch/transformers check (the runs were made on another machine; `backtest` itse
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,14 +28,14 @@ import numpy as np
 
 from admitcheck import io
 from admitcheck.admission import truth
-from admitcheck.admission.backtest import KeptScreen, candidate_level, family, screen_cache_path
+from admitcheck.admission.backtest import candidate_level, family, output_path, read_kept_screen, screen_cache_path
 from admitcheck.calibration.artifact import load_calibration
 from admitcheck.calibration.campaign import run_key
-from admitcheck.calibration.ledger import LedgerHeader, header_difference, ledger_path, line_kind, read_run
+from admitcheck.calibration.ledger import LedgerHeader, header_difference, ledger_path, read_live
 from admitcheck.calibration.levels import Level, replicate_seed
 from admitcheck.calibration.record import RunRecord
 from admitcheck.config import BacktestConfig, CalibrateConfig
-from admitcheck.errors import CalibrationError, ConfigError
+from admitcheck.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -100,24 +99,11 @@ class BacktestStatus:
 
 
 def _runs(path: Path) -> tuple[dict | None, dict[str, RunRecord]]:
-    """A ledger's header line and its runs by key (a torn last line skipped, as `ledger.read_progress` does)."""
+    """A ledger's header line and its runs by key (none when there is no ledger yet)."""
     if not path.is_file():
         return None, {}
-    header, runs = None, {}
-    lines = path.read_bytes().split(b"\n")
-    for i, raw in enumerate(lines[:-1]):
-        if not raw.strip():
-            continue
-        try:
-            line = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise CalibrationError(f"corrupt ledger line {i + 1}: {exc.msg}", file=str(path)) from None
-        if line_kind(line) == "header":
-            header = line
-        elif line_kind(line) == "run":
-            r = read_run(line, path, i)
-            runs[r.key] = r
-    return header, runs
+    header, runs = read_live(path)
+    return header, {r.key: r for r in runs}
 
 
 def backtest_status(config: BacktestConfig, config_file: str | None = None) -> BacktestStatus:
@@ -128,7 +114,7 @@ def backtest_status(config: BacktestConfig, config_file: str | None = None) -> B
         raise ConfigError(f"file not found: {cal_file}", file=config_file, field="calibrate_config")
     cal_cfg = io.load_config(cal_file, CalibrateConfig)
     calibration = load_calibration(cal_cfg.output)
-    out = Path(config.output) if config.output else calibration.path.with_name(f"{calibration.path.stem}.backtest.yaml")
+    out = output_path(config, calibration)
     mine_header, mine = _runs(ledger_path(out))
     theirs_header, theirs = _runs(ledger_path(calibration.path))
 
@@ -207,10 +193,5 @@ def backtest_status(config: BacktestConfig, config_file: str | None = None) -> B
 
 def _kept_verdicts(path: Path) -> dict:
     """The kept screen's verdicts by candidate name (none when no screen was kept or it cannot be read)."""
-    if not path.is_file():
-        return {}
-    try:
-        kept = KeptScreen.model_validate(json.loads(path.read_text()))
-    except ValueError:
-        return {}
-    return {v.name: v for v in kept.report.verdicts}
+    kept = read_kept_screen(path)
+    return {} if kept is None else {v.name: v for v in kept.report.verdicts}

@@ -329,18 +329,26 @@ def progress_of(path: Path, runs: list[RunRecord]) -> LedgerProgress:
     )
 
 
-def read_progress(path: Path) -> LedgerProgress:
-    """A ledger's progress, read as it is being written (a torn last line is skipped, the file left alone);
-    CalibrationError when there is no ledger at `path`."""
-    if not path.exists():
-        raise CalibrationError("no ledger yet: the campaign has not started (or writes elsewhere)", file=str(path))
-    runs = []
+def read_live(path: Path) -> tuple[dict[str, Any] | None, list[RunRecord]]:
+    """A ledger's header line and runs (file order), read as it is being written: a torn last line is skipped and the
+    file left alone; CalibrationError on a corrupt line. `read_progress` and `backtest --status` read with it."""
+    header, runs = None, []
     lines = path.read_bytes().split(b"\n")
     for i, raw in enumerate(lines[:-1]):  # the part after the last newline is torn or empty
         try:
             line = json.loads(raw) if raw.strip() else {}
         except json.JSONDecodeError as exc:
             raise CalibrationError(f"corrupt ledger line {i + 1}: {exc.msg}", file=str(path)) from None
-        if line_kind(line) == "run":
+        if line_kind(line) == "header":
+            header = line
+        elif line_kind(line) == "run":
             runs.append(read_run(line, path, i))
-    return progress_of(path, runs)
+    return header, runs
+
+
+def read_progress(path: Path) -> LedgerProgress:
+    """A ledger's progress, read as it is being written (`read_live`); CalibrationError when there is no ledger at
+    `path`."""
+    if not path.exists():
+        raise CalibrationError("no ledger yet: the campaign has not started (or writes elsewhere)", file=str(path))
+    return progress_of(path, read_live(path)[1])

@@ -16,7 +16,7 @@ keeps the parameters' memory, so captured decode graphs (and a compiled forward)
 A worker holds at most `MAX_KEPT_ENGINES` engines, one per distinct rollout recipe it met most recently (the base
 config, each rollout level's, the reference floor of staleness levels), each a model copy in the engine's dtype plus
 a float32 clean copy (SmolLM2-135M: ~0.8 GB, more with its captured decode graphs); the least recently used is
-closed when another is needed. Why a bound: a backtest hands each worker up to 13 recipes (17 candidates), and on
+closed when another is needed. Why a bound: a backtest hands each worker up to 13 recipes (18 candidates), and on
 2026-12-06 four such workers on an H100 grew to ~19 GiB each where a calibration's hold ~15.6 GiB, and ran out of
 memory. An evicted recipe is rebuilt when it comes back, which gives the records a kept one gives (tested).
 """
