@@ -98,16 +98,11 @@ def line_kind(line: dict[str, Any]) -> str | None:
 
 
 def header_difference(a: LedgerHeader, b: LedgerHeader) -> str | None:
-    """The first dotted field where two ledgers' headers differ in what makes a run (version, pair, config), or None:
-    the one rule for whether runs of one ledger belong to another (`Ledger.open`, a backtest's reuse of its
-    calibration's runs). A key missing on one side equals null on the other (`first_difference`): an option an older
-    admitcheck wrote at its null default (`rollout.cuda_graphs: null`) is the same run as one a newer leaves out."""
-    for section, x, y in (("ledger_version", a.ledger_version, b.ledger_version), ("pair", a.pair, b.pair),
-                          ("config", a.config, b.config)):  # fmt: skip
-        diff = first_difference(x, y, f"{section}.")
-        if diff:
-            return diff
-    return None
+    """The first dotted field where two headers differ in what makes a run, or None: whether one ledger's runs belong to
+    another (`Ledger.open`, a backtest's reuse); a missing key equals null (`rollout.cuda_graphs: null` of old ones)."""
+    sections = {"ledger_version": (a.ledger_version, b.ledger_version), "pair": (a.pair, b.pair)}
+    sections["config"] = (a.config, b.config)
+    return next((d for k, (x, y) in sections.items() if (d := first_difference(x, y, f"{k}."))), None)
 
 
 def first_difference(a: Any, b: Any, prefix: str = "") -> str | None:
@@ -330,8 +325,8 @@ def progress_of(path: Path, runs: list[RunRecord]) -> LedgerProgress:
 
 
 def read_live(path: Path) -> tuple[dict[str, Any] | None, list[RunRecord]]:
-    """A ledger's header line and runs (file order), read as it is being written: a torn last line is skipped and the
-    file left alone; CalibrationError on a corrupt line. `read_progress` and `backtest --status` read with it."""
+    """A ledger's header line and runs (file order), read as it is being written: a torn last line skipped, the file
+    left alone, CalibrationError on a corrupt line (`read_progress`, `backtest --status`)."""
     header, runs = None, []
     lines = path.read_bytes().split(b"\n")
     for i, raw in enumerate(lines[:-1]):  # the part after the last newline is torn or empty
@@ -347,8 +342,7 @@ def read_live(path: Path) -> tuple[dict[str, Any] | None, list[RunRecord]]:
 
 
 def read_progress(path: Path) -> LedgerProgress:
-    """A ledger's progress, read as it is being written (`read_live`); CalibrationError when there is no ledger at
-    `path`."""
+    """A ledger's progress, read as it is being written (`read_live`); CalibrationError when there is no ledger."""
     if not path.exists():
         raise CalibrationError("no ledger yet: the campaign has not started (or writes elsewhere)", file=str(path))
     return progress_of(path, read_live(path)[1])
