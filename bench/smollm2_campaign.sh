@@ -307,30 +307,37 @@ PY
     detach backtest "$(backtest_cmds)"
     exit 0
     ;;
-  session)  # one device session's GPU work in order, detached (calls only poll). STEPS (default all, in this order):
-    # calibrate (the configs in $CONFIGS continued to their max_runs), screen (the FP8 candidates against the result),
-    # backtest ($BACKTESTS, resumable: their ledgers in $RUN/cal), recipe (the recipe search from two FP8 recipes, if named), noise (#36: the runs' records and tokens are collected, their
-    # weights stay in /tmp/noise_smollm2), ttq (#40, resumable in $RUN/ttq). MPS on for all but noise and ttq. JOBS workers.
+  session)  # one device session's GPU work, detached (calls only poll), in the order STEPS names it (default
+    # "calibrate screen backtest noise"): calibrate (the configs in $CONFIGS continued to their max_runs), screen (the FP8
+    # candidates against the result), backtest ($BACKTESTS, resumable: their ledgers in $RUN/cal), recipe (the recipe
+    # search from two FP8 recipes), noise (#36: the runs' records and tokens are collected, their weights stay in
+    # /tmp/noise_smollm2), ttq (#40, resumable in $RUN/ttq). MPS on for calibrate/screen/backtest/recipe, off for
+    # noise and ttq (switched between steps as the order needs). JOBS workers.
     steps=" ${STEPS:-calibrate screen backtest noise} "
-    cmds="bash '$0' mps"
-    if [[ $steps == *" calibrate "* ]]; then
-      for c in $CONFIGS; do
-        cmds="$cmds; $PY -m admitcheck calibrate '$(campaign_config "$c")' --jobs $JOBS --json > '$RUN/$(name_of "$c").json' \
-          2> '$RUN/$(name_of "$c").err'; echo $(name_of "$c") rc=\$?"
-      done
-    fi
-    [[ $steps == *" screen "* ]] && cmds="$cmds; timeout -k 15 600 $PY -m admitcheck screen \
-      '$(campaign_config examples/smollm2_screen.yaml)' --json > '$RUN/screen.json' 2> '$RUN/screen.log'; echo screen rc=\$?"
-    [[ $steps == *" backtest "* ]] && cmds="$cmds; $(backtest_cmds)"
-    if [[ $steps == *" recipe "* ]]; then  # issue 38's recipe search, both starting recipes (attached, time-limited)
-      for r in smollm2_recipe smollm2_recipe_calibrated; do
-        cmds="$cmds; timeout -k 15 600 $PY -m admitcheck recipe '$(campaign_config "examples/$r.yaml")' \
-          --output '$RUN/$r.screen.yaml' --json > '$RUN/$r.json' 2> '$RUN/$r.log'; echo $r rc=\$?"
-      done
-    fi
-    cmds="$cmds; bash '$0' mps_off"
-    [[ $steps == *" noise "* ]] && cmds="$cmds; $(noise_cmd "$JOBS") > '$RUN/noise.log' 2>&1; echo noise rc=\$?"
-    [[ $steps == *" ttq "* ]] && cmds="$cmds; $(ttq_cmd) > '$RUN/ttq.log' 2>&1; echo ttq rc=\$?"
+    cmds="true"; mps=0
+    for step in $steps; do
+      case $step in
+        calibrate|screen|backtest|recipe) [ $mps = 0 ] && { cmds="$cmds; bash '$0' mps"; mps=1; } ;;
+        noise|ttq) [ $mps = 1 ] && { cmds="$cmds; bash '$0' mps_off"; mps=0; } ;;
+        *) echo "unknown session step $step" >&2; exit 2 ;;
+      esac
+      case $step in
+        calibrate) for c in $CONFIGS; do
+            cmds="$cmds; $PY -m admitcheck calibrate '$(campaign_config "$c")' --jobs $JOBS --json > '$RUN/$(name_of "$c").json' \
+              2> '$RUN/$(name_of "$c").err'; echo $(name_of "$c") rc=\$?"
+          done ;;
+        screen) cmds="$cmds; timeout -k 15 600 $PY -m admitcheck screen \
+          '$(campaign_config examples/smollm2_screen.yaml)' --json > '$RUN/screen.json' 2> '$RUN/screen.log'; echo screen rc=\$?" ;;
+        backtest) cmds="$cmds; $(backtest_cmds)" ;;
+        recipe) for r in smollm2_recipe smollm2_recipe_calibrated; do  # issue 38's recipe search (attached, time-limited)
+            cmds="$cmds; timeout -k 15 600 $PY -m admitcheck recipe '$(campaign_config "examples/$r.yaml")' \
+              --output '$RUN/$r.screen.yaml' --json > '$RUN/$r.json' 2> '$RUN/$r.log'; echo $r rc=\$?"
+          done ;;
+        noise) cmds="$cmds; $(noise_cmd "$JOBS") > '$RUN/noise.log' 2>&1; echo noise rc=\$?" ;;
+        ttq) cmds="$cmds; $(ttq_cmd) > '$RUN/ttq.log' 2>&1; echo ttq rc=\$?" ;;
+      esac
+    done
+    [ $mps = 1 ] && cmds="$cmds; bash '$0' mps_off"
     echo "session steps:$steps(JOBS $JOBS, backtest $BT_JOBS)"
     detach session "$cmds"
     exit 0
