@@ -14,6 +14,8 @@
 #   call 3+: bash bench/smollm2_campaign.sh poll 540       # waits (progress every $EVERY s), then collects to $OUT
 #   last:   bash bench/smollm2_campaign.sh stop            # SIGTERM every detached session, then collect
 #   bash bench/smollm2_campaign.sh status                  # one line per campaign, at once (calibrate --status)
+#   STEPS="noise backtest" bash bench/smollm2_campaign.sh session  # the session's steps detached, in that order
+#                                                          # (DRY_RUN=1: print the chain instead of starting it)
 #   BENCH=bench_x bash bench/smollm2_campaign.sh bench ARGS  # bench/gpu_smollm2.py ARGS detached ($RUN/bench_x.json)
 #   bash bench/smollm2_campaign.sh ttq                     # issue 40's time-to-quality bench, detached ($RUN/ttq)
 #   bash bench/smollm2_campaign.sh calibrate 530 10        # the old stage: start with JOBS=10, then poll 530
@@ -339,6 +341,7 @@ PY
     done
     [ $mps = 1 ] && cmds="$cmds; bash '$0' mps_off"
     echo "session steps:$steps(JOBS $JOBS, backtest $BT_JOBS)"
+    [ -n "${DRY_RUN:-}" ] && { echo "would run: $cmds"; exit 0; }  # DRY_RUN=1: the chain, not started
     detach session "$cmds"
     exit 0
     ;;

@@ -151,3 +151,32 @@ def test_a_tracked_config_runs_from_an_ignored_copy_the_working_tree_sync_leaves
     finally:
         if not existed:
             shadow.unlink(missing_ok=True)
+
+
+def test_a_session_runs_its_steps_in_the_order_named_with_mps_only_around_the_steps_that_use_it(tmp_path) -> None:
+    """`STEPS` orders a session's chain (a short device session can take the noise step before the backtest); MPS is
+    started before the first step that shares the GPU through it and quit before noise/ttq and at the end; an unknown
+    step is refused before anything starts. DRY_RUN prints the chain instead of starting it."""
+    env = os.environ | {"PY": sys.executable, "RUN": str(tmp_path / "run"), "OUT": str(tmp_path / "out"),
+                        "BACKTESTS": "cfg/bt.yaml", "DRY_RUN": "1", "JOBS": "2"}  # fmt: skip
+
+    def chain(steps: str) -> list[str]:
+        done = script("session", env=env | {"STEPS": steps})
+        assert done.returncode == 0, done.stdout + done.stderr
+        line = next(x for x in done.stdout.splitlines() if x.startswith("would run: "))
+        parts = [p.strip() for p in line.removeprefix("would run: ").split(";")]
+        return [
+            "mps_off" if p.endswith("mps_off") else "mps" if p.endswith(" mps") else "noise" if "bench/noise.py" in p
+            else "backtest" if "admitcheck backtest 'cfg/bt.yaml'" in p else "ttq" if "time_to_quality" in p else None
+            for p in parts
+        ]  # fmt: skip
+
+    def steps_of(steps: str) -> list[str]:
+        return [s for s in chain(steps) if s is not None]
+
+    assert steps_of("noise backtest") == ["noise", "mps", "backtest", "mps_off"]
+    assert steps_of("backtest noise ttq") == ["mps", "backtest", "mps_off", "noise", "ttq"]
+    assert steps_of("ttq") == ["ttq"]
+    assert not (tmp_path / "run" / "session.pid").exists()  # nothing was started
+    refused = script("session", env=env | {"STEPS": "backtest nosie"})
+    assert refused.returncode == 2 and "unknown session step nosie" in refused.stderr
