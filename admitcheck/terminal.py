@@ -339,8 +339,11 @@ def render_backtest_status(st) -> None:
         lo, hi = f.interval
         fams.add_row(name, str(f.candidates), f"{f.mean / st.tau:+.2f} [{lo / st.tau:+.2f}, {hi / st.tau:+.2f}]")
     out.print(fams)
-    out.print(f"{st.settled}/{len(st.rows)} truths settled; the report is written when all are (run the command "
-              "without --status to resume)")  # fmt: skip
+    a = st.agreement
+    so_far = "" if a is None else (f" ({a.decided_truths} decided: {a.agree} agree with their verdicts, {a.disagree} "
+                                   f"disagree; {a.ambiguous} ambiguous)")  # fmt: skip
+    out.print(f"{st.settled}/{len(st.rows)} truths settled{so_far}; the report is written when all are (run the "
+              "command without --status to resume)")  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------- compare

@@ -399,6 +399,8 @@ def test_status_reads_what_the_report_says(setup, report) -> None:
             assert (mine.candidates, mine.mean) == (f.candidates, pytest.approx(f.mean))
             assert mine.interval == pytest.approx(list(f.interval))
     assert compared >= 1
+    drop = {"decided_verdicts"}  # the report's split by marginal verdicts; the status counts all verdicts only
+    assert st.agreement.model_dump(exclude=drop) == report.agreement.model_dump(exclude=drop)
 
 
 def test_status_before_any_run_and_from_the_cli(setup, report, tmp_path) -> None:
@@ -417,7 +419,8 @@ def test_status_before_any_run_and_from_the_cli(setup, report, tmp_path) -> None
         assert s.next_look == TRUTH["replicates"]
     res = CliRunner().invoke(app, ["backtest", str(cfg_path), "--status", "--json"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.output)["candidate_runs"] == 0
+    assert json.loads(res.output)["candidate_runs"] == 0 and json.loads(res.output)["agreement"] is None
+    assert st.agreement is None
     assert not (tmp_path / "fresh.backtest.ledger.jsonl").exists()  # read only
     (tmp_path / "fresh.backtest.ledger.jsonl").write_text('{"kind": "header"}\n{"kind": "run", "key": \n')
     bad = CliRunner().invoke(app, ["backtest", str(cfg_path), "--status"])

@@ -29,6 +29,7 @@ import numpy as np
 from admitcheck import io
 from admitcheck.admission import truth
 from admitcheck.admission.backtest import candidate_level, family, output_path, read_kept_screen, screen_cache_path
+from admitcheck.admission.backtest_report import Agreement
 from admitcheck.calibration.artifact import load_calibration
 from admitcheck.calibration.campaign import run_key
 from admitcheck.calibration.ledger import LedgerHeader, header_difference, ledger_path, read_live
@@ -92,10 +93,19 @@ class BacktestStatus:
     def settled(self) -> int:
         return sum(r.truth is not None for r in self.rows)
 
+    @property
+    def agreement(self) -> Agreement | None:
+        """The report's agreement (`truth.agreement`) over the truths settled so far that have a kept verdict; None
+        when there is none yet."""
+        done = [r for r in self.rows if r.truth is not None and r.verdict is not None]
+        return Agreement(**truth.agreement([r.verdict for r in done], [r.truth for r in done])) if done else None
+
     def to_dict(self) -> dict[str, Any]:
         rows = [asdict(r) | {"residual": r.residual} for r in self.rows]
         head = {k: v for k, v in asdict(self).items() if k != "rows"}
-        return head | {"ledger": str(self.ledger), "calibration": str(self.calibration), "rows": rows}
+        agreement = None if self.agreement is None else self.agreement.model_dump(mode="json")
+        extra = {"ledger": str(self.ledger), "calibration": str(self.calibration), "agreement": agreement}
+        return head | extra | {"rows": rows}
 
 
 def _runs(path: Path) -> tuple[dict | None, dict[str, RunRecord]]:
