@@ -28,7 +28,7 @@
 # git-ignored: the device's per-call copy of the working tree leaves them alone; `campaign_config`). After a session:
 #   tar xzf smollm2_campaign.tgz && cp reports/smollm2/cal/*.{ledger.jsonl,screen.json,yaml,png} calibrations/
 # Environment: CONFIGS (calibrate configs, default the shipped SmolLM2 ones), BACKTESTS (backtest configs, default
-# examples/smollm2_backtest.yaml and smollm2_backtest_recipes.yaml), JOBS (worker processes per campaign,
+# examples/smollm2_backtest.yaml, smollm2_backtest_control.yaml and smollm2_backtest_recipes.yaml), JOBS (worker processes per campaign,
 # each keeps the pair and engines for all its runs: default what fits the GPU's memory, `fit_jobs`), PY (python3), RUN (pid files and logs:
 # reports/smollm2), OUT. On CPU, with the toy pair, tests/test_campaign_detached.py drives this same script.
 set -uo pipefail
@@ -78,7 +78,7 @@ ttq_cmd() {  # issue 40's time-to-quality bench, resumable in $RUN/ttq
     --plan bench/ttq/smollm2_plan.yaml --every ${TTQ_EVERY:-5} --replicates ${TTQ_REPLICATES:-3} \
     --jobs ${TTQ_JOBS:-1} --ledger '$RUN/ttq/smollm2.ttq.ledger.jsonl' --out '$RUN/time_to_quality.json'"
 }
-BACKTESTS=${BACKTESTS:-examples/smollm2_backtest.yaml examples/smollm2_backtest_recipes.yaml}
+BACKTESTS=${BACKTESTS:-examples/smollm2_backtest.yaml examples/smollm2_backtest_control.yaml examples/smollm2_backtest_recipes.yaml}
 backtest_cmds() {  # each of $BACKTESTS in turn ($RUN/NAME.json and NAME.log), each one's rc echoed
   local b c="true"
   for b in $BACKTESTS; do

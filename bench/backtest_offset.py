@@ -1,0 +1,86 @@
+"""Why do a backtest's candidate costs sit above the calibration's curve? Two explanations checked from the ledgers
+(issue 38; docs/smollm2.md): the backtest's replicate seeds (are their baselines better than the calibration's
+mean, and do the calibration's own levels at those seeds sit above the curve?) and the machine the runs were made on
+(the calibration's level runs against their baselines, grouped by the GPU of each; a run's GPU is read off its
+`finished_at`: runs without one or finished before `--h200-before` were made on an H200, later ones on an H100 —
+true of the SmolLM2 ledgers, docs/gpu_campaigns.md). Prints and writes JSON; runs nothing.
+
+    python bench/backtest_offset.py --calibration calibrations/smollm2.yaml \
+        --backtest-ledger calibrations/smollm2.backtest.ledger.jsonl --h200-before 2026-12-06T05:00 \
+        --out bench/results/smollm2_backtest_offset_2026-12-06.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from admitcheck.calibration.artifact import load_calibration
+from admitcheck.calibration.ledger import ledger_path, read_live
+
+GPUS = ("H200", "H100")
+
+
+def is_baseline(run) -> bool:
+    return json.loads(run.key)["level"]["kind"] == "baseline"
+
+
+def summary(values: list[float]) -> dict:
+    v = np.asarray(values, dtype=float)
+    se = float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else None
+    return {"n": len(v), "mean_tau": float(v.mean()) if len(v) else None, "se_tau": se}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calibration", type=Path, required=True)
+    ap.add_argument("--backtest-ledger", type=Path, required=True)
+    ap.add_argument("--h200-before", required=True, help="UTC time, e.g. 2026-12-06T05:00")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    cal = load_calibration(args.calibration)
+    tau = cal.tolerance.value
+    cut = dt.datetime.fromisoformat(args.h200_before).replace(tzinfo=dt.UTC).timestamp()
+
+    def gpu(run) -> str:
+        return "H200" if run.finished_at is None or run.finished_at < cut else "H100"
+
+    _, runs = read_live(ledger_path(cal.path))
+    base = {r.seed: r for r in runs if is_baseline(r)}
+    levels = [r for r in runs if not is_baseline(r) and r.seed in base and r.mismatch is not None]
+
+    def residual(r) -> float:  # observed paired cost − the curve's at the run's x, in τ
+        return ((r.quality - base[r.seed].quality) - float(cal.predict_cost(r.mismatch))) / tau
+
+    _, bt = read_live(args.backtest_ledger)
+    seeds = sorted({r.seed for r in bt if is_baseline(r)})
+    all_base = np.array([b.quality for b in base.values()])
+    by_gpu = defaultdict(list)
+    for r in levels:
+        by_gpu[f"{gpu(r)} level, {gpu(base[r.seed])} baseline"].append(residual(r))
+    result = {
+        "tau": tau,
+        "backtest_seeds": seeds,
+        "baselines_at_backtest_seeds_minus_all_tau": float(
+            (np.mean([base[s].quality for s in seeds if s in base]) - all_base.mean()) / tau
+        ),
+        "calibration_levels_residual_all": summary([residual(r) for r in levels]),
+        "calibration_levels_residual_at_backtest_seeds": summary([residual(r) for r in levels if r.seed in seeds]),
+        "calibration_levels_residual_by_gpu": {k: summary(v) for k, v in sorted(by_gpu.items())},
+        "backtest_baselines_by_gpu": {g: sum(gpu(r) == g for r in bt if is_baseline(r)) for g in GPUS},
+        "backtest_candidate_runs_by_gpu": {g: sum(gpu(r) == g for r in bt if not is_baseline(r)) for g in GPUS},
+    }
+    result["command"] = "python bench/backtest_offset.py " + " ".join(sys.argv[1:])
+    (args.out.write_text if args.out else print)(json.dumps(result, indent=2) + ("\n" if args.out else ""))
+
+
+if __name__ == "__main__":
+    main()
