@@ -30,7 +30,7 @@ GPUS = ("H200", "H100")
 
 
 def is_baseline(run) -> bool:
-    return json.loads(run.key)["level"]["kind"] == "baseline"
+    return run.run_key.level.kind == "baseline"  # the record's key, typed
 
 
 def summary(values: list[float]) -> dict:

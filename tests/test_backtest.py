@@ -419,7 +419,8 @@ def test_status_before_any_run_and_from_the_cli(setup, report, tmp_path) -> None
         assert s.next_look == TRUTH["replicates"]
     res = CliRunner().invoke(app, ["backtest", str(cfg_path), "--status", "--json"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.output)["candidate_runs"] == 0 and json.loads(res.output)["agreement"] is None
+    printed = json.loads(res.output)
+    assert printed["candidate_runs"] == 0 and printed["agreement"] is None
     assert st.agreement is None
     assert not (tmp_path / "fresh.backtest.ledger.jsonl").exists()  # read only
     (tmp_path / "fresh.backtest.ledger.jsonl").write_text('{"kind": "header"}\n{"kind": "run", "key": \n')

@@ -160,19 +160,16 @@ def test_a_session_runs_its_steps_in_the_order_named_with_mps_only_around_the_st
     env = os.environ | {"PY": sys.executable, "RUN": str(tmp_path / "run"), "OUT": str(tmp_path / "out"),
                         "BACKTESTS": "cfg/bt.yaml", "DRY_RUN": "1", "JOBS": "2"}  # fmt: skip
 
-    def chain(steps: str) -> list[str]:
+    def steps_of(steps: str) -> list[str]:
         done = script("session", env=env | {"STEPS": steps})
         assert done.returncode == 0, done.stdout + done.stderr
         line = next(x for x in done.stdout.splitlines() if x.startswith("would run: "))
-        parts = [p.strip() for p in line.removeprefix("would run: ").split(";")]
-        return [
+        named = [
             "mps_off" if p.endswith("mps_off") else "mps" if p.endswith(" mps") else "noise" if "bench/noise.py" in p
             else "backtest" if "admitcheck backtest 'cfg/bt.yaml'" in p else "ttq" if "time_to_quality" in p else None
-            for p in parts
+            for p in (q.strip() for q in line.removeprefix("would run: ").split(";"))
         ]  # fmt: skip
-
-    def steps_of(steps: str) -> list[str]:
-        return [s for s in chain(steps) if s is not None]
+        return [s for s in named if s is not None]
 
     assert steps_of("noise backtest") == ["noise", "mps", "backtest", "mps_off"]
     assert steps_of("backtest noise ttq") == ["mps", "backtest", "mps_off", "noise", "ttq"]

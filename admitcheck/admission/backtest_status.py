@@ -103,8 +103,9 @@ class BacktestStatus:
     def to_dict(self) -> dict[str, Any]:
         rows = [asdict(r) | {"residual": r.residual} for r in self.rows]
         head = {k: v for k, v in asdict(self).items() if k != "rows"}
-        agreement = None if self.agreement is None else self.agreement.model_dump(mode="json")
-        extra = {"ledger": str(self.ledger), "calibration": str(self.calibration), "agreement": agreement}
+        agreement = self.agreement  # a property: computed once here
+        extra = {"ledger": str(self.ledger), "calibration": str(self.calibration),
+                 "agreement": None if agreement is None else agreement.model_dump(mode="json")}  # fmt: skip
         return head | extra | {"rows": rows}
 
 
