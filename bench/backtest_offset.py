@@ -3,11 +3,16 @@
 mean, and do the calibration's own levels at those seeds sit above the curve?) and the machine the runs were made on
 (the calibration's level runs against their baselines, grouped by the GPU of each; a run's GPU is read off its
 `finished_at`: runs without one or finished before `--h200-before` were made on an H200, later ones on an H100 —
-true of the SmolLM2 ledgers, docs/gpu_campaigns.md). Prints and writes JSON; runs nothing.
+true of the SmolLM2 ledgers, docs/gpu_campaigns.md). With `--control-ledger`, the null control's backtest (the
+calibration's own engine as a candidate): how far each of its runs is from the baseline it is paired with — zero
+means neither the GPU's rounding nor the machine moves a run. And the backtest's residual against the curve by
+replicate seed (each candidate run's paired cost minus the curve's cost at its own x, averaged per seed; a t interval
+over the seeds, which share their baselines across candidates). Prints and writes JSON; runs nothing.
 
     python bench/backtest_offset.py --calibration calibrations/smollm2.yaml \
         --backtest-ledger calibrations/smollm2.backtest.ledger.jsonl --h200-before 2026-12-06T05:00 \
-        --out bench/results/smollm2_backtest_offset_2026-12-06.json
+        --control-ledger calibrations/smollm2.control.backtest.ledger.jsonl \
+        --out bench/results/smollm2_backtest_offset_2026-12-06f.json
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -39,11 +45,32 @@ def summary(values: list[float]) -> dict:
     return {"n": len(v), "mean_tau": float(v.mean()) if len(v) else None, "se_tau": se}
 
 
+def t_interval(values: list[float], confidence: float = 0.95) -> list[float]:
+    v = np.asarray(values, dtype=float)
+    half = stats.t.ppf(0.5 + confidence / 2, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))
+    return [float(v.mean() - half), float(v.mean() + half)]
+
+
+def control(path: Path, base: dict, gpu) -> dict:
+    """The null candidate's runs against the calibration's baselines at the same seeds (nats/token)."""
+    _, runs = read_live(path)
+    diffs = [r.quality - base[r.seed].quality for r in runs if not is_baseline(r) and r.seed in base]
+    return {
+        "runs": len(diffs),
+        "bit_identical": sum(d == 0.0 for d in diffs),
+        "max_abs_difference": float(max(abs(d) for d in diffs)) if diffs else None,
+        "mean_difference": float(np.mean(diffs)) if diffs else None,
+        "runs_by_gpu": {g: sum(gpu(r) == g for r in runs if not is_baseline(r)) for g in GPUS},
+        "baselines_by_gpu": {g: sum(gpu(base[r.seed]) == g for r in runs if not is_baseline(r)) for g in GPUS},
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calibration", type=Path, required=True)
     ap.add_argument("--backtest-ledger", type=Path, required=True)
     ap.add_argument("--h200-before", required=True, help="UTC time, e.g. 2026-12-06T05:00")
+    ap.add_argument("--control-ledger", type=Path, help="the null control's backtest ledger")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     cal = load_calibration(args.calibration)
@@ -78,6 +105,40 @@ def main() -> None:
         "backtest_baselines_by_gpu": {g: sum(gpu(r) == g for r in bt if is_baseline(r)) for g in GPUS},
         "backtest_candidate_runs_by_gpu": {g: sum(gpu(r) == g for r in bt if not is_baseline(r)) for g in GPUS},
     }
+    per_seed = defaultdict(list)  # a candidate run's paired cost − the curve's at its x, in τ
+    for r in bt:
+        if not is_baseline(r) and r.seed in base and r.mismatch is not None:
+            per_seed[r.seed].append(residual(r))
+    seed_means = [float(np.mean(v)) for _, v in sorted(per_seed.items())]
+    result["backtest_residual_by_seed"] = {
+        "seeds": len(seed_means),
+        "runs": sum(map(len, per_seed.values())),
+        "mean_tau": float(np.mean(seed_means)),
+        "interval_tau": t_interval(seed_means),
+        "per_seed_tau": seed_means,
+    }
+    # by look (the replicate seeds in the backtest's order, 4 at a time): how good the baselines there are, and the
+    # residual of the candidates run at all 12 (lower quality is better: a negative baseline figure is a lucky seed,
+    # and a paired cost measured against it runs high — a candidate settled at 4 or 8 pairs inherits it)
+    order = [r.seed for r in bt if is_baseline(r)]
+    runs_of = defaultdict(dict)
+    for r in bt:
+        if not is_baseline(r) and r.seed in base and r.mismatch is not None:
+            runs_of[str(r.run_key.level)][r.seed] = residual(r)
+    full = [c for c in runs_of.values() if all(s in c for s in order)]
+    result["by_look"] = [
+        {
+            "seeds": order[i : i + 4],
+            "baseline_minus_all_baselines_tau": float(
+                (np.mean([base[s].quality for s in order[i : i + 4]]) - all_base.mean()) / tau
+            ),
+            "residual_of_candidates_at_all_seeds_tau": float(np.mean([c[s] for c in full for s in order[i : i + 4]])),
+        }
+        for i in range(0, len(order), 4)
+    ]
+    result["candidates_at_all_seeds"] = len(full)
+    if args.control_ledger:
+        result["null_control"] = control(args.control_ledger, base, gpu)
     result["command"] = "python bench/backtest_offset.py " + " ".join(sys.argv[1:])
     (args.out.write_text if args.out else print)(json.dumps(result, indent=2) + ("\n" if args.out else ""))
 
