@@ -38,3 +38,40 @@ def test_readme_and_docs_quote_the_two_reproducibility_seeds():
         assert text in readme
         assert f"**{budget['value']:.3g}**" in docs and f"[{lo:.3g}, ∞)" in docs
         assert f"{budget['value'] / shipped:#.3g}" == ratio and f"{ratio}×" in readme
+
+
+def test_the_smollm2_backtests_reports_are_their_ledgers_and_the_texts_quote_them():
+    """Issue 38: the shipped SmolLM2 backtests (made on an H100 from the calibration's H200 baselines) re-derive here
+    from their committed ledgers and kept screens (`backtest --status`, no model): every candidate's truth, pairs and
+    cost are the report's, and so is the agreement; README and docs/smollm2.md quote the agreement and the ambiguous
+    count; the null control's runs are its baselines to ≤ 1e-8 nats/token."""
+    import json
+
+    from admitcheck import io
+    from admitcheck.admission.backtest_report import load_backtest
+    from admitcheck.admission.backtest_status import backtest_status
+    from admitcheck.config import BacktestConfig
+
+    for name in ("smollm2", "smollm2_recipes", "smollm2_control"):
+        cfg_path = (
+            ROOT / "examples" / ("smollm2_backtest.yaml" if name == "smollm2" else f"smollm2_backtest_{name[8:]}.yaml")
+        )
+        cfg = io.load_config(cfg_path, BacktestConfig)
+        report = load_backtest(ROOT / "calibrations" / f"{name.replace('_', '.')}.backtest.yaml")
+        st = backtest_status(cfg, config_file=str(cfg_path))
+        assert st.settled == len(report.candidates) and st.screen_kept
+        for s, r in zip(st.rows, report.candidates, strict=True):
+            assert (s.name, s.verdict, s.truth) == (r.name, r.verdict.decision, r.truth.label)
+            assert s.pairs == r.truth.n and abs(s.cost - r.truth.cost) <= 1e-12
+        drop = {"decided_verdicts"}
+        assert st.agreement.model_dump(exclude=drop) == report.agreement.model_dump(exclude=drop)
+    main = load_backtest(ROOT / "calibrations" / "smollm2.backtest.yaml").agreement
+    assert (main.agree, main.decided_truths, main.ambiguous) == (15, 15, 3)  # issue 38: ≥ 90%, ≤ 25% ambiguous
+    readme, docs = (ROOT / "README.md").read_text(), (ROOT / "docs" / "smollm2.md").read_text()
+    for text in ("the 15 decided all agree with their verdicts", "3 ambiguous (17%", "9 bit for bit"):
+        assert text in readme and text in docs
+    rows = [json.loads(x) for x in (ROOT / "calibrations" / "smollm2.control.backtest.ledger.jsonl").open()][1:]
+    base = {r["seed"]: r["quality"] for r in rows if r.get("reused_from")}
+    null = [r for r in rows if not r.get("reused_from")]
+    assert len(null) == 12 and all(abs(r["quality"] - base[r["seed"]]) <= 1e-8 for r in null)
+    assert sum(r["quality"] == base[r["seed"]] for r in null) == 9  # "9 bit for bit" in the texts
