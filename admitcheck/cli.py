@@ -370,11 +370,17 @@ def calibrate(
                     text=lambda p: json.dumps(p.to_dict(), indent=2))  # fmt: skip
 
     def run(cfg, file):
+        from admitcheck.admission.screen_report import screened_decide
         from admitcheck.calibration.calibrate import calibrate as run_calibrate
         from admitcheck.report import write_calibration_chart
 
         cal = run_calibrate(
-            cfg, config_file=file, jobs=jobs, executor=executor, ray_address=ray_address, progress=progress()
+            screened_decide(cfg, file),
+            config_file=file,
+            jobs=jobs,
+            executor=executor,
+            ray_address=ray_address,
+            progress=progress(),
         )
         write_calibration_chart(cal)
         return cal

@@ -40,6 +40,7 @@ _PATH_KEYS = {
     "checkpoint",
     "ledgers",  # plan configs: ledger files, a screen's JSON, a bench JSON
     "screen_result",
+    "decide_from",  # calibrate configs: screens' JSON
     "bench",
 }
 _MODEL_KEYS = {"student", "teacher", "tokenizer"}  # may also be hub ids already in the local cache

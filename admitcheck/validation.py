@@ -121,6 +121,11 @@ def _checks(
             if len(trained) != len(train_rows):
                 counts["train.prompts with an answer (trained on)"] = len(trained)
     info = {"pair": cfg.pair.name or Path(cfg.pair.student).name, "prompts": counts}
+    if name == "calibrate" and cfg.levels.decide_from:  # the screens whose candidates the rounds decide
+        from admitcheck.admission.screen_report import screened_decide
+
+        with Collected(errors):
+            info["decide"] = screened_decide(cfg, file).levels.decide
     if name == "recipe" and pair.ok:  # the search screens with these fields (one ScreenSession): the same refusals
         from admitcheck.calibration.artifact import load_calibration
         from admitcheck.calibration.compatibility import check_compatibility, check_is_calibration

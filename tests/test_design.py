@@ -192,6 +192,58 @@ def test_levels_decide_is_validated() -> None:
             LevelsConfig(decide=bad)
 
 
+def test_levels_decide_from_reads_a_screens_upper_bounds(tmp_path) -> None:
+    """`levels.decide_from` (issue 38: a calibration told which screened candidates to decide): each verdict's
+    upper bound of a `screen --json` output joins `levels.decide` (repeats dropped); a screen on another metric, or
+    a file that is not a screen's, is refused naming the field — by `calibrate` with exit 2 before anything is
+    written, and by `validate`."""
+    import json
+    from pathlib import Path
+
+    import yaml
+    from typer.testing import CliRunner
+
+    from admitcheck import io
+    from admitcheck.admission.screen_report import screened_decide
+    from admitcheck.calibration.calibrate import calibrate
+    from admitcheck.cli import app
+    from admitcheck.config import CalibrateConfig
+    from admitcheck.errors import ConfigError
+
+    root = Path(__file__).resolve().parents[1]
+    screen = root / "bench" / "results" / "smollm2_screen_gpu_2026-12-06.json"
+    uppers = [v["mismatch_interval"][1] for v in json.loads(screen.read_text())["verdicts"]]
+    assert len(uppers) == 7
+    base = io.load_config(root / "examples" / "toy_calibrate.yaml", CalibrateConfig)
+    levels = base.levels.model_copy(update={"decide": [uppers[0], 0.05], "decide_from": [str(screen)] * 2})
+    cfg = base.model_copy(update={"levels": levels})
+    merged = screened_decide(cfg)
+    assert merged.levels.decide == pytest.approx([uppers[0], 0.05, *uppers[1:]]) and merged.levels.decide_from == []
+    with pytest.raises(ConfigError, match="screened_decide") as err:  # the library does not read it unmerged
+        calibrate(cfg, config_file="c.yaml")
+    assert err.value.field == "levels.decide_from"
+    assert screened_decide(base) is base  # nothing named: unchanged
+    other = json.loads(screen.read_text())
+    for v in other["verdicts"]:
+        v["metric"] = "kl_exact"
+    (tmp_path / "kl.json").write_text(json.dumps(other))
+    (tmp_path / "not_a_screen.json").write_text('{"verdicts": 3}')
+    for bad, words in (("kl.json", "screened on kl_exact"), ("not_a_screen.json", "not `admitcheck screen --json`")):
+        levels = base.levels.model_copy(update={"decide_from": [str(screen), str(tmp_path / bad)]})
+        with pytest.raises(ConfigError, match=words) as err:
+            screened_decide(base.model_copy(update={"levels": levels}), "c.yaml")
+        assert err.value.field == "levels.decide_from.1" and err.value.file == "c.yaml"
+    data = base.model_dump(mode="json", exclude_none=True)
+    data["levels"]["decide_from"] = ["kl.json"]  # relative: read beside the config
+    data["output"] = str(tmp_path / "out" / "toy.yaml")
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(data))
+    res = CliRunner().invoke(app, ["calibrate", str(tmp_path / "c.yaml")])
+    assert res.exit_code == 2 and "levels.decide_from.0" in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "out").exists()  # refused before anything was written
+    res = CliRunner().invoke(app, ["validate", str(tmp_path / "c.yaml")])
+    assert res.exit_code == 2 and "levels.decide_from.0" in res.output
+
+
 @pytest.mark.slow
 def test_interval_covers_under_the_shipped_protocol_fast() -> None:
     """The must-hold's fast version (bench/budget_coverage.py runs 200 per truth): the shipped toy protocol (adaptive

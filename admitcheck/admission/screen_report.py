@@ -33,7 +33,7 @@ from pydantic import (
 )
 
 from admitcheck.admission.sequential import BudgetKind, Verdict
-from admitcheck.config import PolicyConfig
+from admitcheck.config import CalibrateConfig, PolicyConfig
 from admitcheck.errors import ConfigError, EngineError
 from admitcheck.measurement.prefix_shift_report import PrefixShiftReport
 
@@ -216,3 +216,33 @@ def load_screen_report(path: str | Path, *, config_file: str | None = None, fiel
             file=config_file if config_file is not None else str(path),
             field=field,
         ) from None
+
+
+def screened_upper_bounds(path: str | Path, metric: str, *, config_file: str | None = None, field: str | None = None):
+    """The finite upper bounds of a screen report's verdicts (nats/token, their `mismatch_interval`'s upper end), for
+    a calibration on `metric` (`levels.decide_from`); a ConfigError naming the file or field when the report is not
+    a screen's or measured another metric."""
+    report = load_screen_report(path, config_file=config_file, field=field)
+    other = sorted({v.metric for v in report.verdicts} - {metric})
+    if other:
+        raise ConfigError(
+            f"{path} screened on {', '.join(other)}, this calibration's metric is {metric}",
+            file=config_file if config_file is not None else str(path),
+            field=field,
+        )
+    return [float(v.mismatch_interval[1]) for v in report.verdicts if math.isfinite(v.mismatch_interval[1])]
+
+
+def screened_decide(config: CalibrateConfig, config_file: str | None = None) -> CalibrateConfig:
+    """A calibrate config with `levels.decide` extended by the upper bounds of the screens `levels.decide_from`
+    names (order kept, repeats dropped) and `decide_from` emptied: what `calibration.calibrate` takes (`admitcheck
+    calibrate` and `validate` call it); a ConfigError naming the field (levels.decide_from.0, …) when one is not a
+    screen's JSON or screened another metric."""
+    if not config.levels.decide_from:
+        return config
+    bounds = list(config.levels.decide)
+    for i, path in enumerate(config.levels.decide_from):
+        field = f"levels.decide_from.{i}"
+        bounds += screened_upper_bounds(path, config.metric, config_file=config_file, field=field)
+    levels = config.levels.model_copy(update={"decide": list(dict.fromkeys(bounds)), "decide_from": []})
+    return config.model_copy(update={"levels": levels})

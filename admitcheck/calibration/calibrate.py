@@ -87,6 +87,7 @@ from admitcheck.calibration.schema import (
     TrainingRecipe,
 )
 from admitcheck.config import CalibrateConfig, SamplingConfig
+from admitcheck.errors import ConfigError
 
 __all__ = [
     "CalibrationArtifact",
@@ -127,6 +128,13 @@ def calibrate(
     t0 = time.perf_counter()
     # connects before anything is loaded or written: a cluster that does not answer leaves no trace
     check_jobs(jobs, config_file)
+    if config.levels.decide_from:  # a screen's output is read where the commands are (`screen_report.screened_decide`)
+        raise ConfigError(
+            "levels.decide_from is read by `admitcheck calibrate`; from Python, pass the config through "
+            "admitcheck.admission.screen_report.screened_decide first",
+            file=config_file,
+            field="levels.decide_from",
+        )
     runner = open_executor(config.resources, jobs=jobs, executor=executor, ray_address=ray_address)
     out = output_path(config, config_file)
     # checks the pair, prompts and engine before anything runs; the behaviour fingerprint is taken on CPU (float32),
