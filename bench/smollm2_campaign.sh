@@ -69,9 +69,12 @@ install() {  # the wheels into /tmp/site, once per machine (the stamp names the 
     .whl/*.whl /tmp/smol/gguf-*.whl && touch "$STAMPS/site.$sum"
 }
 name_of() { basename "$1" .yaml; }
-noise_cmd() {  # the #36 noise step on $1 workers (its tensors in /tmp/noise_smollm2; records and tokens collected)
-  echo "$PY bench/noise.py --pair smollm2 --seeds 4 --eval-seeds 3 --couplings inverse_cdf --ema --big-eval-samples 32 \
-    --jobs $1 --work /tmp/noise_smollm2 --out '$RUN/noise_smollm2.json'"
+noise_cmd() {  # the #36 noise step on $1 workers (its tensors in /tmp/noise_smollm2; records and tokens collected).
+  # The committed records (bench/results/noise_smollm2_work: the 8 inverse-CDF runs) seed a fresh machine's work dir,
+  # so it makes only the runs they lack: the Gumbel-max pairs (captured since 2026-12-06, docs/noise.md)
+  echo "mkdir -p /tmp/noise_smollm2; [ -f /tmp/noise_smollm2/runs.jsonl ] || cp bench/results/noise_smollm2_work/* \
+    /tmp/noise_smollm2/; $PY bench/noise.py --pair smollm2 --seeds 4 --eval-seeds 3 --couplings inverse_cdf gumbel \
+    --ema --big-eval-samples 32 --jobs $1 --work /tmp/noise_smollm2 --out '$RUN/noise_smollm2.json'"
 }
 ttq_cmd() {  # issue 40's time-to-quality bench, resumable in $RUN/ttq
   echo "mkdir -p '$RUN/ttq'; $PY bench/time_to_quality.py --config examples/smollm2_calibrate.yaml \
@@ -244,7 +247,7 @@ PY
   queue)  # one device session's GPU work, in order, detached (a call only polls it): the #37 figures (throughput of
     # kept workers over 30 runs with MPS and the theta0-evaluation cache; kept vs fresh vs the committed ledger,
     # re-measured on an H200 in issue 35; decode/OPD step; #38's GPU screens of the FP8 candidates right after the
-    # throughput, examples/smollm2_screen.yaml), then the #36 SmolLM2 noise decomposition (inverse-CDF only: the captured decoder has no Gumbel path, docs/noise.md;
+    # throughput, examples/smollm2_screen.yaml), then the #36 SmolLM2 noise decomposition (both couplings: the captured decoder has Gumbel-max since 2026-12-06;
     # no EMA: the recipe's lr decays to 0). Each step's JSON
     # lands in $RUN; a step that fails does not stop the rest. QCORES=0-11 keeps the queue on those cores (toy work on
     # the rest: bench/toy_remake.sh).

@@ -173,9 +173,10 @@ def static_decode(eng: HFEngine, ps, sampling: SamplingConfig, seed: int, T: int
     recipe = eng._kv_recipe(ids, mask)
     spec = (sampling.temperature, sampling.top_p, sampling.top_k)
     dec = CapturedDecoder(eng.model, eng._cache_kwarg, DecodeShape.of(len(ps), ids.shape[1], T, True), spec, recipe,
-                          eos_token_id=EOS, pad_token_id=PAD)  # fmt: skip
+                          eos_token_id=EOS, pad_token_id=PAD, coupling=sampling.coupling)  # fmt: skip
+    uniforms = draw_uniforms(len(ps), T, seed) if sampling.coupling == "inverse_cdf" else None
     with torch.inference_mode():
-        tokens, logprobs, out_mask, full, steps = dec.run(ids, mask, draw_uniforms(len(ps), T, seed), T)
+        tokens, logprobs, out_mask, full, steps = dec.run(ids, mask, uniforms, T, seed=seed)
     n = int(out_mask[: len(ps), :steps].sum(1).max())
     return tuple(x[: len(ps), :n].clone() for x in (tokens, logprobs, out_mask, full))
 
@@ -185,7 +186,9 @@ def _same_rollouts(a, b, tol: float) -> None:
     assert (a.logprobs - b.logprobs).abs().max() <= tol
 
 
-@pytest.mark.parametrize("sampling", [T_ONE, T_CUT], ids=["t1", "t0.7-p0.9-k5"])
+@pytest.mark.parametrize(
+    "sampling", [T_ONE, T_CUT, T_ONE.model_copy(update={"coupling": "gumbel"})], ids=["t1", "t0.7-p0.9-k5", "gumbel"]
+)
 @pytest.mark.parametrize("kv", ["auto", "fp8_e4m3"])
 def test_fused_engine_draws_the_eager_loops_tokens_on_the_toy_pair(kv, sampling, toy_pair_dir):
     """float32 on CPU: the fused engine (its static decoder's bodies run eagerly) against the eager loop (same tokens;

@@ -81,14 +81,32 @@ def _fmix32(h: torch.Tensor) -> torch.Tensor:
     return h ^ (h >> 16)
 
 
-def _hash_words(seed: int, *words: torch.Tensor) -> torch.Tensor:
-    """A uint32 hash (in int64) of a 64-bit seed and broadcastable int64 index tensors, chained through fmix32."""
+def seed_words(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A 64-bit seed's two keys for `hash_words` (0-dim int64 tensors holding uint32 values): the chain's start (its
+    low then high half through fmix32) and the low half that keys the last round. A captured decode keeps them in
+    device buffers, so a new seed is a copy, not a new graph."""
     s = int(seed) & ((1 << 64) - 1)
     h = _fmix32(torch.tensor((s & _M32) ^ 0x9E3779B9, dtype=torch.long))
-    h = _fmix32(h ^ ((s >> 32) & _M32))
+    return _fmix32(h ^ ((s >> 32) & _M32)), torch.tensor(s & _M32, dtype=torch.long)
+
+
+def hash_words(keys: tuple[torch.Tensor, torch.Tensor], *words: torch.Tensor) -> torch.Tensor:
+    """A uint32 hash (in int64) of a seed's `seed_words` and broadcastable int64 index tensors, chained through
+    fmix32; integer ops only (capturable in a CUDA graph; the same on any device)."""
+    h, lo = keys
     for w in words:
         h = _fmix32(h ^ (w & _M32))
-    return _fmix32(h ^ (s & _M32))  # a last round keyed by the seed again: neighbouring tokens decorrelate further
+    return _fmix32(h ^ lo)  # a last round keyed by the seed again: neighbouring tokens decorrelate further
+
+
+def gumbel_from_keys(keys: tuple[torch.Tensor, torch.Tensor], rows: torch.Tensor, position: torch.Tensor, vocab: int):
+    """(B, V) float64 standard Gumbel noise of (seed, rows[b], position, token v), the seed as its `seed_words` and
+    the position an int64 tensor of one element: what `gumbel_noise` computes, in tensor ops only."""
+    dev = rows.device
+    at = hash_words(keys, position.to(dev))
+    h = hash_words(keys, rows.long().unsqueeze(1), at, torch.arange(vocab, dtype=torch.long, device=dev))
+    u = (h.double() + 0.5) / 4294967296.0  # (B, V)
+    return -torch.log(-torch.log(u))
 
 
 def gumbel_noise(seed: int, rows: torch.Tensor, position: int, vocab: int) -> torch.Tensor:
@@ -96,11 +114,8 @@ def gumbel_noise(seed: int, rows: torch.Tensor, position: int, vocab: int) -> to
 
     u = (hash + ½) / 2^32 lies in (0, 1), so g = −log(−log u) is finite; its 2^-32 resolution is the only departure
     from an exact Gumbel (a bias below 1e-9 in any token's probability)."""
-    dev = rows.device
-    h = _hash_words(seed, torch.tensor(position, dtype=torch.long, device=dev))
-    h = _hash_words(seed, rows.long().unsqueeze(1), h.to(dev), torch.arange(vocab, dtype=torch.long, device=dev))
-    u = (h.double() + 0.5) / 4294967296.0  # (B, V)
-    return -torch.log(-torch.log(u))
+    keys = tuple(k.to(rows.device) for k in seed_words(seed))
+    return gumbel_from_keys(keys, rows, torch.tensor(position, dtype=torch.long), vocab)
 
 
 def sample_gumbel(logprobs: torch.Tensor, seed: int, rows: torch.Tensor, position: int) -> torch.Tensor:

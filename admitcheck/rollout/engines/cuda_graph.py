@@ -37,7 +37,7 @@ import torch
 from admitcheck.rollout.kv_fp8 import KVRecipe
 from admitcheck.rollout.layout import position_ids
 from admitcheck.rollout.precision import noised
-from admitcheck.rollout.sampling import process_logits, sample_inverse_cdf
+from admitcheck.rollout.sampling import gumbel_from_keys, process_logits, sample_inverse_cdf, seed_words
 
 CHECK_EVERY = 8  # decode steps between host checks of "all rows finished?" (each one is a device sync)
 COMPILE_OPTIONS: dict = {}  # inductor options of the compiled forward (torch.compile(options=...))
@@ -117,6 +117,7 @@ class CapturedDecoder:
         pad_token_id: int,
         forward=None,  # the decode forward: the model, FusedLlamaForward(model), or torch.compile of either
         pool=None,  # a CUDA graph memory pool shared with the engine's other decoders
+        coupling: str = "inverse_cdf",  # or "gumbel": Gumbel-max with the seed's keys in buffers (`run(seed=)`)
     ) -> None:
         self.model, self.forward = model, (forward if forward is not None else model)
         self.cache_kwarg, self.shape, self.sampling = cache_kwarg, shape, sampling
@@ -137,6 +138,9 @@ class CapturedDecoder:
         self.pos = torch.zeros(B, 1, dtype=torch.long, device=dev)  # (B, 1) its position id
         self.step = torch.zeros(1, dtype=torch.long, device=dev)  # (1,) the output column of this step
         self.uniforms = torch.ones(B, T, dtype=torch.float64, device=dev)  # (B, T)
+        self.coupling = coupling
+        self.keys = (torch.zeros((), dtype=torch.long, device=dev), torch.zeros((), dtype=torch.long, device=dev))
+        self.rows = torch.arange(B, dtype=torch.long, device=dev)  # (B,) the Gumbel noise's sequence index
         self.tokens = torch.full((B, T), self.pad, dtype=torch.long, device=dev)  # (B, T)
         self.logprobs = torch.zeros(B, T, dtype=torch.float32, device=dev)  # (B, T)
         self.mask = torch.zeros(B, T, dtype=torch.bool, device=dev)  # (B, T)
@@ -166,7 +170,11 @@ class CapturedDecoder:
         temperature, top_p, top_k = self.sampling
         logp = process_logits(self.logits, temperature, top_p, top_k)  # (B, V) float32
         col = self.step.view(1, 1).expand(self.alive.shape[0], 1)  # (B, 1)
-        tok = sample_inverse_cdf(logp, self.uniforms.gather(1, col).squeeze(1))  # (B,)
+        if self.coupling == "gumbel":  # the eager loop's `sample_gumbel`, the seed and position from buffers
+            g = gumbel_from_keys(self.keys, self.rows, self.step, logp.shape[-1])  # (B, V) float64
+            tok = torch.argmax(logp.double() + g, dim=-1)  # (B,)
+        else:
+            tok = sample_inverse_cdf(logp, self.uniforms.gather(1, col).squeeze(1))  # (B,)
         tok_lp = logp.gather(1, tok.unsqueeze(1)).squeeze(1)  # (B,)
         done = ~self.alive  # finished before this step: pad, log-prob 0, mask False
         tok = tok.masked_fill(done, self.pad)
@@ -238,10 +246,16 @@ class CapturedDecoder:
         self.prefill_pos.copy_(position_ids(self.prompt_mask))
 
     def run(
-        self, ids: torch.Tensor, prompt_mask: torch.Tensor, uniforms: torch.Tensor, max_new_tokens: int
+        self,
+        ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        uniforms: torch.Tensor | None,
+        max_new_tokens: int,
+        seed: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, int]:
-        """(b, p) left-padded prompts and mask, (b, T) uniforms -> the (B, T_bucket) output buffers and the number
-        of steps run (rows past b and columns past the steps are junk: the caller crops)."""
+        """(b, p) left-padded prompts and mask, (b, T) uniforms (inverse-CDF) or the seed (Gumbel) -> the
+        (B, T_bucket) output buffers and the number of steps run (rows past b and columns past the steps are junk:
+        the caller crops)."""
         b, p = ids.shape
         self.ids.fill_(self.pad)
         self.prompt_mask.zero_()
@@ -249,7 +263,13 @@ class CapturedDecoder:
         self.ids[:b, -p:] = ids
         self.prompt_mask[:b, -p:] = prompt_mask
         self._set_prefill_inputs()
-        self.uniforms[:b, : uniforms.shape[1]] = uniforms
+        if self.coupling == "gumbel":
+            if seed is None:
+                raise ValueError("a Gumbel decoder's run needs the seed")
+            for buf, key in zip(self.keys, seed_words(seed), strict=True):
+                buf.copy_(key)
+        else:
+            self.uniforms[:b, : uniforms.shape[1]] = uniforms
         prefill = self.prefill_graph.replay if self.prefill_graph is not None else self._prefill
         step = self.step_graph.replay if self.step_graph is not None else self._step
         prefill()

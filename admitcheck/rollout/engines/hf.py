@@ -24,9 +24,9 @@ activation hooks: `admitcheck.rollout.precision`). The caller's model is never t
 On CUDA the decode is captured (`admitcheck.rollout.engines.cuda_graph`): a static KV cache and one CUDA graph per
 decode step, keyed by batch/prompt/length bucket and sampling, reused across calls, with the same transform and the
 same uniforms (so the same tokens, up to the forward's kernels); `cuda_graphs=False` keeps the eager loop there too.
-Gumbel-max sampling (`SamplingConfig.coupling: gumbel`, rollout/sampling.py) runs in the eager loop only: a captured
-decoder draws uniforms, so a gumbel call takes the eager loop on CUDA too (issue 36: capturing it is left to the
-SmolLM2 session).
+Gumbel-max sampling (`SamplingConfig.coupling: gumbel`, rollout/sampling.py) is captured too (issue 36): the step
+hashes the seed's keys (device buffers, so a new seed is a copy, not a new graph), the row and the step's own
+position counter into the eager loop's noise, in integer tensor ops, and takes the same argmax.
 `fused=True` (Llama only, default off until measured on the GPU): the decode step's forward is `FusedLlamaForward`
 (`fused_llama.py`: one GEMM for q|k|v and one for gate|up per layer, the projections' weights re-pointed as views
 into the fused buffers at engine build, so every in-place weight write reaches it); on CPU the static decoder's
@@ -361,7 +361,7 @@ class HFEngine:
         ids, prompt_mask = left_pad(prompts, self.pad_token_id, dev)  # (B, P)
         B, P = ids.shape
         recipe = self._kv_recipe(ids, prompt_mask)
-        if (self.cuda_graphs or self.fused) and sampling.coupling == "inverse_cdf":  # its decoder: uniforms only
+        if self.cuda_graphs or self.fused:  # the static decoder (captured on CUDA), either coupling
             return self._decode_captured(ids, prompt_mask, sampling, seed, T, return_full, recipe)
         attn = torch.ones(B, P + T, dtype=torch.long, device=dev)  # (B, P + T); a growing prefix is passed each step
         attn[:, :P] = prompt_mask
@@ -441,7 +441,7 @@ class HFEngine:
         """The same decode through a CapturedDecoder (built, and captured when `cuda_graphs`, on the first call of its
         bucket; uncaptured its bodies run eagerly: the fused forward on CPU)."""
         B, P = ids.shape
-        key = (DecodeShape.of(B, P, T, full), (sampling.temperature, sampling.top_p, sampling.top_k))
+        key = (DecodeShape.of(B, P, T, full), (sampling.temperature, sampling.top_p, sampling.top_k), sampling.coupling)
         decoder = self._decoders.get(key)
         if decoder is None:
             decoder = CapturedDecoder(
@@ -453,12 +453,14 @@ class HFEngine:
                 eos_token_id=self.eos_token_id,
                 pad_token_id=self.pad_token_id,
                 forward=self._step_forward(),
+                coupling=sampling.coupling,
             )
             if self.cuda_graphs:
                 decoder.capture()
             self._decoders[key] = decoder
-        uniforms = draw_uniforms(B, T, seed).to(self.device)  # (B, T) float64, the eager loop's draws
-        tokens, logprobs, mask, fulls, steps = decoder.run(ids, prompt_mask, uniforms, T)
+        gumbel = sampling.coupling == "gumbel"  # noise from the seed in the step itself: no uniforms
+        uniforms = None if gumbel else draw_uniforms(B, T, seed).to(self.device)  # (B, T) float64, the eager loop's
+        tokens, logprobs, mask, fulls, steps = decoder.run(ids, prompt_mask, uniforms, T, seed=seed)
         n = int(mask[:B, :steps].sum(dim=1).max())
         out = [x[:B, :n].cpu() for x in (tokens, logprobs, mask)]
         return out[0], out[1], out[2], (fulls[:B, :n] if fulls is not None else None)  # the graph's buffer: `sample`
