@@ -2,7 +2,7 @@
 and the sync baseline, paired by seed, with held-out evaluations every few steps, timed on the machine they run on.
 
     python bench/time_to_quality.py --config examples/smollm2_calibrate.yaml --plan bench/ttq/smollm2_plan.yaml \
-        --every 5 --replicates 3 --jobs 1 --ledger reports/ttq/smollm2.ttq.ledger.jsonl \
+        --every 5 --replicates 3 --jobs 1 --ledger bench/ttq/smollm2.ttq.ledger.jsonl \
         --out bench/results/h200_time_to_quality.json                       # one H200
     python bench/time_to_quality.py --config examples/toy_calibrate.yaml --plan bench/ttq/toy_plan.yaml --every 20 \
         --replicates 3 --jobs 1 --ledger bench/ttq/toy.ttq.ledger.jsonl --out bench/results/time_to_quality_toy_cpu.json
