@@ -435,6 +435,8 @@ def render_validate(config: Path, v) -> None:
         keys = [k for k, x in info.items() if not isinstance(x, (dict, list)) or k in ("candidates", "prompts")]
     for k in keys:
         out.print(f"  {k}: {info[k]}")
+    if v.kind == "calibrate" and info.get("decide"):  # levels.decide with the screens' bounds folded in
+        out.print(f"  decide: {', '.join(f'{x:.3g}' for x in info['decide'])} (nats/token)")
 
 
 # --------------------------------------------------------------------------------------------------- sensitivity

@@ -242,6 +242,10 @@ def test_levels_decide_from_reads_a_screens_upper_bounds(tmp_path) -> None:
     assert not (tmp_path / "out").exists()  # refused before anything was written
     res = CliRunner().invoke(app, ["validate", str(tmp_path / "c.yaml")])
     assert res.exit_code == 2 and "levels.decide_from.0" in res.output
+    data["levels"]["decide_from"] = [str(screen)]
+    (tmp_path / "good.yaml").write_text(yaml.safe_dump(data))
+    res = CliRunner().invoke(app, ["validate", str(tmp_path / "good.yaml")])
+    assert res.exit_code == 0 and f"decide: {uppers[0]:.3g}, " in res.output, res.output
 
 
 @pytest.mark.slow
