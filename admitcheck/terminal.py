@@ -432,11 +432,10 @@ def render_validate(config: Path, v) -> None:
     if v.kind == "backtest":
         keys = ["calibration", "budget", "tolerance", "candidates"]
     else:
-        keys = [k for k, x in info.items() if not isinstance(x, (dict, list)) or k in ("candidates", "prompts")]
+        listed = ("candidates", "prompts", "decide")  # decide: a calibrate config's, the screens' bounds folded in
+        keys = [k for k, x in info.items() if not isinstance(x, (dict, list)) or k in listed]
     for k in keys:
         out.print(f"  {k}: {info[k]}")
-    if v.kind == "calibrate" and info.get("decide"):  # levels.decide with the screens' bounds folded in
-        out.print(f"  decide: {', '.join(f'{x:.3g}' for x in info['decide'])} (nats/token)")
 
 
 # --------------------------------------------------------------------------------------------------- sensitivity

@@ -6,8 +6,9 @@ mean, and do the calibration's own levels at those seeds sit above the curve?) a
 true of the SmolLM2 ledgers, docs/gpu_campaigns.md). With `--control-ledger`, the null control's backtest (the
 calibration's own engine as a candidate): how far each of its runs is from the baseline it is paired with — zero
 means neither the GPU's rounding nor the machine moves a run. And the backtest's residual against the curve by
-replicate seed (each candidate run's paired cost minus the curve's cost at its own x, averaged per seed; a t interval
-over the seeds, which share their baselines across candidates). Prints and writes JSON; runs nothing.
+replicate seed (each candidate run's paired cost minus the curve's cost at its own x; averaged per seed over the
+candidates run at every seed, a t interval over the seeds, which share their baselines across candidates) and by
+look. Prints and writes JSON; runs nothing.
 
     python bench/backtest_offset.py --calibration calibrations/smollm2.yaml \
         --backtest-ledger calibrations/smollm2.backtest.ledger.jsonl --h200-before 2026-12-06T05:00 \
@@ -61,7 +62,9 @@ def control(path: Path, base: dict, gpu) -> dict:
         "max_abs_difference": float(max(abs(d) for d in diffs)) if diffs else None,
         "mean_difference": float(np.mean(diffs)) if diffs else None,
         "runs_by_gpu": {g: sum(gpu(r) == g for r in runs if not is_baseline(r)) for g in GPUS},
-        "baselines_by_gpu": {g: sum(gpu(base[r.seed]) == g for r in runs if not is_baseline(r)) for g in GPUS},
+        "baselines_by_gpu": {
+            g: sum(gpu(base[r.seed]) == g for r in runs if not is_baseline(r) and r.seed in base) for g in GPUS
+        },
     }
 
 
@@ -71,6 +74,7 @@ def main() -> None:
     ap.add_argument("--backtest-ledger", type=Path, required=True)
     ap.add_argument("--h200-before", required=True, help="UTC time, e.g. 2026-12-06T05:00")
     ap.add_argument("--control-ledger", type=Path, help="the null control's backtest ledger")
+    ap.add_argument("--look", type=int, default=4, help="pairs per look (the backtest's truth.step)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     cal = load_calibration(args.calibration)
@@ -105,38 +109,48 @@ def main() -> None:
         "backtest_baselines_by_gpu": {g: sum(gpu(r) == g for r in bt if is_baseline(r)) for g in GPUS},
         "backtest_candidate_runs_by_gpu": {g: sum(gpu(r) == g for r in bt if not is_baseline(r)) for g in GPUS},
     }
-    per_seed = defaultdict(list)  # a candidate run's paired cost − the curve's at its x, in τ
-    for r in bt:
-        if not is_baseline(r) and r.seed in base and r.mismatch is not None:
-            per_seed[r.seed].append(residual(r))
-    seed_means = [float(np.mean(v)) for _, v in sorted(per_seed.items())]
-    result["backtest_residual_by_seed"] = {
-        "seeds": len(seed_means),
-        "runs": sum(map(len, per_seed.values())),
-        "mean_tau": float(np.mean(seed_means)),
-        "interval_tau": t_interval(seed_means),
-        "per_seed_tau": seed_means,
-    }
-    # by look (the replicate seeds in the backtest's order, 4 at a time): how good the baselines there are, and the
-    # residual of the candidates run at all 12 (lower quality is better: a negative baseline figure is a lucky seed,
-    # and a paired cost measured against it runs high — a candidate settled at 4 or 8 pairs inherits it)
-    order = [r.seed for r in bt if is_baseline(r)]
-    runs_of = defaultdict(dict)
+    # by replicate seed. The candidates run at every seed (the balanced part: the same candidates at each seed) give
+    # the offset with every seed weighted once: a t interval over the seeds' means (the seeds share baselines across
+    # candidates, so they, not the candidates, are the independent units). Over all runs the seeds' means also mix
+    # which candidates reached that seed (later seeds: only those the early looks left undecided), kept for reference.
+    order = [r.seed for r in bt if is_baseline(r)]  # the replicate seeds in the backtest's order (its looks')
+    runs_of = defaultdict(dict)  # candidate (its level key) -> seed -> residual in τ
     for r in bt:
         if not is_baseline(r) and r.seed in base and r.mismatch is not None:
             runs_of[str(r.run_key.level)][r.seed] = residual(r)
     full = [c for c in runs_of.values() if all(s in c for s in order)]
+    if full:
+        means = [float(np.mean([c[s] for c in full])) for s in order]
+        result["residual_by_seed_balanced"] = {
+            "candidates": len(full),
+            "seeds": len(order),
+            "mean_tau": float(np.mean(means)),
+            "interval_tau": t_interval(means),
+            "per_seed_tau": means,
+        }
+    mixed = [float(np.mean([c[s] for c in runs_of.values() if s in c])) for s in order]
+    result["residual_by_seed_all_runs"] = {
+        "runs": sum(map(len, runs_of.values())),
+        "mean_tau": float(np.mean(mixed)),
+        "interval_tau": t_interval(mixed),
+        "note": "each seed's mean over the candidates that reached it: mixes seed and candidate effects",
+    }
+    # by look (`--look` seeds at a time, the truth rule's step): how good the baselines there are, and the residual
+    # of the candidates run at every seed (lower quality is better: a negative baseline figure is a lucky seed, and a
+    # paired cost measured against it runs high — a candidate settled at an early look inherits it)
+    k = args.look
     result["by_look"] = [
         {
-            "seeds": order[i : i + 4],
+            "seeds": order[i : i + k],
             "baseline_minus_all_baselines_tau": float(
-                (np.mean([base[s].quality for s in order[i : i + 4]]) - all_base.mean()) / tau
+                (np.mean([base[s].quality for s in order[i : i + k]]) - all_base.mean()) / tau
             ),
-            "residual_of_candidates_at_all_seeds_tau": float(np.mean([c[s] for c in full for s in order[i : i + 4]])),
+            "residual_of_candidates_at_all_seeds_tau": (
+                float(np.mean([c[s] for c in full for s in order[i : i + k]])) if full else None
+            ),
         }
-        for i in range(0, len(order), 4)
+        for i in range(0, len(order), k)
     ]
-    result["candidates_at_all_seeds"] = len(full)
     if args.control_ledger:
         result["null_control"] = control(args.control_ledger, base, gpu)
     result["command"] = "python bench/backtest_offset.py " + " ".join(sys.argv[1:])

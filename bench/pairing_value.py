@@ -37,8 +37,12 @@ LOOKS = (4, 12)
 
 
 def variances(lv: np.ndarray, bs: np.ndarray, all_b: np.ndarray, n: int) -> tuple[float, float]:
-    """(paired, against all baselines) variance of an n-run cost estimate from these samples."""
-    return float(np.var(lv - bs, ddof=1) / n), float(np.var(lv, ddof=1) / n + np.var(all_b, ddof=1) / len(all_b))
+    """(paired, against all baselines) variance of an n-run cost estimate from these samples. The candidate's n
+    seeds are among the N baselines, so the mean of n level runs and the mean of all N baselines share n pairs:
+    var = σL²/n + σB²/N − 2·cov(L, B)/N (each shared pair contributes cov/(nN), n of them)."""
+    cov = float(np.cov(lv, bs, ddof=1)[0, 1])
+    paired = float(np.var(lv - bs, ddof=1) / n)
+    return paired, float(np.var(lv, ddof=1) / n + np.var(all_b, ddof=1) / len(all_b) - 2 * cov / len(all_b))
 
 
 def level_figures(lv: np.ndarray, bs: np.ndarray, others: np.ndarray, tau: float, rng, boots: int) -> dict:
@@ -76,11 +80,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calibration", type=Path, required=True)
     ap.add_argument("--backtest-ledger", type=Path, help="take the levels from a backtest's ledger")
-    ap.add_argument("--min-pairs", type=int, default=6)
+    ap.add_argument("--min-pairs", type=int, default=6, help="at least 4 (Fisher's z)")
     ap.add_argument("--bootstrap", type=int, default=4000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    if args.min_pairs < 4:
+        ap.error("--min-pairs must be at least 4")
     cal = load_calibration(args.calibration)
     tau = cal.tolerance.value
     _, runs = read_live(ledger_path(cal.path))
@@ -89,7 +95,7 @@ def main() -> None:
         _, runs = read_live(args.backtest_ledger)
     by_level = defaultdict(dict)
     for r in runs:
-        if r.run_key.level.kind != "baseline" and r.seed in base:
+        if r.run_key.level.kind != "baseline" and r.seed in base and r.mismatch is not None:
             by_level[json.dumps(r.run_key.level.dump(), sort_keys=True)][r.seed] = (r.quality, r.mismatch)
     rng = np.random.default_rng(args.seed)
     levels = []

@@ -20,7 +20,7 @@
 #   STEPS="noise backtest" bash bench/smollm2_campaign.sh session  # the session's steps detached, in that order
 #                                                          # (DRY_RUN=1: print the chain instead of starting it)
 #   BENCH=bench_x bash bench/smollm2_campaign.sh bench ARGS  # bench/gpu_smollm2.py ARGS detached ($RUN/bench_x.json)
-#   bash bench/smollm2_campaign.sh ttq                     # issue 40's time-to-quality bench, detached (bench/ttq)
+#   bash bench/smollm2_campaign.sh ttq                     # issue 40's time-to-quality bench, detached ($RUN/ttq)
 #   bash bench/smollm2_campaign.sh calibrate 530 10        # the old stage: start with JOBS=10, then poll 530
 #   bash bench/smollm2_campaign.sh screen 400              # screens of the FP8 candidates (attached, time-limited)
 #
@@ -76,11 +76,13 @@ noise_cmd() {  # the #36 noise step on $1 workers (its tensors in /tmp/noise_smo
     /tmp/noise_smollm2/; $PY bench/noise.py --pair smollm2 --seeds 4 --eval-seeds 3 --couplings inverse_cdf gumbel \
     --ema --big-eval-samples 32 --jobs $1 --work /tmp/noise_smollm2 --out '$RUN/noise_smollm2.json'"
 }
-ttq_cmd() {  # issue 40's time-to-quality bench, resumable across sessions: its ledgers in bench/ttq (travel with the
-  # working tree; collected; commit them and the next session's call resumes them)
-  echo "$PY bench/time_to_quality.py --config examples/smollm2_calibrate.yaml \
+ttq_cmd() {  # issue 40's time-to-quality bench, resumable across sessions: the live ledgers in $RUN/ttq (git-ignored:
+  # a call's copy of the working tree never lands on them), seeded once on a fresh machine from the committed
+  # bench/ttq/smollm2.ttq.* (copy the collected reports/smollm2/ttq/smollm2.ttq.* there and commit them)
+  echo "mkdir -p '$RUN/ttq'; for f in bench/ttq/smollm2.ttq.*; do [ -e \"\$f\" ] && [ ! -e '$RUN/ttq/'\$(basename \"\$f\") ] \
+    && cp \"\$f\" '$RUN/ttq/'; done; true; $PY bench/time_to_quality.py --config examples/smollm2_calibrate.yaml \
     --plan bench/ttq/smollm2_plan.yaml --every ${TTQ_EVERY:-5} --replicates ${TTQ_REPLICATES:-3} \
-    --jobs ${TTQ_JOBS:-1} --ledger bench/ttq/smollm2.ttq.ledger.jsonl --out '$RUN/time_to_quality.json'"
+    --jobs ${TTQ_JOBS:-1} --ledger '$RUN/ttq/smollm2.ttq.ledger.jsonl' --out '$RUN/time_to_quality.json'"
 }
 BACKTESTS=${BACKTESTS:-examples/smollm2_backtest.yaml examples/smollm2_backtest_control.yaml examples/smollm2_backtest_recipes.yaml}
 backtest_cmds() {  # each of $BACKTESTS in turn ($RUN/NAME.json and NAME.log), each one's rc echoed
@@ -147,7 +149,7 @@ collect() {  # everything the campaigns made, in one file (ledgers first: they a
   # the noise step's run records and rollout tokens (small), not its weights: bench/noise.py --analyse-only reads them
   mkdir -p "$RUN/noise_work" && cp /tmp/noise_smollm2/*.jsonl /tmp/noise_smollm2/*.tokens.pt "$RUN/noise_work/" 2>/dev/null
   tar czf "$OUT/smollm2_campaign.tgz" calibrations/smollm2*.ledger.jsonl calibrations/smollm2*.yaml \
-    calibrations/smollm2*.png $(ls bench/ttq/smollm2.ttq.* 2>/dev/null) "$RUN" $(for c in $(calibrate_configs 2>/dev/null); do $PY - "$c" <<'PY'
+    calibrations/smollm2*.png "$RUN" $(for c in $(calibrate_configs 2>/dev/null); do $PY - "$c" <<'PY'
 import sys, yaml, pathlib
 c = pathlib.Path(sys.argv[1]); out = (c.parent / yaml.safe_load(c.read_text())["output"]).resolve()
 print(out.with_name(out.stem + ".ledger.jsonl"), out if out.exists() else "")
@@ -274,8 +276,8 @@ PY
     exit 0
     ;;
   ttq)  # issue 40: time-to-quality measured vs plan's prediction (bench/time_to_quality.py), detached and resumable
-    # across sessions: the ledgers live in bench/ttq (collected with the rest; each call's machine and jobs beside
-    # them; commit them). TTQ_JOBS=1 times each run alone (the GPU to itself: run nothing else beside it).
+    # across sessions: the live ledgers in $RUN/ttq, seeded from the committed bench/ttq/smollm2.ttq.* (collected with
+    # the rest; each call's machine and jobs beside them). TTQ_JOBS=1 times each run alone (the GPU to itself).
     detach ttq "$(ttq_cmd)"
     exit 0
     ;;
@@ -325,7 +327,7 @@ PY
     # "calibrate screen backtest noise"): calibrate (the configs in $CONFIGS continued to their max_runs), screen (the FP8
     # candidates against the result), backtest ($BACKTESTS, resumable: their ledgers in $RUN/cal), recipe (the recipe
     # search from two FP8 recipes), noise (#36: the runs' records and tokens are collected, their weights stay in
-    # /tmp/noise_smollm2), ttq (#40, resumable across sessions in bench/ttq). MPS on for calibrate/screen/backtest/recipe, off for
+    # /tmp/noise_smollm2), ttq (#40, resumable across sessions: $RUN/ttq seeded from bench/ttq). MPS on for calibrate/screen/backtest/recipe, off for
     # noise and ttq (switched between steps as the order needs). JOBS workers.
     steps=" ${STEPS:-calibrate screen backtest noise} "
     cmds="true"; mps=0

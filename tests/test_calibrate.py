@@ -134,6 +134,7 @@ def test_report_records_rule_x_choice_and_draws(reference) -> None:
     assert cal.protocol.x == b.x == cal.x_measure and b.rule.startswith(("one model", "the model was refused"))
     assert b.method in ("model", "bracket") and b.method_reason and b.bracket is not None and b.model is not None
     assert len(cal.budget_draws()) == cfg.bootstrap and b.protocol.runs == len(cal.runs)
+    assert b.protocol.decide is None and "decide" not in cal.dump()["budget"]["protocol"]  # none named: absent
     report = {lv.level: lv for lv in cal.level_report}
     assert report["noise-1"].replicates >= 2 and report["stale-1"].paired_cost_interval is None
     assert cal.tolerance.rule.startswith("absolute")

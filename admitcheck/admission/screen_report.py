@@ -218,31 +218,36 @@ def load_screen_report(path: str | Path, *, config_file: str | None = None, fiel
         ) from None
 
 
-def screened_upper_bounds(path: str | Path, metric: str, *, config_file: str | None = None, field: str | None = None):
-    """The finite upper bounds of a screen report's verdicts (nats/token, their `mismatch_interval`'s upper end), for
-    a calibration on `metric` (`levels.decide_from`); a ConfigError naming the file or field when the report is not
-    a screen's or measured another metric."""
+def screened_upper_bounds(
+    path: str | Path, metric: str, pair: str, *, config_file: str | None = None, field: str | None = None
+) -> list[float]:
+    """The positive finite upper bounds of a screen report's verdicts (nats/token, their `mismatch_interval`'s upper
+    end), for a calibration of `pair` on `metric` (`levels.decide_from`); a ConfigError naming the file or field
+    when the report is not a screen's, measured another metric, or judged against another pair's calibration."""
     report = load_screen_report(path, config_file=config_file, field=field)
+    where = {"file": config_file if config_file is not None else str(path), "field": field}
     other = sorted({v.metric for v in report.verdicts} - {metric})
     if other:
+        raise ConfigError(f"{path} screened on {', '.join(other)}, this calibration's metric is {metric}", **where)
+    if report.calibration.pair != pair:
         raise ConfigError(
-            f"{path} screened on {', '.join(other)}, this calibration's metric is {metric}",
-            file=config_file if config_file is not None else str(path),
-            field=field,
+            f"{path} screened against a calibration of pair {report.calibration.pair!r}, this one is {pair!r}", **where
         )
-    return [float(v.mismatch_interval[1]) for v in report.verdicts if math.isfinite(v.mismatch_interval[1])]
+    uppers = (float(v.mismatch_interval[1]) for v in report.verdicts)
+    return [u for u in uppers if math.isfinite(u) and u > 0]  # a null candidate's bound 0 decides nothing
 
 
 def screened_decide(config: CalibrateConfig, config_file: str | None = None) -> CalibrateConfig:
     """A calibrate config with `levels.decide` extended by the upper bounds of the screens `levels.decide_from`
     names (order kept, repeats dropped) and `decide_from` emptied: what `calibration.calibrate` takes (`admitcheck
     calibrate` and `validate` call it); a ConfigError naming the field (levels.decide_from.0, …) when one is not a
-    screen's JSON or screened another metric."""
+    screen's JSON, screened another metric or judged another pair."""
     if not config.levels.decide_from:
         return config
+    pair = config.pair.name or Path(config.pair.student).name  # the calibration's name (`calibrate.output_path`)
     bounds = list(config.levels.decide)
     for i, path in enumerate(config.levels.decide_from):
         field = f"levels.decide_from.{i}"
-        bounds += screened_upper_bounds(path, config.metric, config_file=config_file, field=field)
-    levels = config.levels.model_copy(update={"decide": list(dict.fromkeys(bounds)), "decide_from": []})
-    return config.model_copy(update={"levels": levels})
+        bounds += screened_upper_bounds(path, config.metric, pair, config_file=config_file, field=field)
+    data = config.levels.model_dump() | {"decide": list(dict.fromkeys(bounds)), "decide_from": []}
+    return config.model_copy(update={"levels": type(config.levels).model_validate(data)})  # validated again

@@ -169,6 +169,7 @@ def calibrate(
         "max_runs": config.levels.max_runs,
         "runs": len(placed),
         "added_levels": [lv.name for lv in levels if lv.name.startswith("noise-added-")],
+        **({"decide": list(config.levels.decide)} if config.levels.decide else {}),
     }
     warnings = budget_warnings(fitted.estimate, config.levels.interval_factor, len(placed), stop)
     timings = {

@@ -399,6 +399,9 @@ class AdaptiveProtocol(Section):
     max_runs: int
     runs: int
     added_levels: list[str] | None = None
+    # `levels.decide` (with `levels.decide_from`'s screens folded in): the candidates' bounds the rounds decided
+    # around, nats/token; absent when none was named
+    decide: list[float] | None = None
 
 
 class BudgetModel(Section):
