@@ -369,13 +369,20 @@ def calibrate(
         return _run(config, "calibrate", _ledger_progress, terminal.render_ledger_progress, as_json=as_json,
                     text=lambda p: json.dumps(p.to_dict(), indent=2))  # fmt: skip
 
+    def screener(screen_cfg, screen_file):  # `levels.decide_from`'s screen configs, each screened once (kept)
+        from admitcheck.admission.screen import screen as run_screen
+        from admitcheck.report import to_json
+
+        err.print(f"levels.decide_from: screening {screen_file} (its report is kept beside the calibration)")
+        return to_json(run_screen(screen_cfg, config_file=screen_file, progress=progress()))
+
     def run(cfg, file):
-        from admitcheck.admission.screen_report import screened_decide
+        from admitcheck.admission.decide_from import screened_decide
         from admitcheck.calibration.calibrate import calibrate as run_calibrate
         from admitcheck.report import write_calibration_chart
 
         cal = run_calibrate(
-            screened_decide(cfg, file),
+            screened_decide(cfg, file, screener=screener),
             config_file=file,
             jobs=jobs,
             executor=executor,

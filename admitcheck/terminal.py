@@ -432,7 +432,8 @@ def render_validate(config: Path, v) -> None:
     if v.kind == "backtest":
         keys = ["calibration", "budget", "tolerance", "candidates"]
     else:
-        listed = ("candidates", "prompts", "decide")  # decide: a calibrate config's, the screens' bounds folded in
+        # decide: a calibrate config's, the screens' bounds folded in; to screen: its screen configs not screened yet
+        listed = ("candidates", "prompts", "decide", "to screen")
         keys = [k for k, x in info.items() if not isinstance(x, (dict, list)) or k in listed]
     for k in keys:
         out.print(f"  {k}: {info[k]}")

@@ -122,10 +122,14 @@ def _checks(
                 counts["train.prompts with an answer (trained on)"] = len(trained)
     info = {"pair": cfg.pair.name or Path(cfg.pair.student).name, "prompts": counts}
     if name == "calibrate" and cfg.levels.decide_from:  # the screens whose candidates the rounds decide
-        from admitcheck.admission.screen_report import screened_decide
+        from admitcheck.admission.decide_from import plan_decide
 
         with Collected(errors):
-            info["decide"] = screened_decide(cfg, file).levels.decide
+            sources = plan_decide(cfg, file)  # nothing screened: a screen config not screened yet has no bounds
+            info["decide"] = list(dict.fromkeys([*cfg.levels.decide, *(b for s in sources for b in s.bounds or ())]))
+            info["to screen"] = [
+                f"{s.path} (candidates: {', '.join(s.candidates)})" for s in sources if s.bounds is None
+            ]
     if name == "recipe" and pair.ok:  # the search screens with these fields (one ScreenSession): the same refusals
         from admitcheck.calibration.artifact import load_calibration
         from admitcheck.calibration.compatibility import check_compatibility, check_is_calibration

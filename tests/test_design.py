@@ -205,7 +205,7 @@ def test_levels_decide_from_reads_a_screens_upper_bounds(tmp_path) -> None:
     from typer.testing import CliRunner
 
     from admitcheck import io
-    from admitcheck.admission.screen_report import screened_decide
+    from admitcheck.admission.decide_from import screened_decide
     from admitcheck.calibration.calibrate import calibrate
     from admitcheck.cli import app
     from admitcheck.config import CalibrateConfig

@@ -33,7 +33,7 @@ from pydantic import (
 )
 
 from admitcheck.admission.sequential import BudgetKind, Verdict
-from admitcheck.config import CalibrateConfig, PolicyConfig
+from admitcheck.config import PolicyConfig
 from admitcheck.errors import ConfigError, EngineError
 from admitcheck.measurement.prefix_shift_report import PrefixShiftReport
 
@@ -235,19 +235,3 @@ def screened_upper_bounds(
         )
     uppers = (float(v.mismatch_interval[1]) for v in report.verdicts)
     return [u for u in uppers if math.isfinite(u) and u > 0]  # a null candidate's bound 0 decides nothing
-
-
-def screened_decide(config: CalibrateConfig, config_file: str | None = None) -> CalibrateConfig:
-    """A calibrate config with `levels.decide` extended by the upper bounds of the screens `levels.decide_from`
-    names (order kept, repeats dropped) and `decide_from` emptied: what `calibration.calibrate` takes (`admitcheck
-    calibrate` and `validate` call it); a ConfigError naming the field (levels.decide_from.0, …) when one is not a
-    screen's JSON, screened another metric or judged another pair."""
-    if not config.levels.decide_from:
-        return config
-    pair = config.pair.name or Path(config.pair.student).name  # the calibration's name (`calibrate.output_path`)
-    bounds = list(config.levels.decide)
-    for i, path in enumerate(config.levels.decide_from):
-        field = f"levels.decide_from.{i}"
-        bounds += screened_upper_bounds(path, config.metric, pair, config_file=config_file, field=field)
-    data = config.levels.model_dump() | {"decide": list(dict.fromkeys(bounds)), "decide_from": []}
-    return config.model_copy(update={"levels": type(config.levels).model_validate(data)})  # validated again

@@ -128,10 +128,10 @@ def calibrate(
     t0 = time.perf_counter()
     # connects before anything is loaded or written: a cluster that does not answer leaves no trace
     check_jobs(jobs, config_file)
-    if config.levels.decide_from:  # a screen's output is read where the commands are (`screen_report.screened_decide`)
+    if config.levels.decide_from:  # screens are read (and run) in the admission stage (`decide_from.screened_decide`)
         raise ConfigError(
             "levels.decide_from is read by `admitcheck calibrate`; from Python, pass the config through "
-            "admitcheck.admission.screen_report.screened_decide first",
+            "admitcheck.admission.decide_from.screened_decide first",
             file=config_file,
             field="levels.decide_from",
         )

@@ -164,9 +164,10 @@ class LevelsConfig(Strict):
     # candidates whose verdicts the rounds should decide: each one's screened mismatch upper bound (nats/token, the
     # calibration's functional: a screen report's `upper`); the model's pairs go where B's interval leaves one undecided
     decide: list[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = []
-    # `admitcheck screen --json` outputs whose candidates the rounds should decide: each verdict's screened upper
-    # bound (its `mismatch_interval`'s upper end, on the calibration's metric) joins `decide`
-    # (`screen_report.screened_decide`)
+    # screens whose candidates the rounds should decide: `admitcheck screen --json` outputs (.json) or screen configs
+    # (.yaml, screened once by `admitcheck calibrate`, the report kept beside the output); each verdict's screened
+    # upper bound (its `mismatch_interval`'s upper end, on the calibration's metric) joins `decide`
+    # (`decide_from.screened_decide`)
     decide_from: list[str] = []
 
     @model_validator(mode="after")
