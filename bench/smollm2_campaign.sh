@@ -95,6 +95,16 @@ backtest_cmds() {  # each of $BACKTESTS in turn ($RUN/NAME.json and NAME.log), e
   done
   echo "$c"
 }
+crosscard_cmd() {  # issue 38: one backtest run per engine kind taken out of the campaign's copy of the ledger and
+  # re-made on this card (bench/cross_card.py), compared with the runs taken out (made on H100s): $RUN/cross_card.json
+  local c L A="$RUN/cross_card.aside.jsonl"; c=$(campaign_config examples/smollm2_backtest.yaml)
+  L="$RUN/cal/smollm2.backtest.ledger.jsonl"
+  echo "{ [ -e '$A' ] || $PY bench/cross_card.py drop --ledger '$L' --aside '$A'; }; \
+    $PY -m admitcheck backtest '$c' --jobs ${XJOBS:-4} --json > '$RUN/cross_card.backtest.json' 2> '$RUN/cross_card.log'; \
+    echo cross_card backtest rc=\$?; $PY bench/cross_card.py compare --ledger '$L' --aside '$A' \
+    --calibration calibrations/smollm2.yaml --card \"\$(nvidia-smi -L | head -1)\" --out '$RUN/cross_card.json' \
+    >> '$RUN/cross_card.log' 2>&1; echo cross_card rc=\$?"
+}
 campaign_config() {  # the config a campaign runs: for a tracked one (examples/*.yaml), a copy out/NAME.campaign.yaml
   # (git-ignored, at the same depth, so its relative paths hold) whose output is $RUN/cal/ (git-ignored), seeded once
   # from the tracked ledger and artifact. Why: every device call copies the working tree onto the device, and on
@@ -302,7 +312,7 @@ PY
     limit=${2:-540}; t0=$(date +%s)
     while :; do
       status
-      for f in "$RUN"/session.log "$RUN"/queue.log "$RUN"/remeasure_*.log "$RUN"/backtest.log "$RUN"/smollm2_backtest*.log "$RUN"/bench*.log "$RUN"/noise.log "$RUN"/ttq.log "$RUN"/screen.log; do
+      for f in "$RUN"/session.log "$RUN"/queue.log "$RUN"/remeasure_*.log "$RUN"/backtest.log "$RUN"/smollm2_backtest*.log "$RUN"/bench*.log "$RUN"/noise.log "$RUN"/ttq.log "$RUN"/screen.log "$RUN"/cross_card.log; do
         [ -e "$f" ] || continue; b=$(basename "$f" .log)
         echo "== $b: $(alive "$b" && echo running || echo stopped)"; tail -n 2 "$f" | cut -c1-300
       done
@@ -340,7 +350,7 @@ PY
     cmds="true"; mps=0
     for step in $steps; do
       case $step in
-        calibrate|screen|backtest|recipe) [ $mps = 0 ] && { cmds="$cmds; bash '$0' mps"; mps=1; } ;;
+        calibrate|screen|backtest|recipe|crosscard) [ $mps = 0 ] && { cmds="$cmds; bash '$0' mps"; mps=1; } ;;
         noise|ttq) [ $mps = 1 ] && { cmds="$cmds; bash '$0' mps_off"; mps=0; } ;;
         *) echo "unknown session step $step" >&2; exit 2 ;;
       esac
@@ -358,6 +368,7 @@ PY
           done ;;
         noise) cmds="$cmds; $(noise_cmd "$JOBS") > '$RUN/noise.log' 2>&1; echo noise rc=\$?" ;;
         ttq) cmds="$cmds; $(ttq_cmd) > '$RUN/ttq.log' 2>&1; echo ttq rc=\$?" ;;
+        crosscard) cmds="$cmds; $(crosscard_cmd)" ;;
       esac
     done
     [ $mps = 1 ] && cmds="$cmds; bash '$0' mps_off"
