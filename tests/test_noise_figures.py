@@ -58,27 +58,40 @@ def test_the_must_hold_is_reported_as_not_met():
 
 
 def test_the_smollm2_records_analyse_on_a_machine_without_their_tensors(tmp_path):
-    """The SmolLM2 noise step's 8 run records (inverse-CDF training only, made on an H100, collected without their
-    weights or tokens) re-analyse here as bench/results/noise_smollm2.json says: only the coupling that was run (the
-    analysis once iterated over both and failed), no divergence without tokens, the evaluation sd docs/noise.md quotes,
-    and each run's final quality the H200-made ledger's to 1e-8."""
+    """The SmolLM2 noise step's 16 run records (8 inverse-CDF-trained, 8 Gumbel-trained since 2026-12-06; made on
+    H100s, collected without their weights) re-analyse here as bench/results/noise_smollm2.json says: no divergence
+    without tokens, with the committed tokens the divergence it ships; the evaluation sd and the Gumbel figures
+    docs/noise.md quotes, and each inverse-CDF run's final quality the H200-made ledger's to 1e-8."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("noise_bench", ROOT / "bench" / "noise.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    rows = [json.loads(x) for x in (ROOT / "bench/results/noise_smollm2_work/runs.jsonl").read_text().splitlines()]
+    work = ROOT / "bench/results/noise_smollm2_work"
+    rows = [json.loads(x) for x in (work / "runs.jsonl").read_text().splitlines()]
     shipped = json.loads((ROOT / "bench/results/noise_smollm2.json").read_text())
     tau = shipped["meta"]["tau"]
     out = bench.analyse(rows, tmp_path, tau, shipped["shipped"], [])
-    assert set(out["divergence"]) == {"inverse_cdf"} and out["divergence"]["inverse_cdf"] == {}
-    assert set(out["evaluation"]) == {"inverse_cdf/inverse_cdf", "inverse_cdf/gumbel"}
+    assert out["divergence"] == {"inverse_cdf": {}, "gumbel": {}}  # no tokens here
+    couplings = {f"{t}/{e}" for t in ("inverse_cdf", "gumbel") for e in ("inverse_cdf", "gumbel")}
+    assert set(out["evaluation"]) == couplings
     # the same records give the same figures (to float rounding: numpy's SIMD sums differ by CPU, AVX2 vs AVX-512)
     assert _close(out["evaluation"], shipped["evaluation"]) and _close(out["options"], shipped["options"])
+    big_rows = [b for r in rows for b in r.get("big_evals", []) if b["samples"] == 32]  # in the runs since 2026-12-06
+    larger = bench.larger_eval(rows, big_rows, tau)
+    assert _close(larger, shipped["larger_evaluation"]) and shipped["larger_evaluation_missing"] == []
+    with_tokens = bench.analyse(rows, work, tau, shipped["shipped"], [])  # the committed tokens: read, not written
+    assert _close(with_tokens["divergence"], shipped["divergence"])
     ev = out["evaluation"]["inverse_cdf/inverse_cdf"]
     assert f"{ev['eval_sd_pooled']:.4f}" == "0.0063" and f"{ev['eval_sd_pooled_tau']:.2f}" == "0.17"
+    big = {(o["train_coupling"], o["eval_coupling"]): o for o in larger}
+    gg = big["gumbel", "gumbel"]
+    agreement = shipped["divergence"]["gumbel"]["1"]["token_agreement"]
     docs = (ROOT / "docs" / "noise.md").read_text()
     assert "| 0.0063 | 0.17 |" in docs
+    lo, hi = gg["paired_cost_sd_ci95_tau"]
+    assert f"{gg['paired_cost_sd_tau']:.2f} τ [{lo:.2f}, {hi:.2f}]" in docs
+    assert f"{gg['paired_trajectory_sd_tau']:.2f} τ" in docs and f"{agreement:.2f}" in docs
     assert all(abs(r["quality"] - r["ledger"]) < 1e-8 for r in shipped["shipped_reproduced"])
 
 
