@@ -344,8 +344,9 @@ PY
     # "calibrate screen backtest noise"): calibrate (the configs in $CONFIGS continued to their max_runs), screen (the FP8
     # candidates against the result), backtest ($BACKTESTS, resumable: their ledgers in $RUN/cal), recipe (the recipe
     # search from two FP8 recipes), noise (#36: the runs' records and tokens are collected, their weights stay in
-    # /tmp/noise_smollm2), ttq (#40, resumable across sessions: $RUN/ttq seeded from bench/ttq). MPS on for calibrate/screen/backtest/recipe, off for
-    # noise and ttq (switched between steps as the order needs). JOBS workers.
+    # /tmp/noise_smollm2), ttq (#40, resumable across sessions: $RUN/ttq seeded from bench/ttq), crosscard (#38: one
+    # backtest run per engine kind re-made on this card, `crosscard_cmd`). MPS on for calibrate/screen/backtest/recipe/
+    # crosscard, off for noise and ttq (switched between steps as the order needs). JOBS workers.
     steps=" ${STEPS:-calibrate screen backtest noise} "
     cmds="true"; mps=0
     for step in $steps; do
