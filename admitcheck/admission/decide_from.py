@@ -90,7 +90,9 @@ def _checked_screen_config(config: CalibrateConfig, path: str, file: str, field:
     return screen_cfg
 
 
-def _source(config: CalibrateConfig, config_file: str | None, i: int, path: str) -> tuple[DecideSource, ScreenConfig]:
+def _source(
+    config: CalibrateConfig, config_file: str | None, i: int, path: str
+) -> tuple[DecideSource, ScreenConfig | None]:
     from admitcheck.admission.screen_report import load_screen_report
 
     field = f"levels.decide_from.{i}"
