@@ -170,6 +170,30 @@ def test_prompt_sets_are_disjoint_checkable_and_sized():
     assert smollm2.make_splits(recipe, seed=1) != splits
 
 
+def test_the_copying_task_holds_out_its_eval_words_and_leaves_the_opd_sets_alone():
+    """`copy_splits` (issue 40's RL task): every word under each template, the eval words never trained on, each
+    row's answer its word (found by the reward's rule in a reply that copies it, not in the prompt's other words),
+    deterministic, and the OPD sets unchanged by it (its own random stream)."""
+    before = smollm2.make_splits(smollm2.SmolBuild(), seed=0)
+    splits = smollm2.copy_splits(seed=0)
+    words = set(smollm2.COPY_WORDS)
+    n_templates = len(smollm2.COPY_TEMPLATES)
+    assert len(smollm2.COPY_WORDS) == len(words) and not words & set(smollm2.WORDS)
+    assert {k: len(v) for k, v in splits.items()} == {
+        "copy_train": (len(words) - 60) * n_templates,
+        "copy_eval": 60 * n_templates,
+    }
+    train_words = {r["answer"] for r in splits["copy_train"]}
+    eval_words = {r["answer"] for r in splits["copy_eval"]}
+    assert not train_words & eval_words and train_words | eval_words == words
+    for r in splits["copy_train"] + splits["copy_eval"]:
+        assert r["kind"] == "copy" and r["answer"] in r["instruction"]
+        assert smollm2.answer_found(r["answer"], f"{r['answer'].capitalize()}.")
+        assert not smollm2.answer_found(r["answer"], "Answer with only the word.")
+    assert smollm2.copy_splits(seed=0) == splits and smollm2.copy_splits(seed=1) != splits
+    assert smollm2.make_splits(smollm2.SmolBuild(), seed=0) == before
+
+
 def test_answer_found():
     assert smollm2.answer_found("Paris", "The capital of France is Paris.")
     assert smollm2.answer_found("-3", "The answer is -3.")

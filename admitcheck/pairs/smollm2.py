@@ -19,9 +19,14 @@ and the scan settings), so a rebuild does not repeat it. No healing: the pruned 
 
 Prompt sets (built offline, seeded; the chat template applied, so the prompt text is what the engines tokenize):
 checkable instructions (arithmetic, reversal, counting, capitals; "answer" = the exact expected text) and open
-instructions (no answer). eval.jsonl holds only checkable ones; the three sets are disjoint.
+instructions (no answer). eval.jsonl holds only checkable ones; the three sets are disjoint. Beside them, an RL task
+the student can learn (`copy_splits`: copying a word, 3 templates, train and eval words disjoint;
+copy_train.jsonl, copy_eval.jsonl): on the four kinds above the student earns ~0% of the reward at temperature 1 and
+GRPO has nothing to learn from, while copying starts at a few % and the RL recipe raises it to ~50% in its 30 steps
+(bench/grpo_learnability.py, docs/rl.md).
 
-Layout of `dir`: teacher/, student/, prompts/{train,probe,eval}.jsonl, layer_scan.json, smollm2_pair.json (the cache).
+Layout of `dir`: teacher/, student/, prompts/{train,probe,eval,copy_train,copy_eval}.jsonl, layer_scan.json,
+smollm2_pair.json (the cache).
 """
 
 from __future__ import annotations
@@ -434,6 +439,45 @@ def make_splits(recipe: SmolBuild, seed: int) -> dict[str, list[dict]]:
     return out
 
 
+COPY_WORDS = (  # noqa: SIM905  common single words, none of WORDS: the copying task's vocabulary (`copy_splits`)
+    "acorn actor album alley amber angel ankle apron arrow attic autumn avenue bacon badge bakery balloon bamboo "
+    "banjo barrel beacon beaver blanket blossom border biscuit boulder bracelet branch bread brick broom bucket "
+    "buffalo bugle cabin cactus canal canoe canvas canyon captain carpet cattle cavern cedar cellar chalk chapel "
+    "cheese chimney circus clock cloud clover cobalt collar comet compass coral cotton cradle crayon cricket "
+    "crystal cupboard curtain daisy dancer dentist diamond dolphin donkey drawer dune eagle easel elbow ember "
+    "falcon feather fence ferry fiddle flame flannel flute fossil fountain fox galaxy garlic gazelle geyser "
+    "ginger glacier glove goblet gravel hammer hammock harvest hazel helmet hermit hollow honey horizon hornet "
+    "iceberg igloo insect ivory jasmine jelly jewel jungle kennel kettle kitten ladder lagoon lantern lava "
+    "leopard lettuce lizard lobster locket lumber magnet mango maple meadow mirror mitten mosaic muffin napkin "
+    "nectar needle noodle nutmeg oasis olive onion orchard otter paddle palace panda parrot pebble pelican "
+    "pepperoni pillow pirate plum pony poppy prism puddle puppet quilt raccoon radish raven ribbon riddle "
+    "saddle salmon sandal satchel scarf seagull shovel sierra skillet sparrow spider sponge squirrel statue "
+    "stool sugar sunflower swan tablet teapot temple thimble thistle tractor trumpet tulip umbrella unicorn "
+    "vase vessel village violin walnut walrus wagon wizard wolf yogurt zebra"
+).split()
+COPY_TEMPLATES = (
+    "Repeat this word exactly: {w}. Answer with only the word.",
+    "Say the word '{w}'. Answer with only the word.",
+    "Write the word {w} once. Answer with only the word.",
+)
+
+
+def copy_splits(seed: int, eval_words: int = 60) -> dict[str, list[dict]]:
+    """The copying task's rows {"instruction", "kind": "copy", "answer": the word}: every word under every template,
+    `eval_words` words held out for copy_eval, the rest copy_train (disjoint words), each shuffled, seeded apart
+    from `make_splits`' stream (the OPD prompt sets stay as they were)."""
+    rng = random.Random(f"copy:{seed}")
+    words = list(dict.fromkeys(COPY_WORDS))
+    rng.shuffle(words)
+
+    def rows(ws: list[str]) -> list[dict]:
+        out = [{"instruction": t.format(w=w), "kind": "copy", "answer": w} for w in ws for t in COPY_TEMPLATES]
+        rng.shuffle(out)
+        return out
+
+    return {"copy_train": rows(words[eval_words:]), "copy_eval": rows(words[:eval_words])}
+
+
 def chat_prompt(tok, instruction: str) -> str:
     """The instruction as the model sees it: one user turn and the assistant's header (the chat template's)."""
     msgs = [{"role": "user", "content": instruction}]
@@ -491,7 +535,7 @@ def build_smollm2_pair(
     save_portable(teacher, tok, d / "teacher")
     canonical_tokenizer(d / "teacher")
     tok = io.load_tokenizer(d / "teacher")  # as every command will read it
-    splits = make_splits(recipe, seed)
+    splits = make_splits(recipe, seed) | copy_splits(seed)
     for split, rows in splits.items():
         lines = []
         for r in rows:
