@@ -120,13 +120,13 @@ def _checks(
             trained = task_rows(train_rows, cfg.train)
             if len(trained) != len(train_rows):
                 counts["train.prompts with an answer (trained on)"] = len(trained)
-    info = {"pair": cfg.pair.name or Path(cfg.pair.student).name, "prompts": counts}
+    info = {"pair": cfg.pair.name or Path(cfg.pair.student).name, "prompts": counts}  # any config kind with a pair
     if name == "calibrate" and cfg.levels.decide_from:  # the screens whose candidates the rounds decide
-        from admitcheck.admission.decide_from import plan_decide
+        from admitcheck.admission.decide_from import decide_bounds, plan_decide
 
         with Collected(errors):
             sources = plan_decide(cfg, file)  # nothing screened: a screen config not screened yet has no bounds
-            info["decide"] = list(dict.fromkeys([*cfg.levels.decide, *(b for s in sources for b in s.bounds or ())]))
+            info["decide"] = decide_bounds(cfg, sources)
             info["to screen"] = [
                 f"{s.path} (candidates: {', '.join(s.candidates)})" for s in sources if s.bounds is None
             ]

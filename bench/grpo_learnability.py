@@ -26,12 +26,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-TEMPLATES = (
-    "Repeat this word exactly: {w}. Answer with only the word.",
-    "Say the word '{w}'. Answer with only the word.",
-    "Write the word {w} once. Answer with only the word.",
-)
-
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -49,7 +43,7 @@ def main() -> None:
     from admitcheck.config import CalibrateConfig, RolloutConfig, SamplingConfig
     from admitcheck.pairs.answers import answer_in_reply, reply_text
     from admitcheck.pairs.load import PairTokens
-    from admitcheck.pairs.smollm2 import WORDS, chat_prompt
+    from admitcheck.pairs.smollm2 import COPY_TEMPLATES, WORDS, chat_prompt
 
     torch.set_num_threads(2)
     cfg = io.load_config(ROOT / "examples" / "smollm2_calibrate_rl.yaml", CalibrateConfig)
@@ -63,7 +57,7 @@ def main() -> None:
     train_words, held_out = words[:60], words[-15:]
 
     def rows(ws: list[str]) -> list[tuple[list[int], str]]:
-        return [(tok(chat_prompt(tok, t.format(w=w)))["input_ids"], w) for w in ws for t in TEMPLATES]
+        return [(tok(chat_prompt(tok, t.format(w=w)))["input_ids"], w) for w in ws for t in COPY_TEMPLATES]
 
     train_rows, eval_rows = rows(train_words), rows(held_out)
     task = Task({tuple(p): w for p, w in train_rows}, tokens)

@@ -26,7 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from admitcheck.admission.screen_report import screened_upper_bounds
+from admitcheck.admission.screen_report import screened_report, screened_upper_bounds
+from admitcheck.calibration.calibrate import calibration_name, output_path
 from admitcheck.config import CalibrateConfig, ScreenConfig
 from admitcheck.errors import AdmitcheckError, ConfigError
 
@@ -46,14 +47,9 @@ class DecideSource:
     bounds: tuple[float, ...] | None  # None: a screen config not screened yet
 
 
-def _pair_name(config: CalibrateConfig) -> str:
-    return config.pair.name or Path(config.pair.student).name  # the calibration's name (`calibrate.output_path`)
-
-
 def kept_report_path(config: CalibrateConfig, config_file: str | None, screen_config: str) -> Path:
     """Where a screen config's report is kept: beside the calibration's output, named by the config text's sha."""
     from admitcheck import io
-    from admitcheck.calibration.calibrate import output_path
 
     sha = hashlib.sha256(io.read_text(screen_config).encode()).hexdigest()[:12]
     out = output_path(config, config_file)
@@ -74,7 +70,7 @@ def _checked_screen_config(config: CalibrateConfig, path: str, file: str, field:
         inner = f"{exc.field}: " if exc.field else ""
         raise ConfigError(f"{field}: the screen config {path} does not validate ({inner}{exc})", file=file,
                           field=field) from None  # fmt: skip
-    pair = _pair_name(config)
+    pair = calibration_name(config)
     if calibration.name != pair:
         raise ConfigError(
             f"{path} screens against a calibration of pair {calibration.name!r}, this one is {pair!r}",
@@ -93,16 +89,13 @@ def _checked_screen_config(config: CalibrateConfig, path: str, file: str, field:
 def _source(
     config: CalibrateConfig, config_file: str | None, i: int, path: str
 ) -> tuple[DecideSource, ScreenConfig | None]:
-    from admitcheck.admission.screen_report import load_screen_report
-
     field = f"levels.decide_from.{i}"
     file = config_file if config_file is not None else path
     suffix = Path(path).suffix.lower()
-    pair, metric = _pair_name(config), config.metric
+    pair, metric = calibration_name(config), config.metric
     if suffix == ".json":
-        bounds = screened_upper_bounds(path, metric, pair, config_file=config_file, field=field)
-        names = tuple(v.name for v in load_screen_report(path, config_file=config_file, field=field).verdicts)
-        return DecideSource(field, path, "report", None, names, tuple(bounds)), None
+        report, bounds = screened_report(path, metric, pair, config_file=config_file, field=field)
+        return DecideSource(field, path, "report", None, tuple(v.name for v in report.verdicts), tuple(bounds)), None
     if suffix not in (".yaml", ".yml"):
         raise ConfigError(
             f"{path} is neither a screen's JSON output (.json) nor a screen config (.yaml, .yml)",
@@ -125,6 +118,11 @@ def plan_decide(config: CalibrateConfig, config_file: str | None = None) -> list
     return [_source(config, config_file, i, p)[0] for i, p in enumerate(config.levels.decide_from)]
 
 
+def decide_bounds(config: CalibrateConfig, sources: list[DecideSource]) -> list[float]:
+    """`levels.decide` followed by the sources' known bounds, order kept, repeats dropped."""
+    return list(dict.fromkeys([*config.levels.decide, *(b for s in sources for b in s.bounds or ())]))
+
+
 def screened_decide(
     config: CalibrateConfig, config_file: str | None = None, *, screener: Screener | None = None
 ) -> CalibrateConfig:
@@ -135,9 +133,9 @@ def screened_decide(
     screener nothing is screened: a screen config without a kept report is then a ConfigError."""
     if not config.levels.decide_from:
         return config
-    sources = [_source(config, config_file, i, p) for i, p in enumerate(config.levels.decide_from)]
-    bounds = list(config.levels.decide)
-    for src, screen_cfg in sources:
+    checked = [_source(config, config_file, i, p) for i, p in enumerate(config.levels.decide_from)]
+    sources = []
+    for src, screen_cfg in checked:
         if src.bounds is None:
             if screener is None:
                 raise ConfigError(
@@ -149,9 +147,9 @@ def screened_decide(
             from admitcheck import io
 
             io.write_text_atomic(src.kept, screener(screen_cfg, src.path))
-            found = screened_upper_bounds(src.kept, config.metric, _pair_name(config), config_file=config_file,
+            found = screened_upper_bounds(src.kept, config.metric, calibration_name(config), config_file=config_file,
                                           field=src.field)  # fmt: skip
             src = DecideSource(src.field, src.path, src.kind, src.kept, src.candidates, tuple(found))
-        bounds += src.bounds
-    data = config.levels.model_dump() | {"decide": list(dict.fromkeys(bounds)), "decide_from": []}
+        sources.append(src)
+    data = config.levels.model_dump() | {"decide": decide_bounds(config, sources), "decide_from": []}
     return config.model_copy(update={"levels": type(config.levels).model_validate(data)})  # validated again

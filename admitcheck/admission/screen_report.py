@@ -218,12 +218,13 @@ def load_screen_report(path: str | Path, *, config_file: str | None = None, fiel
         ) from None
 
 
-def screened_upper_bounds(
+def screened_report(
     path: str | Path, metric: str, pair: str, *, config_file: str | None = None, field: str | None = None
-) -> list[float]:
-    """The positive finite upper bounds of a screen report's verdicts (nats/token, their `mismatch_interval`'s upper
-    end), for a calibration of `pair` on `metric` (`levels.decide_from`); a ConfigError naming the file or field
-    when the report is not a screen's, measured another metric, or judged against another pair's calibration."""
+) -> tuple[ScreenReport, list[float]]:
+    """A screen report read once and the positive finite upper bounds of its verdicts (nats/token, their
+    `mismatch_interval`'s upper end), for a calibration of `pair` on `metric` (`levels.decide_from`); a ConfigError
+    naming the file or field when the report is not a screen's, measured another metric, or judged against another
+    pair's calibration."""
     report = load_screen_report(path, config_file=config_file, field=field)
     where = {"file": config_file if config_file is not None else str(path), "field": field}
     other = sorted({v.metric for v in report.verdicts} - {metric})
@@ -234,4 +235,11 @@ def screened_upper_bounds(
             f"{path} screened against a calibration of pair {report.calibration.pair!r}, this one is {pair!r}", **where
         )
     uppers = (float(v.mismatch_interval[1]) for v in report.verdicts)
-    return [u for u in uppers if math.isfinite(u) and u > 0]  # a null candidate's bound 0 decides nothing
+    return report, [u for u in uppers if math.isfinite(u) and u > 0]  # a null candidate's bound 0 decides nothing
+
+
+def screened_upper_bounds(
+    path: str | Path, metric: str, pair: str, *, config_file: str | None = None, field: str | None = None
+) -> list[float]:
+    """`screened_report`'s bounds alone."""
+    return screened_report(path, metric, pair, config_file=config_file, field=field)[1]

@@ -100,11 +100,16 @@ __all__ = [
 Progress = Callable[[str, int, int], None]  # (label, done, total)
 
 
+def calibration_name(config: CalibrateConfig) -> str:
+    """The calibration's name: the pair's name, else its student directory's."""
+    return config.pair.name or Path(config.pair.student).name
+
+
 def output_path(config: CalibrateConfig, config_file: str | None = None) -> Path:
     """config.output, else calibrations/<pair name>.yaml beside the config file (or the working directory)."""
     if config.output:
         return Path(config.output)
-    name = config.pair.name or Path(config.pair.student).name
+    name = calibration_name(config)
     return (Path(config_file).resolve().parent if config_file else Path.cwd()) / "calibrations" / f"{name}.yaml"
 
 
@@ -423,7 +428,7 @@ def build_artifact(
         config.train.prompts, out.parent)})  # fmt: skip
     return CalibrationArtifact(
         schema_version=SCHEMA_VERSION,
-        name=config.pair.name or Path(config.pair.student).name,
+        name=calibration_name(config),
         metric=config.metric,
         pair=PairFingerprint.model_validate(plain(pair_fp)),
         protocol=protocol,
