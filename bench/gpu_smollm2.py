@@ -15,6 +15,9 @@ pair, the engines and the evaluator: `calibration.workers`). The records' measur
 (`same_records`). `--campaign-ledger L`: the runs are L's first N (level, seed) instead, and each path's records are
 compared with L's (`vs_ledger`: how many bit-identical, the largest differences). `--campaign-steps` shortens the
 protocol's training (the toy's 200 steps take minutes per run on a shared CPU); the figure is then that protocol's.
+`--campaign-compile true` runs the config with `rollout.compile: true` (the float32 engine on the compiled captured
+path: each kept worker compiles once per batch shape); `steady_runs_per_minute` is the rate once every worker has
+finished its first run (which carries its pair load, captures and compiles), beside the overall `runs_per_minute`.
 
 `--random-weights`: the SmolLM2-135M shape (30 layers, hidden 576, 9/3 heads, vocab 49152, tied) with random weights
 built in-process, random prompts of 32-64 tokens; decode only (speed does not depend on the weights' values). It
@@ -397,11 +400,27 @@ def _record_diff(a, b) -> dict:
             "in_run_k3": k3}  # fmt: skip
 
 
+def steady_rate(records: list, jobs: int) -> float | None:
+    """Runs/minute once every worker has finished its first run (that run carries the worker's pair load, graph
+    captures and compiles): the runs after the jobs-th to finish over the time from it to the last (`finished_at`)."""
+    times = sorted(r.finished_at for r in records if r.finished_at is not None)
+    if len(times) <= jobs or times[-1] <= times[jobs - 1]:
+        return None
+    return 60.0 * (len(times) - jobs) / (times[-1] - times[jobs - 1])
+
+
 def bench_campaign(
-    config_file: Path, runs: int, jobs: int, paths: list[str], steps: int | None, ledger: Path | None = None
+    config_file: Path,
+    runs: int,
+    jobs: int,
+    paths: list[str],
+    steps: int | None,
+    ledger: Path | None = None,
+    compile_forward: bool | None = None,
 ) -> dict:
     """Runs/minute of N campaign runs by each path (see the module docstring), whether their records agree, and
-    with `ledger`: the ledger's first N runs, compared with its records (the slow path's, as shipped)."""
+    with `ledger`: the ledger's first N runs, compared with its records (the slow path's, as shipped).
+    `compile_forward` overrides the config's `rollout.compile` (an execution option: not in the runs' keys)."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -413,13 +432,15 @@ def bench_campaign(
     cfg = io.load_config(config_file, CalibrateConfig)
     if steps:
         cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"steps": steps})})
+    if compile_forward is not None:
+        cfg = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"compile": compile_forward})})
     if ledger is not None:  # the ledger's first runs, same (level, seed): its records are the slow path's
         wanted, ledger_runs = ledger_runs_of(ledger, runs)
     else:
         levels = (Level("baseline", "baseline"), Level("noise-0.01", "noise", relative_std=0.01))
         wanted, ledger_runs = [(levels[i % 2], i // 2) for i in range(runs)], {}
     out: dict = {"config": str(config_file), "runs": len(wanted), "jobs": jobs, "train_steps": cfg.train.steps,
-                 "ledger": str(ledger) if ledger else None, "paths": {}}  # fmt: skip
+                 "compile": cfg.rollout.compile, "ledger": str(ledger) if ledger else None, "paths": {}}  # fmt: skip
     records: dict[str, dict] = {}
     for path in paths:
         fn = _fresh_task if path == "fresh" else run_task
@@ -437,6 +458,7 @@ def bench_campaign(
         gpu = [r.gpu_utilization for r in recs if r.gpu_utilization is not None]
         out["paths"][path] = {
             "wall_s": round(wall, 2), "runs_per_minute": round(60.0 * runs / wall, 3),
+            "steady_runs_per_minute": steady_rate(recs, jobs),
             "median_run_s": statistics.median(r.seconds for r in recs), "median_phase_s": _phase_medians(recs),
             "gpu_utilization_mean": sum(gpu) / len(gpu) if gpu else None, "load_average_1min_after": load,
         }  # fmt: skip
@@ -482,6 +504,8 @@ def main() -> None:
     ap.add_argument("--campaign-steps", type=int, default=None, help="Override train.steps (a shortened protocol).")
     ap.add_argument("--campaign-paths", default="kept,fresh", help="Comma-separated: kept, fresh, reload.")
     ap.add_argument("--jobs", type=int, default=1, help="Campaign workers (processes; one per GPU slot).")
+    ap.add_argument("--campaign-compile", choices=("true", "false"), default=None,
+                    help="Override the config's rollout.compile (the float32 engine on the compiled captured path).")
     ap.add_argument("--campaign-ledger", type=Path, default=None, help="Run this ledger's first runs and compare.")
     args = ap.parse_args()
     res = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", "torch": torch.__version__}
@@ -503,7 +527,8 @@ def main() -> None:
         elif part == "campaign":
             paths = args.campaign_paths.split(",")
             res["campaign"] = bench_campaign(
-                args.campaign_config, args.campaign_runs, args.jobs, paths, args.campaign_steps, args.campaign_ledger
+                args.campaign_config, args.campaign_runs, args.jobs, paths, args.campaign_steps, args.campaign_ledger,
+                None if args.campaign_compile is None else args.campaign_compile == "true",
             )
         else:
             raise SystemExit(f"--parts: unknown part {part!r} (decode, opd, campaign)")

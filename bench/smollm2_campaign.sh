@@ -105,6 +105,14 @@ crosscard_cmd() {  # issue 38: one backtest run per engine kind taken out of the
     --calibration calibrations/smollm2.yaml --card \"\$(nvidia-smi -L | head -1)\" --out '$RUN/cross_card.json' \
     >> '$RUN/cross_card.log' 2>&1; echo cross_card rc=\$?"
 }
+throughput_cmd() {  # issue 37's campaign throughput (session step `throughput`; see `session`)
+  local mem fit; mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
+  fit=$(( ${mem:-0} / 14336 )); [ "$fit" -gt 10 ] && fit=10; [ "$fit" -lt 1 ] && fit=1
+  echo "$PY bench/gpu_smollm2.py --pair smollm2 --device cuda --parts campaign \
+    --campaign-config examples/smollm2_calibrate.yaml --campaign-ledger calibrations/smollm2.ledger.jsonl \
+    --campaign-runs ${TP_RUNS:-30} --campaign-paths kept --campaign-compile ${TP_COMPILE:-true} --jobs ${TP_JOBS:-$fit} \
+    --out '$RUN/bench_throughput.json' > '$RUN/bench_throughput.log' 2>&1; echo throughput rc=\$?"
+}
 campaign_config() {  # the config a campaign runs: for a tracked one (examples/*.yaml), a copy out/NAME.campaign.yaml
   # (git-ignored, at the same depth, so its relative paths hold) whose output is $RUN/cal/ (git-ignored), seeded once
   # from the tracked ledger and artifact. Why: every device call copies the working tree onto the device, and on
@@ -346,12 +354,15 @@ PY
     # search from two FP8 recipes), noise (#36: the runs' records and tokens are collected, their weights stay in
     # /tmp/noise_smollm2), ttq (#40, resumable across sessions: $RUN/ttq seeded from bench/ttq), crosscard (#38: one
     # backtest run per engine kind re-made on this card, `crosscard_cmd`). MPS on for calibrate/screen/backtest/recipe/
-    # crosscard, off for noise and ttq (switched between steps as the order needs). JOBS workers.
+    # crosscard, off for noise and ttq (switched between steps as the order needs). JOBS workers. throughput (#37:
+    # $TP_RUNS runs, default 30, of the shipped calibration's ledger re-made by $TP_JOBS kept workers, default what fits
+    # at 14 GiB a worker, with rollout.compile $TP_COMPILE, default true: the float32 engine on the compiled captured
+    # path; compared with the ledger's records) -> $RUN/bench_throughput.json, under MPS.
     steps=" ${STEPS:-calibrate screen backtest noise} "
     cmds="true"; mps=0
     for step in $steps; do
       case $step in
-        calibrate|screen|backtest|recipe|crosscard) [ $mps = 0 ] && { cmds="$cmds; bash '$0' mps"; mps=1; } ;;
+        calibrate|screen|backtest|recipe|crosscard|throughput) [ $mps = 0 ] && { cmds="$cmds; bash '$0' mps"; mps=1; } ;;
         noise|ttq) [ $mps = 1 ] && { cmds="$cmds; bash '$0' mps_off"; mps=0; } ;;
         *) echo "unknown session step $step" >&2; exit 2 ;;
       esac
@@ -370,6 +381,7 @@ PY
         noise) cmds="$cmds; $(noise_cmd "$JOBS") > '$RUN/noise.log' 2>&1; echo noise rc=\$?" ;;
         ttq) cmds="$cmds; $(ttq_cmd) > '$RUN/ttq.log' 2>&1; echo ttq rc=\$?" ;;
         crosscard) cmds="$cmds; $(crosscard_cmd)" ;;
+        throughput) cmds="$cmds; $(throughput_cmd)" ;;
       esac
     done
     [ $mps = 1 ] && cmds="$cmds; bash '$0' mps_off"
