@@ -504,8 +504,8 @@ def main() -> None:
     ap.add_argument("--campaign-steps", type=int, default=None, help="Override train.steps (a shortened protocol).")
     ap.add_argument("--campaign-paths", default="kept,fresh", help="Comma-separated: kept, fresh, reload.")
     ap.add_argument("--jobs", type=int, default=1, help="Campaign workers (processes; one per GPU slot).")
-    ap.add_argument("--campaign-compile", choices=("true", "false"), default=None,
-                    help="Override the config's rollout.compile (the float32 engine on the compiled captured path).")
+    compile_help = "Override the config's rollout.compile (the float32 engine on the compiled captured path)."
+    ap.add_argument("--campaign-compile", choices=("true", "false"), default=None, help=compile_help)
     ap.add_argument("--campaign-ledger", type=Path, default=None, help="Run this ledger's first runs and compare.")
     args = ap.parse_args()
     res = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", "torch": torch.__version__}
@@ -526,9 +526,10 @@ def main() -> None:
             res["opd"] = bench_opd(args.pair, args.opd_steps, args.batch, 64, args.device)
         elif part == "campaign":
             paths = args.campaign_paths.split(",")
+            compiled = None if args.campaign_compile is None else args.campaign_compile == "true"
+            a = args
             res["campaign"] = bench_campaign(
-                args.campaign_config, args.campaign_runs, args.jobs, paths, args.campaign_steps, args.campaign_ledger,
-                None if args.campaign_compile is None else args.campaign_compile == "true",
+                a.campaign_config, a.campaign_runs, a.jobs, paths, a.campaign_steps, a.campaign_ledger, compiled
             )
         else:
             raise SystemExit(f"--parts: unknown part {part!r} (decode, opd, campaign)")
