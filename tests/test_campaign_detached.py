@@ -166,7 +166,8 @@ def test_a_session_runs_its_steps_in_the_order_named_with_mps_only_around_the_st
         line = next(x for x in done.stdout.splitlines() if x.startswith("would run: "))
         named = [
             "mps_off" if p.endswith("mps_off") else "mps" if p.endswith(" mps") else "noise" if "bench/noise.py" in p
-            else "backtest" if "admitcheck backtest 'cfg/bt.yaml'" in p else "ttq" if "time_to_quality" in p else None
+            else "backtest" if "admitcheck backtest 'cfg/bt.yaml'" in p else "ttq" if "time_to_quality" in p
+            else "throughput" if "--campaign-compile true" in p and "gpu_smollm2.py" in p else None
             for p in (q.strip() for q in line.removeprefix("would run: ").split(";"))
         ]  # fmt: skip
         return [s for s in named if s is not None]
@@ -174,6 +175,7 @@ def test_a_session_runs_its_steps_in_the_order_named_with_mps_only_around_the_st
     assert steps_of("noise backtest") == ["noise", "mps", "backtest", "mps_off"]
     assert steps_of("backtest noise ttq") == ["mps", "backtest", "mps_off", "noise", "ttq"]
     assert steps_of("ttq") == ["ttq"]
+    assert steps_of("ttq throughput") == ["ttq", "mps", "throughput", "mps_off"]  # issue 37's, compiled by default
     assert not (tmp_path / "run" / "session.pid").exists()  # nothing was started
     refused = script("session", env=env | {"STEPS": "backtest nosie"})
     assert refused.returncode == 2 and "unknown session step nosie" in refused.stderr
