@@ -450,7 +450,10 @@ def bench_campaign(
         ctx = mp.get_context("spawn")  # every path in its own pool: each pays its own pair load, none inherits one
         with ProcessPoolExecutor(jobs, mp_context=ctx, max_tasks_per_child=per_child) as pool:
             futs = {pool.submit(t.fn, *t.args): t for t in tasks}  # kept: the pool's workers keep engines and pair
-            got = {futs[f].key: f.result() for f in as_completed(futs)}
+            got = {}
+            for f in as_completed(futs):  # each run as it lands: a run cut off early still leaves a partial rate
+                got[futs[f].key] = f.result()
+                print(f"{path}: {len(got)}/{len(tasks)} runs at {time.perf_counter() - t0:.1f} s", flush=True)
         wall = time.perf_counter() - t0
         runs = len(tasks)
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None  # a shared machine: say how shared
