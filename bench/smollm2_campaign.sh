@@ -49,6 +49,12 @@ fit_jobs() {  # kept workers that fit the GPU's memory, $1 MiB a worker (default
   [ -z "$mem" ] && { echo 5; return; }
   local n=$(( (mem - 4096) / per )); [ "$n" -gt 10 ] && n=10; [ "$n" -lt 1 ] && n=1; echo "$n"
 }
+fit_mps_jobs() {  # the throughput benches' kept workers under MPS (the queue stage, session step `throughput`): ~12
+  # GiB each on SmolLM2 plus ~1.2 GiB of evaluation rows kept on the GPU: 14 GiB, no reserve (an H100's 80 GiB holds
+  # 5, an H200's 141 GiB 10: 8 on an H100 ran out of memory on 2026-12-05); at most 10, at least 1
+  local mem n; mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
+  n=$(( ${mem:-0} / 14336 )); [ "$n" -gt 10 ] && n=10; [ "$n" -lt 1 ] && n=1; echo "$n"
+}
 JOBS_SET=${JOBS:-}  # a JOBS the caller gave holds for every step; else each step sizes its own
 JOBS=${JOBS:-$(fit_jobs)}
 BT_JOBS=${JOBS_SET:-$(fit_jobs 20480)}  # the backtest's workers (see fit_jobs)
@@ -107,8 +113,7 @@ crosscard_cmd() {  # issue 38: one backtest run per engine kind taken out of the
     >> '$RUN/cross_card.log' 2>&1; echo cross_card rc=\$?"
 }
 throughput_cmd() {  # issue 37's campaign throughput (session step `throughput`; see `session`)
-  local mem fit; mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
-  fit=$(( ${mem:-0} / 14336 )); [ "$fit" -gt 10 ] && fit=10; [ "$fit" -lt 1 ] && fit=1
+  local fit; fit=$(fit_mps_jobs)
   echo "$PY bench/gpu_smollm2.py --pair smollm2 --device cuda --parts campaign \
     --campaign-config examples/smollm2_calibrate.yaml --campaign-ledger calibrations/smollm2.ledger.jsonl \
     --campaign-runs ${TP_RUNS:-30} --campaign-paths kept --campaign-compile ${TP_COMPILE:-true} --jobs ${TP_JOBS:-$fit} \
@@ -280,12 +285,8 @@ PY
     # no EMA: the recipe's lr decays to 0). Each step's JSON
     # lands in $RUN; a step that fails does not stop the rest. QCORES=0-11 keeps the queue on those cores (toy work on
     # the rest: bench/toy_remake.sh).
-    # QJOBS default: the kept workers that fit the GPU's memory (~12 GiB each on SmolLM2 plus ~1.2 GiB of evaluation
-    # rows now kept on the GPU: 14 GiB; an H100's 80 GiB holds 5,
-    # an H200's 141 GiB 10: 8 on an H100 ran out of memory on 2026-12-05)
-    mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
-    fit=$(( ${mem:-0} / 14336 )); [ "$fit" -gt 10 ] && fit=10; [ "$fit" -lt 1 ] && fit=1
-    QJOBS=${QJOBS:-$fit}; echo "queue: $QJOBS workers (GPU memory ${mem:-?} MiB)"
+    # QJOBS default: the kept workers that fit the GPU's memory under MPS (`fit_mps_jobs`)
+    QJOBS=${QJOBS:-$(fit_mps_jobs)}; echo "queue: $QJOBS workers"
     detach queue "${QCORES:+taskset -p -c $QCORES \$\$ > /dev/null;} bash '$0' mps; \
       $PY bench/gpu_smollm2.py --pair smollm2 --device cuda --parts campaign --campaign-config examples/smollm2_calibrate.yaml \
         --campaign-runs 30 --campaign-paths kept --jobs ${QJOBS:-10} --out '$RUN/bench_throughput_mps.json' \

