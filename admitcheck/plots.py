@@ -54,7 +54,8 @@ def plot_calibration(cal: CalibrationArtifact) -> bytes | None:
             ax.axvspan(lo, hi, color="tab:orange", alpha=0.15, label="budget 95% CI")
     ax.set_xscale("log")
     ax.set_xlabel(f"mismatch {cal.metric}, x = {cal.x_measure} (nats/token)")
-    ax.set_ylabel("paired quality cost (nats/token)")
+    unit = "task reward" if cal.recipe.loss == "grpo" else "nats/token"  # RL's quality is 1 − held-out task reward
+    ax.set_ylabel(f"paired quality cost ({unit})")
     ax.set_title(f"calibration: {cal.name} ({cal.recipe.loss}, lr {cal.recipe.lr:g})")
     ax.legend(fontsize=8, loc="upper left")
     return _png(plt, fig)
