@@ -396,8 +396,9 @@ def calibrate(
 
 
 def _ledger_progress(cfg: Any, _file: str):
-    """`calibrate --status`: the ledger's `ledger.LedgerProgress`, in well under a second."""
-    from admitcheck.calibration.ledger import ledger_path, read_progress
+    """`calibrate --status`: the ledger's `progress.LedgerProgress`, in well under a second."""
+    from admitcheck.calibration.ledger import ledger_path
+    from admitcheck.calibration.progress import read_progress
 
     return read_progress(ledger_path(Path(cfg.output)))
 

@@ -217,11 +217,13 @@ def render_toy(summary, *, reused: bool = False) -> None:
 
 
 def render_ledger_progress(p) -> None:
-    """`calibrate --status`: one line from the ledger (`ledger.LedgerProgress`), printed as is (no markup)."""
+    """`calibrate --status`: one line from the ledger (`progress.LedgerProgress`), printed as is (no markup)."""
     import time
 
     ago = f"last {time.time() - p.last_finished_at:.0f} s ago" if p.last_finished_at else "no finish time"
     rate = f"{p.runs_per_minute:.2f} runs/min" if p.runs_per_minute is not None else "runs/min n/a"
+    if p.runs_per_minute is not None and p.rate_runs < p.runs:
+        rate += f" (its latest {p.rate_runs} runs)"
     phases = ", ".join(f"{k} {v:g}" for k, v in p.median_phase_seconds.items())
     gpu = f"GPU {p.gpu_utilization:g}%" if p.gpu_utilization is not None else "GPU n/a"
     print(f"{p.path}: {p.runs} runs ({ago}), {rate}, median run {p.median_seconds} s [{phases}], {gpu}")

@@ -21,7 +21,8 @@ import yaml
 from typer.testing import CliRunner
 
 from admitcheck.calibration.calibrate import calibrate
-from admitcheck.calibration.ledger import ledger_path, read_progress
+from admitcheck.calibration.ledger import ledger_path
+from admitcheck.calibration.progress import read_progress
 from admitcheck.calibration.record import RunRecord
 from admitcheck.cli import app
 from admitcheck.config import CalibrateConfig
@@ -122,6 +123,26 @@ def test_status_reads_the_ledger_quickly_and_names_a_missing_one(toy_pair_dir, t
     assert ledger_path(out).read_text() == text  # read only: the torn line is left for `calibrate` to drop
     human = CliRunner().invoke(app, ["calibrate", str(cfg), "--status"])
     assert human.exit_code == 0 and ": 2 runs" in human.output and "runs/min" in human.output
+
+
+def test_status_rate_is_the_latest_stretch_of_work_not_the_time_between_sessions(tmp_path) -> None:
+    """A ledger made over two sessions a day apart: runs/minute is the second session's (its runs back to back and
+    overlapping, 4 workers), not the 3 runs over a day; a pause shorter than IDLE_GAP_S (a round's fit) does not cut."""
+    from admitcheck.calibration.progress import IDLE_GAP_S, progress_of
+
+    def run(seed: int, finished: float, seconds: float) -> RunRecord:
+        return RunRecord(seed=seed, quality=0.5, seconds=seconds, finished_at=finished).keyed(f"k{seed}")
+
+    day1 = [run(s, 1000.0 + 60 * s, 60.0) for s in range(2)]
+    gap = 1000.0 + 86400.0
+    day2 = [run(10 + i, gap + 60.0 + 15 * i, 60.0) for i in range(8)]  # 4 in flight at once, one every 15 s
+    pause = gap + 60.0 + 15 * 7 + IDLE_GAP_S / 2  # a round's fit: shorter than the idle gap
+    day2 += [run(20, pause + 60.0, 60.0)]
+    p = progress_of(tmp_path / "x.ledger.jsonl", day1 + day2)
+    assert p.runs == 11 and p.rate_runs == 9 and p.last_finished_at == pause + 60.0
+    assert p.runs_per_minute == pytest.approx(round(60 * 9 / (pause + 60.0 - gap), 2))
+    assert progress_of(tmp_path / "y", day1).rate_runs == 2  # one stretch: every run counts
+    assert progress_of(tmp_path / "z", []).runs_per_minute is None
 
 
 def test_a_tracked_config_runs_from_an_ignored_copy_the_working_tree_sync_leaves_alone(tmp_path) -> None:

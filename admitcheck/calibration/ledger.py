@@ -3,7 +3,7 @@ then one JSON line per finished run, appended by the driver only; a resumed cali
 
     ledger = Ledger.open(ledger_path(out), header)     # CalibrationError when the header is another config's
     ledger.append(record.keyed(run_key(level, seed)))   # a record.RunRecord; ledger.runs[key] is it read back
-    read_progress(ledger_path(out))                     # a campaign in flight, read quickly: runs, runs/minute, phases
+    read_live(ledger_path(out))                         # (header, runs) of a ledger being written (progress.py)
 
 A driver killed mid-append (SIGKILL, the machine taken back) can leave a last line without its newline: `open` drops
 that torn tail (that run is made again), so a killed campaign loses at most the runs in flight.
@@ -271,62 +271,9 @@ def drop_torn_tail(path: Path) -> None:
         fh.truncate(keep)
 
 
-@dataclass(frozen=True)
-class LedgerProgress:
-    """What a ledger says of its campaign, read without loading a model (`calibrate --status`). Seconds are medians
-    over the runs that recorded them; runs/minute counts the runs with a finish time over the span from the first
-    one's start (its finish − its seconds) to the last finish: a killed and resumed campaign's pause counts too."""
-
-    path: Path
-    runs: int
-    last_finished_at: float | None  # Unix time
-    runs_per_minute: float | None
-    median_seconds: float | None
-    median_phase_seconds: dict[str, float]  # rollout, teacher, backward, sync, evaluation, probe, setup
-    gpu_utilization: float | None  # mean % over the runs that sampled it
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: str(v) if isinstance(v, Path) else v for k, v in self.__dict__.items()}
-
-
-PHASES = ("rollout", "teacher", "backward", "sync", "evaluation", "probe", "setup")
-
-
-def progress_of(path: Path, runs: list[RunRecord]) -> LedgerProgress:
-    """The progress of `runs` (a ledger's, in file order)."""
-    import statistics
-
-    def median(values: list[float | None]) -> float | None:
-        got = [v for v in values if v is not None]
-        return round(statistics.median(got), 2) if got else None
-
-    timed = [r for r in runs if r.finished_at is not None and r.seconds is not None]
-    times = sorted(r.finished_at for r in timed)
-    first_start = min((r.finished_at - r.seconds for r in timed), default=None)
-    span = times[-1] - first_start if times and first_start is not None else 0.0
-    rate = 60.0 * len(times) / span if span > 0 else None
-    phases = {}
-    for name in PHASES:
-        step = [r.seconds_by_phase.get(name) for r in runs]
-        around = [getattr(r, f"seconds_{name}", None) for r in runs] if name in PHASES[4:] else []
-        value = median(around or step)
-        if value is not None:
-            phases[name] = value
-    gpu = [r.gpu_utilization for r in runs if r.gpu_utilization is not None]
-    return LedgerProgress(
-        path=path,
-        runs=len(runs),
-        last_finished_at=times[-1] if times else None,
-        runs_per_minute=round(rate, 2) if rate is not None else None,
-        median_seconds=median([r.seconds for r in runs]),
-        median_phase_seconds=phases,
-        gpu_utilization=round(sum(gpu) / len(gpu), 1) if gpu else None,
-    )
-
-
 def read_live(path: Path) -> tuple[dict[str, Any] | None, list[RunRecord]]:
     """A ledger's header line and runs (file order), read as it is being written: a torn last line skipped, the file
-    left alone, CalibrationError on a corrupt line (`read_progress`, `backtest --status`)."""
+    left alone, CalibrationError on a corrupt line (`progress.read_progress`, `backtest --status`)."""
     header, runs = None, []
     lines = path.read_bytes().split(b"\n")
     for i, raw in enumerate(lines[:-1]):  # the part after the last newline is torn or empty
@@ -339,10 +286,3 @@ def read_live(path: Path) -> tuple[dict[str, Any] | None, list[RunRecord]]:
         elif line_kind(line) == "run":
             runs.append(read_run(line, path, i))
     return header, runs
-
-
-def read_progress(path: Path) -> LedgerProgress:
-    """A ledger's progress, read as it is being written (`read_live`); CalibrationError when there is no ledger."""
-    if not path.exists():
-        raise CalibrationError("no ledger yet: the campaign has not started (or writes elsewhere)", file=str(path))
-    return progress_of(path, read_live(path)[1])
