@@ -84,10 +84,6 @@ def measured() -> dict:
     }
 
 
-def grid_of(lo: float, hi: float, count: int) -> list[float]:
-    return [float(v) for v in np.geomspace(lo, hi, count)]
-
-
 def one_cell(args: tuple) -> dict:
     from admitcheck.calibration.curve import Tolerance
     from admitcheck.calibration.design import simulate_protocol
@@ -134,12 +130,15 @@ def main() -> None:
     a = ap.parse_args()
     from concurrent.futures import ProcessPoolExecutor
 
+    from admitcheck.calibration.levels import auto_noise_targets
+    from admitcheck.config import AutoNoiseLevels
+
     m = measured()
     an = m["auto_noise"]
-    grids = {
-        "shipped": grid_of(an["min_mismatch"], an["max_mismatch"], an["count"]),
-        "10x_lower": grid_of(an["min_mismatch"] / 10, an["max_mismatch"] / 10, an["count"]),
-    }
+    shipped = AutoNoiseLevels(**an)
+    lo, hi = shipped.min_mismatch / 10, shipped.max_mismatch / 10
+    lower = shipped.model_copy(update={"min_mismatch": lo, "max_mismatch": hi})
+    grids = {"shipped": auto_noise_targets(shipped), "10x_lower": auto_noise_targets(lower)}
     work = [
         (m, g, grids[g], t, s, c, a.sims, a.seed) for g in a.grids for t in a.truths for s in a.scales for c in a.caps
     ]

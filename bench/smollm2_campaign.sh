@@ -39,21 +39,19 @@ stage=${1:?stage: stash0 | stash1 | pair | session | backtest | remeasure | mps 
 OUT=${OUT:-/tmp/out}
 PY=${PY:-python3}
 RUN=${RUN:-reports/smollm2}
-fit_jobs() {  # kept workers that fit the GPU's memory, $1 MiB a worker (default 16384). A calibration's worker holds
-  # ~15.6 GiB on SmolLM2 (measured on an H100, 2026-12-06: 15.63 and 14.54 GiB; 5 of them and a parent holding the pair
-  # ran out of memory): 16 GiB, an H100's 80 GiB holds 4, an H200's 141 GiB 8. A backtest's workers met up to 13
-  # recipes and grew to ~19 GiB (4 ran out of memory on an H100, 2026-12-06); their engines are now bounded
-  # (calibration.workers.MAX_KEPT_ENGINES) and the backtest sizes at 20 GiB: 3 on an H100, 6 on an H200.
-  # Without a GPU (the CPU tests): 5.
-  local mem per=${1:-16384}; mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
-  [ -z "$mem" ] && { echo 5; return; }
-  local n=$(( (mem - 4096) / per )); [ "$n" -gt 10 ] && n=10; [ "$n" -lt 1 ] && n=1; echo "$n"
-}
-fit_mps_jobs() {  # the throughput benches' kept workers under MPS (the queue stage, session step `throughput`): ~12
-  # GiB each on SmolLM2 plus ~1.2 GiB of evaluation rows kept on the GPU: 14 GiB, no reserve (an H100's 80 GiB holds
-  # 5, an H200's 141 GiB 10: 8 on an H100 ran out of memory on 2026-12-05); at most 10, at least 1
-  local mem n; mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
-  n=$(( ${mem:-0} / 14336 )); [ "$n" -gt 10 ] && n=10; [ "$n" -lt 1 ] && n=1; echo "$n"
+fit_jobs() {  # kept workers that fit the GPU's memory: $1 MiB a worker (default 16384) after a reserve of $2 MiB
+  # (default 4096), at most 10, at least 1; without a GPU (the CPU tests) $3 (default 5).
+  # A calibration's worker holds ~15.6 GiB on SmolLM2 (measured on an H100, 2026-12-06: 15.63 and 14.54 GiB; 5 of them
+  # and a parent holding the pair ran out of memory): 16 GiB, an H100's 80 GiB holds 4, an H200's 141 GiB 8. A
+  # backtest's workers met up to 13 recipes and grew to ~19 GiB (4 ran out of memory on an H100, 2026-12-06); their
+  # engines are now bounded (calibration.workers.MAX_KEPT_ENGINES) and the backtest sizes at 20 GiB: 3 on an H100, 6 on
+  # an H200. The throughput benches' workers under MPS (`fit_jobs 14336 0 1`: the queue stage, session step
+  # `throughput`) hold ~12 GiB each plus ~1.2 GiB of evaluation rows kept on the GPU: 14 GiB and no reserve, 5 on an
+  # H100, 10 on an H200 (8 on an H100 ran out of memory on 2026-12-05).
+  local mem per=${1:-16384} reserve=${2:-4096}
+  mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
+  [ -z "$mem" ] && { echo "${3:-5}"; return; }
+  local n=$(( (mem - reserve) / per )); [ "$n" -gt 10 ] && n=10; [ "$n" -lt 1 ] && n=1; echo "$n"
 }
 JOBS_SET=${JOBS:-}  # a JOBS the caller gave holds for every step; else each step sizes its own
 JOBS=${JOBS:-$(fit_jobs)}
@@ -113,7 +111,7 @@ crosscard_cmd() {  # issue 38: one backtest run per engine kind taken out of the
     >> '$RUN/cross_card.log' 2>&1; echo cross_card rc=\$?"
 }
 throughput_cmd() {  # issue 37's campaign throughput (session step `throughput`; see `session`)
-  local fit; fit=$(fit_mps_jobs)
+  local fit; fit=$(fit_jobs 14336 0 1)
   echo "$PY bench/gpu_smollm2.py --pair smollm2 --device cuda --parts campaign \
     --campaign-config examples/smollm2_calibrate.yaml --campaign-ledger calibrations/smollm2.ledger.jsonl \
     --campaign-runs ${TP_RUNS:-30} --campaign-paths kept --campaign-compile ${TP_COMPILE:-true} --jobs ${TP_JOBS:-$fit} \
@@ -285,8 +283,8 @@ PY
     # no EMA: the recipe's lr decays to 0). Each step's JSON
     # lands in $RUN; a step that fails does not stop the rest. QCORES=0-11 keeps the queue on those cores (toy work on
     # the rest: bench/toy_remake.sh).
-    # QJOBS default: the kept workers that fit the GPU's memory under MPS (`fit_mps_jobs`)
-    QJOBS=${QJOBS:-$(fit_mps_jobs)}; echo "queue: $QJOBS workers"
+    # QJOBS default: the kept workers that fit the GPU's memory under MPS (`fit_jobs 14336 0 1`)
+    QJOBS=${QJOBS:-$(fit_jobs 14336 0 1)}; echo "queue: $QJOBS workers"
     detach queue "${QCORES:+taskset -p -c $QCORES \$\$ > /dev/null;} bash '$0' mps; \
       $PY bench/gpu_smollm2.py --pair smollm2 --device cuda --parts campaign --campaign-config examples/smollm2_calibrate.yaml \
         --campaign-runs 30 --campaign-paths kept --jobs ${QJOBS:-10} --out '$RUN/bench_throughput_mps.json' \

@@ -38,7 +38,7 @@ from admitcheck.calibration.phases import GpuSampler, PhaseClock
 from admitcheck.calibration.record import LevelKind, LevelSpec, RunRecord
 from admitcheck.calibration.runs import derive_seed
 from admitcheck.calibration.workers import EngineKeep, kept, new_evaluator
-from admitcheck.config import CalibrateConfig, NoiseConfig, RolloutConfig
+from admitcheck.config import AutoNoiseLevels, CalibrateConfig, NoiseConfig, RolloutConfig
 from admitcheck.errors import ConfigError
 from admitcheck.measurement.measure import measure_engine
 from admitcheck.measurement.metrics import Functional
@@ -103,7 +103,7 @@ def resolve_levels(config: CalibrateConfig, grid: NoiseGrid | None) -> list[Leve
     levels = [Level("baseline", "baseline")]
     auto = config.levels.auto_noise
     if auto is not None and grid is not None:
-        targets = np.geomspace(auto.min_mismatch, auto.max_mismatch, auto.count)
+        targets = auto_noise_targets(auto)
         for i, (target, std) in enumerate(zip(targets, noise_for_mismatch(grid, targets)), start=1):
             levels.append(Level(f"noise-{i}", "noise", relative_std=std, target=float(target)))
     for lv in config.levels.extra:
@@ -114,6 +114,11 @@ def resolve_levels(config: CalibrateConfig, grid: NoiseGrid | None) -> list[Leve
         else:
             levels.append(Level(lv.name, "staleness", staleness=lv.staleness, fit=lv.fit))
     return levels
+
+
+def auto_noise_targets(auto: AutoNoiseLevels) -> list[float]:
+    """The automatic grid's target mismatches: `count` values, geometric from min_mismatch to max_mismatch."""
+    return [float(v) for v in np.geomspace(auto.min_mismatch, auto.max_mismatch, auto.count)]
 
 
 def noise_for_mismatch(grid: NoiseGrid, targets: Any) -> list[float]:
