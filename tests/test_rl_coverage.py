@@ -87,3 +87,16 @@ def test_docs_table_is_the_json() -> None:
     worst = min(rows, key=lambda r: r["coverage"])
     assert worst["truth"] == "flat_then_rising" and f"it covers {worst['coverage']:.3f}" in doc
     assert f"P(B_lo > B) ≤ {max(r['lower_above_truth'] for r in rows):.2f}" in doc
+
+
+def test_docs_quote_the_lowered_grid() -> None:
+    """docs/rl.md's sentence on the grid 10× lower is bench/results/rl_coverage_lower10.json's."""
+    d = json.loads((ROOT / "bench" / "results" / "rl_coverage_lower10.json").read_text())
+    rows = {r["truth"]: r for r in d["rows"]}
+    assert d["protocol"]["grid_lowered"] == 10.0 and all(r["sims"] == 100 for r in rows.values())
+    doc = " ".join((ROOT / "docs" / "rl.md").read_text().split())
+    lo, hi = min(r["coverage"] for r in rows.values()), max(r["coverage"] for r in rows.values())
+    assert f"covers flat_then_rising {rows['flat_then_rising']['coverage']:.2f}, every truth {lo:.2f}–{hi:.2f}" in doc
+    p = rows["power"]
+    assert f"{p['finite']:.0%} finite" in doc and p["median_hi_lo"] == math.inf
+    assert f"B_lo lands above B {round(p['lower_above_truth'] * 100)} times in 100" in doc
