@@ -1,23 +1,29 @@
-"""docs/rl.md and README quote the RL copy calibration's noise and bench/results/rl_noise_design.json (issue 40): the
-figures there are the committed ledger's and the JSON's."""
+"""docs/rl.md and README quote the RL copy calibration's noise, bench/results/rl_noise_design.json and
+bench/results/rl_coverage*.json (issue 40): the figures there are the committed ledger's and the JSONs'; and
+bench/rl_coverage.py (the RL budget interval's coverage under its shipped protocol): its summary's figures, its
+protocol read from the shipped files, one real simulated calibration."""
 
 from __future__ import annotations
 
+import importlib
 import json
+import math
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULT = ROOT / "bench" / "results" / "rl_noise_design.json"
+COVERAGE = ROOT / "bench" / "results" / "rl_coverage.json"
 
 
-def _bench():
+def _bench(name: str = "rl_noise_design"):
     sys.path.insert(0, str(ROOT / "bench"))
     try:
-        import rl_noise_design
+        return importlib.import_module(name)
     finally:
         sys.path.remove(str(ROOT / "bench"))
-    return rl_noise_design
 
 
 def test_the_committed_noise_is_the_ledgers() -> None:
@@ -51,3 +57,81 @@ def test_docs_table_is_the_jsons_median_hi_lo() -> None:
         assert text in line, (r, line)
     p2 = next(r for r in rows if r["truth"] == "power2")
     assert f"τ(x/B)²: {p2['median_hi_lo']:.2f}" in table
+
+
+def _rec(b: float, lo: float, hi: float, method: str = "model", runs: int = 51) -> dict:
+    return {"truth": "power", "chunk": 0, "i": 0, "b": b, "lo": lo, "hi": hi, "method": method, "runs": runs}
+
+
+def test_summary_counts_each_figure() -> None:
+    """Five calibrations of B = 1 written by hand: each figure counted as the docstring defines it, the boundary at
+    1.05 B on both sides of it."""
+    recs = [
+        _rec(1.0, 0.5, 2.0),  # covers
+        _rec(1.0, 1.04, 3.0),  # lo above B, but under 1.05 B: not an ADMIT at 1.05 B
+        _rec(1.0, 1.06, 3.0),  # lo above 1.05 B
+        _rec(1.0, 0.2, 0.9, "bracket", 45),  # hi under B and under B / 1.05: a REJECT at 0.95 B
+        _rec(1.0, 0.0, math.inf, "bracket", 45),  # open
+    ]
+    (row,) = _bench("rl_coverage").summary(recs)
+    assert row["sims"] == 5
+    assert row["coverage"] == pytest.approx(2 / 5)
+    assert row["lower_above_truth"] == pytest.approx(2 / 5)
+    assert row["admit_at_1.05B"] == pytest.approx(1 / 5)
+    assert row["upper_below_truth"] == pytest.approx(1 / 5)
+    assert row["reject_at_0.95B"] == pytest.approx(1 / 5)
+    assert row["finite"] == pytest.approx(4 / 5)
+    assert row["median_hi_lo"] == pytest.approx(4.0)  # 4, 2.88, 2.83, 4.5, inf
+    assert row["model_used"] == pytest.approx(3 / 5)
+    assert row["mean_runs"] == pytest.approx((3 * 51 + 2 * 45) / 5)
+
+
+def test_protocol_is_the_shipped_one_and_a_calibration_runs() -> None:
+    """The protocol is read from the shipped config and ledger (what the JSON recorded); one simulated calibration
+    of it gives an interval around its point, within the run cap."""
+    bench = _bench("rl_coverage")
+    p = bench.protocol()
+    saved = json.loads(COVERAGE.read_text())["protocol"]
+    for k, v in saved.items():
+        got = p[k]
+        if isinstance(v, float) or (isinstance(v, list) and v and isinstance(v[0], float)):
+            assert got == pytest.approx(v, rel=1e-12), k
+        else:
+            assert got == v, k
+    assert p["max_runs"] == 51 and len(p["grid"]) == 7 and p["grid"][0] == pytest.approx(0.005)
+    (rec,) = bench.chunk((p, "power", 0, 1, 0))
+    assert 0 <= rec["lo"] <= rec["hi"] and rec["runs"] <= p["max_runs"]
+    assert p["budget"] / 2 <= rec["b"] <= 2 * p["budget"]
+    lowered = bench.protocol(10.0)
+    assert lowered["grid"] == pytest.approx([g / 10 for g in p["grid"]])
+
+
+def test_docs_table_is_the_json() -> None:
+    rows = json.loads(COVERAGE.read_text())["rows"]
+    doc = (ROOT / "docs" / "rl.md").read_text()
+    table = doc[doc.index("| truth | coverage | P(B_lo > B) | ADMIT at 1.05 B |") :]
+    table = table[: table.index("\n\n")]
+    lines = {line.split("|")[1].strip(): line for line in table.splitlines()[2:]}
+    assert set(lines) == {r["truth"] for r in rows} and len(rows) == 7
+    for r in rows:
+        m = r["median_hi_lo"]
+        figures = ("coverage", "lower_above_truth", "admit_at_1.05B", "upper_below_truth")
+        cells = [f"{r[k]:.3f}" for k in figures] + [f"{r['finite']:.2f}", "∞" if m == math.inf else f"{m:.1f}"]
+        assert [c.strip() for c in lines[r["truth"]].split("|")[2:-1]] == cells, r["truth"]
+        assert r["sims"] == 200
+    worst = min(rows, key=lambda r: r["coverage"])
+    assert worst["truth"] == "flat_then_rising" and f"it covers {worst['coverage']:.3f}" in doc
+    assert f"P(B_lo > B) ≤ {max(r['lower_above_truth'] for r in rows):.2f}" in doc
+
+
+def test_docs_quote_the_lowered_grid() -> None:
+    """docs/rl.md's sentence on the grid 10× lower is bench/results/rl_coverage_lower10.json's."""
+    d = json.loads((ROOT / "bench" / "results" / "rl_coverage_lower10.json").read_text())
+    rows = {r["truth"]: r for r in d["rows"]}
+    assert d["protocol"]["grid_lowered"] == 10.0 and all(r["sims"] == 100 for r in rows.values())
+    doc = " ".join((ROOT / "docs" / "rl.md").read_text().split())
+    lo, hi = min(r["coverage"] for r in rows.values()), max(r["coverage"] for r in rows.values())
+    assert f"covers flat_then_rising {rows['flat_then_rising']['coverage']:.2f}, every truth {lo:.2f}–{hi:.2f}" in doc
+    p = rows["power"]
+    assert f"{p['finite']:.0%} finite" in doc and p["median_hi_lo"] == math.inf
+    assert f"B_lo lands above B {round(p['lower_above_truth'] * 100)} times in 100" in doc
