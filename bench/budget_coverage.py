@@ -9,7 +9,7 @@ simulated *runs* with the ledgers' structure — seed r's baseline run and every
 (the shared-baseline structure), each run adds its own noise — then `curve.estimate` (the seed-effect power law
 gated by its lack-of-fit test, else the shape-free bracket) exactly as `calibrate` calls it.
 
-Protocols (`protocols()`), both read from the shipped files:
+Protocols (`protocols()`), each read from the shipped files:
 - toy: examples/toy_calibrate.yaml's grid, replicates, pairs per round, interval factor and run cap (adaptive rounds,
   ≤ 120 runs); the log-x spread of calibrations/toy.yaml's runs (`calibration_repro.shipped_protocol`); the
   seed-effect sd from a two-way (seed + level) fit of its ledger; and, measured over the three re-made toy
@@ -23,6 +23,12 @@ Protocols (`protocols()`), both read from the shipped files:
 - smollm2: examples/smollm2_calibrate.yaml (6 levels × 3 pairs + 3 baselines, max_runs 21: no adaptive round); the
   levels at the mean x of the three shipped SmolLM2 calibrations; run sd, seed-effect sd and log-x spread pooled from
   their three ledgers (two-way fits).
+- smollm2_rl_copy (issue 40): calibrations/smollm2_rl_copy's protocol, examples/smollm2_calibrate_rl_copy.yaml's grid
+  (7 levels, k3 0.005–0.25), 3 replicates, 3 pairs a round, factor 1.5, the 51-run cap, and the noise its ledger
+  measured (`rl_noise_design.measured`: two-way run sd and seed-effect sd, ~4 τ a run); each run's cost follows its
+  own x (λ = 1); B log-uniform in [B̂/2, 2B̂] around the shipped B̂, which lies below the grid as the real one did
+  (flat_beyond_grid is left out: with B below the grid it never crosses τ at B). smollm2_rl_copy_lower10: the same
+  with the config's grid 10× lower (B inside it). Start x only.
 
 Truths (each reaches τ at B; B log-uniform inside the grid, for SmolLM2 between its 2nd and 5th level): power
 τ(x/B)^0.75 (the model), linear, power2, flat_then_rising, sigmoid, step (3τ above B), slow_crossing
@@ -34,7 +40,17 @@ grid scaled by the noise levels' median x_run / x_start. Per cell: coverage, P(B
 the model was used, median hi/lo, mean runs. Under `--x run` the estimator is the run-averaged budget's
 (`curve.estimate(local_model=True)`: the model refitted on the levels around B̂, as `fit.fit_runs` makes
 `budget.by_x.run`). Must hold: coverage ≥ 0.93 and P(B_lo > B) ≤ 0.035 in every cell
-with ≥ 200 sims.
+with ≥ 200 sims. `tally` gives every cell's figures, with the boundary: P(B_lo ≥ 1.05 B) (a config whose mismatch
+is known exactly and sits 5% over the true budget is ADMITted: `screen` admits when the mismatch's upper bound is under
+B_lo) and P(B_hi ≤ B / 1.05) (one 5% under it REJECTed even with its mismatch known).
+
+`--work F` runs the cells in chunks of `--chunk` calibrations, one simulated calibration a JSON line in F, resumable (a
+second start skips the chunks F has; a device call's end loses at most the chunks in flight); a chunk's draws are
+seeded by (seed, truth, chunk), so the protocols of one start share their draws (common random numbers):
+
+    python bench/budget_coverage.py --protocols smollm2_rl_copy --truths power linear power2 flat_then_rising \
+        sigmoid step slow_crossing --sims 200 --jobs 2 --work reports/rl_coverage.jsonl \
+        --out bench/results/rl_coverage.json          # nice -n 10 on 2 cores: ~56 min
 """
 
 from __future__ import annotations
@@ -226,7 +242,28 @@ def protocols() -> dict[str, dict]:
     out = {"toy": toy, "toy_rl": toy_rl, "smollm2": smol} | {
         f"smollm2_{n}": smol | {"max_runs": n} for n in (45, 57, 69)
     }
+    if X == "start":  # its grid is the config's start-x targets
+        out |= {"smollm2_rl_copy": rl_copy_protocol(), "smollm2_rl_copy_lower10": rl_copy_protocol(10.0)}
     return {k: v | {"x": X} for k, v in out.items()}  # the x travels with the protocol (a --jobs worker's X is not set)
+
+
+def rl_copy_protocol(lower: float = 1.0) -> dict:
+    """calibrations/smollm2_rl_copy's protocol and measured noise (module docstring), the config's grid targets
+    (`lower` > 1: the same grid that many times lower)."""
+    from rl_noise_design import measured
+
+    from admitcheck.calibration.levels import auto_noise_targets
+    from admitcheck.config import AutoNoiseLevels
+
+    m = measured()
+    auto = AutoNoiseLevels(**m["auto_noise"])
+    lo, hi = auto.min_mismatch / lower, auto.max_mismatch / lower
+    auto = auto.model_copy(update={"min_mismatch": lo, "max_mismatch": hi})
+    return m | {
+        "grid": auto_noise_targets(auto), "grid_lowered": lower, "x_real": 1.0,
+        "baseline_sd_measured": m["baseline_sd"], "baseline_sd": math.sqrt(m["seed_sd"] ** 2 + m["run_sd"] ** 2),
+        "b_range": "[B̂/2, 2B̂] around the shipped B̂ (below the grid)", "b_bounds": [m["budget"] / 2, m["budget"] * 2],
+    }  # fmt: skip
 
 
 def true_cost(shape: str, tau: float, b: float, proto: dict):
@@ -260,8 +297,11 @@ def smollm2_mean_truth(proto: dict, tau: float, rng: np.random.Generator):
 
 def noise_and_range(name: str, proto: dict):
     """(paired-cost sd as a function of x, the range B is drawn from) of a protocol: the toy's measured sd per level
-    (flat beyond the levels) and B inside the grid; SmolLM2's pooled run sd and B between its 2nd and 5th level."""
+    (flat beyond the levels) and B inside the grid; SmolLM2's pooled run sd and B between its 2nd and 5th level; the RL
+    copy's run sd and B in [B̂/2, 2B̂]."""
     g = proto["grid"]
+    if name.startswith("smollm2_rl_copy"):  # one pair sd; B around the shipped B̂
+        return (lambda x: math.sqrt(2.0) * proto["run_sd"]), tuple(proto["b_bounds"])
     if name.startswith("toy"):
         if "pair_sd" in proto:  # one sd once the x-driven part is taken off (`within_level_noise`)
             return (lambda x: proto["pair_sd"]), (g[0] * 1.5, g[-1] / 1.5)
@@ -299,43 +339,116 @@ def one_cell(args: tuple) -> dict:
         design.LOCAL, curve.RUN_X_TIER, design.DOWN_CAP = before
 
 
+def simulate(truth, proto: dict, sd, tol, rng: np.random.Generator) -> dict:
+    """One simulated calibration of `proto` on `truth` (cost, B): its record (B, the interval, method, runs)."""
+    from admitcheck.calibration.design import simulate_protocol
+
+    f, b = truth
+    t0 = time.perf_counter()
+    est, used_runs = simulate_protocol(
+        f, sd, proto["grid"], proto["baseline_mean"], proto["baseline_sd"], tol, rng,
+        replicates=proto["replicates"], factor=proto["factor"], max_runs=proto["max_runs"], x_cv=proto["x_cv"],
+        n_boot=0, confidence=proto["confidence"], pairs_per_round=proto["pairs_per_round"],
+        seed_sd=proto["seed_sd"], x_real=float(proto.get("x_real", 0.0)), local_model=proto.get("x") == "run",
+    )  # fmt: skip
+    lo, hi = (float(v) for v in est.budget.interval)
+    return {"b": b, "lo": lo, "hi": hi, "method": est.method, "runs": int(used_runs),
+            "seconds": round(time.perf_counter() - t0, 2)}  # fmt: skip
+
+
+BOUNDARY = 1.05  # the boundary case: a config 5% over (or under) the true budget
+
+
+def tally(records: list[dict]) -> dict:
+    """The figures of simulated calibrations (records of `simulate`; module docstring): coverage of B, P(B_lo > B),
+    P(B_hi < B), the boundary P(B_lo ≥ 1.05 B) and P(B_hi ≤ B / 1.05), the share of finite intervals, the median
+    hi/lo (∞ when an end is 0 or ∞) and the share ≤ 2, the model's share, mean runs."""
+    n = len(records)
+    widths = [r["hi"] / r["lo"] if r["lo"] > 0 and math.isfinite(r["hi"]) else math.inf for r in records]
+    return {
+        "sims": n,
+        "coverage": sum(r["lo"] <= r["b"] <= r["hi"] for r in records) / n,
+        "lower_above_truth": sum(r["lo"] > r["b"] for r in records) / n,
+        "upper_below_truth": sum(r["hi"] < r["b"] for r in records) / n,
+        f"admit_at_{BOUNDARY}B": sum(r["lo"] >= BOUNDARY * r["b"] for r in records) / n,
+        f"reject_at_{2 - BOUNDARY:.2f}B": sum(r["hi"] <= r["b"] / BOUNDARY for r in records) / n,
+        "finite": sum(math.isfinite(r["hi"]) for r in records) / n,
+        "model_used": sum(r["method"] == "model" for r in records) / n,
+        "median_interval_factor": float(np.median(widths)),
+        "interval_factor_at_most_2": sum(w <= 2.0 for w in widths) / n,
+        "mean_runs": float(np.mean([r["runs"] for r in records])),
+    }
+
+
 def _one_cell(name: str, shape: str, sims: int, seed: int, proto: dict) -> dict:
     from admitcheck.calibration import design
     from admitcheck.calibration.curve import Tolerance
-    from admitcheck.calibration.design import simulate_protocol
 
     rng = np.random.default_rng([seed, len(name), SMOLLM2_TRUTHS.index(shape)])
     tol = Tolerance(relative=proto["relative"])
     tau = tol.of(proto["baseline_mean"])
-    g = proto["grid"]
     sd, b_range = noise_and_range(name, proto)
-    cover = low = high = used = within2 = 0
-    widths, runs, n = [], [], 0
+    records = []
     t0 = time.perf_counter()
-    while n < sims:
+    while len(records) < sims:
         truth = draw_truth(shape, proto, tau, b_range, rng)
-        if truth is None:
-            continue
-        f, b = truth
-        est, used_runs = simulate_protocol(
-            f, sd, g, proto["baseline_mean"], proto["baseline_sd"], tol, rng,
-            replicates=proto["replicates"], factor=proto["factor"], max_runs=proto["max_runs"], x_cv=proto["x_cv"],
-            n_boot=0, confidence=proto["confidence"], pairs_per_round=proto["pairs_per_round"],
-            seed_sd=proto["seed_sd"], x_real=float(proto.get("x_real", 0.0)), local_model=proto.get("x") == "run",
-        )  # fmt: skip
-        lo, hi = est.budget.interval
-        cover += lo <= b <= hi
-        low += lo > b
-        high += hi < b
-        used += est.method == "model"
-        widths.append(est.width_factor)
-        within2 += est.width_factor <= 2.0
-        runs.append(used_runs)
-        n += 1
-    return {"protocol": name, "truth": shape, "sims": n, "coverage": cover / n, "lower_above_truth": low / n,
-            "upper_below_truth": high / n, "model_used": used / n, "median_interval_factor": float(np.median(widths)),
-            "interval_factor_at_most_2": within2 / n, "mean_runs": float(np.mean(runs)),
-            "design": "local" if design.LOCAL else "around", "seconds": round(time.perf_counter() - t0, 1)}  # fmt: skip
+        if truth is not None:
+            records.append(simulate(truth, proto, sd, tol, rng))
+    return {"protocol": name, "truth": shape, **tally(records), "design": "local" if design.LOCAL else "around",
+            "seconds": round(time.perf_counter() - t0, 1)}  # fmt: skip
+
+
+def one_chunk(args: tuple) -> list[dict]:
+    """`n` simulated calibrations of one (protocol, truth), chunk `index` (`--work`): (name, truth, index, n, seed,
+    protocol). Seeded by (seed, truth, chunk): the protocols of one start share their draws."""
+    from admitcheck.calibration.curve import Tolerance
+
+    name, shape, index, n, seed, proto = args
+    rng = np.random.default_rng([seed, SMOLLM2_TRUTHS.index(shape), index])
+    tol = Tolerance(relative=proto["relative"])
+    tau = tol.of(proto["baseline_mean"])
+    sd, b_range = noise_and_range(name, proto)
+    out: list[dict] = []
+    while len(out) < n:
+        truth = draw_truth(shape, proto, tau, b_range, rng)
+        if truth is not None:
+            out.append({"protocol": name, "truth": shape, "chunk": index, "i": len(out)}
+                       | simulate(truth, proto, sd, tol, rng))  # fmt: skip
+    return out
+
+
+def run_chunked(sims: int, names, truths, seed: int, jobs: int, work: Path, size: int) -> dict:
+    """`run` in chunks of `size`, one calibration a line in `work` (resumed: the chunks it holds are not redone)."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    protos = protocols()
+    cells = [(n, t) for n in names for t in (truths or (SMOLLM2_TRUTHS if n.startswith("smollm2") else TRUTHS))
+             if t != "smollm2_mean" or n.startswith("smollm2")]  # fmt: skip
+    want = {i: min(size, sims - i * size) for i in range(math.ceil(sims / size))}
+    have: dict[tuple, dict] = {}
+    if work.exists():
+        for line in work.read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                have[(r["protocol"], r["truth"], r["chunk"], r["i"])] = r  # a chunk redone: its last
+    done = {(n, t, i) for n, t in cells for i, k in want.items() if all((n, t, i, j) in have for j in range(k))}
+    records = [r for key, r in have.items() if key[:3] in done and key[3] < want[key[2]]]
+    todo = [(n, t, i, k, seed, protos[n]) for i, k in want.items() for n, t in cells if (n, t, i) not in done]
+    t0 = time.perf_counter()
+    with ProcessPoolExecutor(jobs) as pool:
+        for f in as_completed([pool.submit(one_chunk, w) for w in todo]):
+            got = f.result()
+            records.extend(got)
+            with work.open("a") as fh:
+                fh.writelines(json.dumps(x) + "\n" for x in got)
+            print(f"{got[0]['protocol']} {got[0]['truth']} chunk {got[0]['chunk']} ({len(records)} calibrations)",
+                  flush=True)  # fmt: skip
+    rows = [{"protocol": n, "truth": t, **tally(r)} for n, t in cells
+            if (r := [x for x in records if x["protocol"] == n and x["truth"] == t])]  # fmt: skip
+    ok = all(r["coverage"] >= 0.93 and r["lower_above_truth"] <= 0.035 for r in rows)
+    return {"x": X, "protocols": {n: protos[n] for n in names}, "rows": rows, "must_hold": "coverage >= 0.93 and "
+            "P(B_lo > B) <= 0.035 in every cell", "ok": ok, "seconds_this_start": round(time.perf_counter() - t0, 1),
+            "work": str(work), "chunk": size, "seed": seed}  # fmt: skip
 
 
 def run(
@@ -403,7 +516,16 @@ if __name__ == "__main__":
         "--protocols",
         nargs="+",
         default=["toy", "smollm2"],
-        choices=["toy", "toy_rl", "smollm2", "smollm2_45", "smollm2_57", "smollm2_69"],
+        choices=[
+            "toy",
+            "toy_rl",
+            "smollm2",
+            "smollm2_45",
+            "smollm2_57",
+            "smollm2_69",
+            "smollm2_rl_copy",
+            "smollm2_rl_copy_lower10",
+        ],
     )
     ap.add_argument(
         "--design",
@@ -427,6 +549,8 @@ if __name__ == "__main__":
         help="the design's downward cap, design.DOWN_CAP (default: shipped)",
     )
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--work", type=Path, default=None, help="JSON lines, one calibration each (resumed if present)")
+    ap.add_argument("--chunk", type=int, default=10, help="calibrations per work item (with --work)")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--cutoff-check", action="store_true", help="the profile cutoff's check (800 sims, SmolLM2)")
     a = ap.parse_args()
@@ -442,9 +566,15 @@ if __name__ == "__main__":
         raise SystemExit(0)
     tier = None if a.run_x_tier is None else a.run_x_tier == "on"
     down = None if a.down_cap is None else a.down_cap == "on"
-    result = run(
-        a.sims, tuple(a.protocols), a.truths, a.seed, a.jobs, local=a.design == "local", tier=tier, down_cap=down
-    )
+    if a.work:
+        if (tier, down, a.design) != (None, None, "local"):
+            ap.error("--work runs the shipped design (no --design around, --run-x-tier, --down-cap)")
+        result = run_chunked(a.sims, tuple(a.protocols), a.truths, a.seed, a.jobs, a.work, a.chunk)
+        result["command"] = "python bench/budget_coverage.py " + " ".join(sys.argv[1:])
+    else:
+        result = run(
+            a.sims, tuple(a.protocols), a.truths, a.seed, a.jobs, local=a.design == "local", tier=tier, down_cap=down
+        )
     if a.out:
         a.out.write_text(json.dumps(result, indent=2))
     print(json.dumps({k: v for k, v in result.items() if k != "protocols"}, indent=2))

@@ -69,21 +69,27 @@ class Noise:
         return self._z(self.shared, ("same", *key))
 
 
-def simulate_one(k: int, cost, proto: dict, noise: Noise, tol, rng: np.random.Generator):
-    """One calibration under the toy protocol (design.simulate_protocol's loop, its draws from `noise`): (the
-    estimate, its SeedRuns, runs used)."""
+def simulate_one(
+    k: int, cost, proto: dict, noise: Noise, tol, rng: np.random.Generator, sd=None, shared_x: bool = True
+):
+    """One calibration under `proto` (design.simulate_protocol's loop, its draws from `noise`): (the estimate, its
+    SeedRuns, runs used). `sd`: the paired-cost sd as a function of x (None: the toy's, from `proto`); `shared_x`:
+    a level's measured x is the same draw in both calibrations (their grids are one: the same engine at the same
+    level), else each calibration's own."""
     from admitcheck.calibration.curve import LevelData, estimate
     from admitcheck.calibration.design import actual_x, plan_round
     from admitcheck.calibration.shared_seeds import SeedRuns
 
     xs = list(proto["grid"])
-    if "pair_sd" in proto:  # one pair sd once the x-driven part is off (budget_coverage.within_level_noise)
+    if sd is not None:
+        noise_sd = sd
+    elif "pair_sd" in proto:  # one pair sd once the x-driven part is off (budget_coverage.within_level_noise)
         noise_sd = lambda x: proto["pair_sd"]  # noqa: E731
     else:
         lx, lsd = np.log(proto["noise_x"]), proto["noise_sd"]
         noise_sd = lambda x: float(np.interp(math.log(x), lx, lsd))  # noqa: E731  paired sd, flat beyond the levels
     mu0, x_cv, seed_sd = proto["baseline_mean"], proto["x_cv"], proto["seed_sd"]
-    lam = float(proto.get("x_real", 1.0))  # the share of the log-x spread that is the run's own mismatch
+    lam = float(proto.get("x_real", 0.0))  # the share of the log-x spread that is the run's own mismatch
     e0 = noise_sd(xs[0]) / math.sqrt(2.0)
     base: list[float] = []
     targets = {f"level-{i}": x for i, x in enumerate(xs)}
@@ -100,10 +106,11 @@ def simulate_one(k: int, cost, proto: dict, noise: Noise, tol, rng: np.random.Ge
     def add(name: str) -> None:
         x, r = targets[name], len(data[name][1])
         seed_of(r)
-        d = x_cv * noise.same(("x", name, r))  # the measured x: shared (same engine, noise draw and probe)
+        own = () if shared_x else (k,)
+        d = x_cv * noise.same(("x", *own, name, r))  # the measured x: shared (same engine, noise draw and probe)
         xm = x * math.exp(d)
         # the run's actual x: λ of the spread (shared too: the same engine), as design.simulate_protocol draws it
-        xc = actual_x(x, d, lam, x_cv, lambda: noise.same(("x_real", name, r)))
+        xc = actual_x(x, d, lam, x_cv, lambda: noise.same(("x_real", *own, name, r)))
         q = mu0 + cost(xc) + effect(r) + noise_sd(x) / math.sqrt(2.0) * noise.corr(k, ("run", name, r))
         data[name][0].append(xm)
         data[name][1].append(q - base[r])
@@ -150,11 +157,19 @@ def side(est, label: str):
 
 
 def one_cell(
-    shape_pair: str, rho: float, sims: int, seed: int, proto: dict, deadline: float | None, proto_b: dict | None = None
+    shape_pair: str,
+    rho: float,
+    sims: int,
+    seed: int,
+    proto: dict,
+    deadline: float | None,
+    proto_b: dict | None = None,
+    names: tuple[str, str] = ("toy", "toy"),
 ) -> dict:
-    """One cell: calibration A under `proto`, B under `proto_b` (default the same); τ, the grid and B's range are
-    A's (both protocols share the toy grid)."""
-    from budget_coverage import true_cost
+    """One cell: calibration A under `proto`, B under `proto_b` (default the same), `names` their protocols'
+    (bench/budget_coverage.py's): each calibration's τ, run noise and the range its B is drawn from are its own
+    protocol's (`noise_and_range`); the measured x of a level is shared when the two grids are one."""
+    from budget_coverage import noise_and_range, true_cost
 
     from admitcheck.calibration.compare import compare_budgets, mover_log_ratio
     from admitcheck.calibration.curve import Tolerance
@@ -162,18 +177,18 @@ def one_cell(
 
     rng = np.random.default_rng([seed, SHAPES.index(shape_pair), round(10 * rho)])
     tols = [Tolerance(relative=p["relative"]) for p in (proto, proto_b or proto)]
-    g = proto["grid"]
-    b_lo, b_hi = g[0] * 1.5, g[-1] / 1.5
+    protos = (proto, proto_b or proto)
+    sds, ranges = zip(*(noise_and_range(n, p) for n, p in zip(names, protos)))
+    shared_x = list(protos[0]["grid"]) == list(protos[1]["grid"])
     shapes = shape_pair.split("/")
     rows = []
     t0 = time.perf_counter()
     while len(rows) < sims and (deadline is None or time.time() < deadline):
-        bs = [math.exp(rng.uniform(math.log(b_lo), math.log(b_hi))) for _ in shapes]
+        bs = [math.exp(rng.uniform(math.log(ranges[k][0]), math.log(ranges[k][1]))) for k in range(len(shapes))]
         noise = Noise(rng, rho)
-        protos = (proto, proto_b or proto)
         out = [
             simulate_one(k, true_cost(s, tols[k].of(protos[k]["baseline_mean"]), b, protos[k]), protos[k], noise,
-                         tols[k], rng)
+                         tols[k], rng, sds[k], shared_x)
             for k, (s, b) in enumerate(zip(shapes, bs))
         ]  # fmt: skip
         (ea, ra, _), (eb, rb, _) = out
@@ -221,10 +236,13 @@ def one_cell(
     }  # fmt: skip
 
 
-def measured() -> dict:
-    """The shipped pair's seed correlation, for reference: the correlation between calibrations/toy.yaml's and
-    toy_rl.yaml's two-way (seed + level) residuals of the runs they share (same level name, same training seed), and
-    the compare command's jackknife r of their budgets."""
+CALIBRATION = {"toy": "toy", "toy_rl": "toy_rl", "smollm2_57": "smollm2", "smollm2_rl_copy": "smollm2_rl_copy"}
+
+
+def measured(names: tuple[str, str] = ("toy", "toy_rl")) -> dict:
+    """The shipped pair's seed correlation, for reference: the correlation between the two calibrations' two-way
+    (seed + level) residuals of the runs they share (same level name, same training seed; None under 3), and the
+    compare command's jackknife r of their budgets."""
     from admitcheck.calibration.artifact import load_calibration
     from admitcheck.calibration.shared_seeds import load_seed_runs, seed_correlation
 
@@ -238,17 +256,19 @@ def measured() -> dict:
         coef, *_ = np.linalg.lstsq(a, y, rcond=None)
         return {(r.level, r.seed): float(v) for r, v in zip(runs, y - a @ coef)}
 
-    cals = [load_calibration(ROOT / "calibrations" / f"{n}.yaml") for n in ("toy", "toy_rl")]
+    cals = [load_calibration(ROOT / "calibrations" / f"{n}.yaml") for n in names]
     ra, rb = (resid(c) for c in cals)
     keys = sorted(set(ra) & set(rb))
     va, vb = np.array([ra[k] for k in keys]), np.array([rb[k] for k in keys])
     from scipy import stats
 
     c = seed_correlation(*(load_seed_runs(cal) for cal in cals))
+    few = len(keys) < 3
     return {
+        "calibrations": [f"calibrations/{n}.yaml" for n in names],
         "matched_runs": len(keys),
-        "residual_correlation_pearson": float(np.corrcoef(va, vb)[0, 1]),
-        "residual_correlation_spearman": float(stats.spearmanr(va, vb).statistic),
+        "residual_correlation_pearson": None if few else float(np.corrcoef(va, vb)[0, 1]),
+        "residual_correlation_spearman": None if few else float(stats.spearmanr(va, vb).statistic),
         "jackknife_r_of_log_budgets": c.r,
         "shared_seeds": c.shared_seeds,
     }
@@ -262,14 +282,16 @@ def main() -> None:
     ap.add_argument("--stop-at", default=None, help="UTC HH:MM: no new simulation starts after it (the cell in "
                     "progress is written with the sims it has)")  # fmt: skip
     ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--second", default="toy", choices=["toy", "toy_rl"], help="calibration B's protocol "
-                    "(budget_coverage.protocols(); toy_rl: the RL calibration's noise, its runs' cost following their "
-                    "own x)")  # fmt: skip
+    ap.add_argument("--first", default="toy", choices=["toy", "smollm2_57"], help="calibration A's protocol "
+                    "(budget_coverage.protocols(); smollm2_57: the shipped SmolLM2 OPD calibration's)")  # fmt: skip
+    ap.add_argument("--second", default="toy", choices=["toy", "toy_rl", "smollm2_rl_copy"], help="calibration B's "
+                    "protocol (budget_coverage.protocols(); toy_rl: the RL calibration's noise, its runs' cost "
+                    "following their own x; smollm2_rl_copy: the SmolLM2 RL copy calibration's)")  # fmt: skip
     a = ap.parse_args()
     from budget_coverage import protocols
 
     protos = protocols()
-    proto, proto_b = protos["toy"], protos[a.second]
+    proto, proto_b = protos[a.first], protos[a.second]
     deadline = None
     if a.stop_at:
         now = datetime.datetime.now(datetime.timezone.utc)
@@ -279,14 +301,16 @@ def main() -> None:
         cells = [(c.split(":")[0], float(c.split(":")[1])) for c in a.cells]
     else:
         cells = [(s, r) for s in SHAPES for r in RHOS]
-    result = {"protocol": f"A: toy, B: {a.second} (bench/budget_coverage.py protocols())", "measured": measured(),
+    pair = (CALIBRATION[a.first], CALIBRATION[a.second] if a.second != "toy" else "toy_rl")
+    result = {"protocol": f"A: {a.first}, B: {a.second} (bench/budget_coverage.py protocols())",
+              "measured": measured(pair),
               "rows": [],
               "must_hold": "paired coverage >= 0.93 in every cell", "command": " ".join(sys.argv)}  # fmt: skip
     print(json.dumps(result["measured"]), flush=True)
     for shape_pair, rho in cells:
         if deadline is not None and time.time() >= deadline:
             break
-        row = one_cell(shape_pair, rho, a.sims, a.seed, proto, deadline, proto_b)
+        row = one_cell(shape_pair, rho, a.sims, a.seed, proto, deadline, proto_b, (a.first, a.second))
         result["rows"].append(row)
         result["ok"] = all(r["paired"]["coverage"] >= 0.93 for r in result["rows"])
         print(json.dumps(row), flush=True)

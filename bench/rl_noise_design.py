@@ -5,6 +5,7 @@ runs.
     python bench/rl_noise_design.py --sims 30 --grids 10x_lower --truths power --scales 0.5 0.25 --caps 51 99 \
         --jobs 1 --out cells.json        # one of the commands behind bench/results/rl_noise_design.json (its "runs")
     python bench/rl_noise_design.py --sims 3 --grids shipped --scales 1 --caps 51   # a quick look (~10 s)
+    python bench/rl_noise_design.py --batch-noise --out bench/results/rl_batch_noise.json   # the batch lever (below)
 
 Noise (from calibrations/smollm2_rl_copy.ledger.jsonl, one H100, 2026-12-06/07): the two-way fit quality = level
 mean + seed effect + run noise (bench/budget_coverage.py `two_way_noise`), the baselines' sd, and the sd of the runs
@@ -18,6 +19,14 @@ measured sds times `scale` (1: as measured; 0.5, 0.25: a protocol whose per-run 
 point), on two grids: the config's (7 levels, k3 0.005–0.25: B̂ lies below it) and one 10× lower (0.0005–0.025),
 run caps 51 (the config's), 99 and 201. Per cell: coverage, median hi/lo, the share of calibrations with hi/lo ≤ 3,
 mean runs.
+
+`--batch-noise` (the first lever, measured): the 24-run grids (3 baselines, 7 levels × 3 pairs, the runs before the
+ledger's first adaptive round) of the 4-prompt calibration and of examples/smollm2_calibrate_rl_copy_b128.yaml (16
+prompts × 8 samples a step, else the same; calibrations/smollm2_rl_copy_b128.ledger.jsonl, one H100, 2026-12-07),
+each read as above: the two-way run sd and seed-effect sd, the baselines, τ (the config's relative tolerance of its
+own baseline quality), a pair's sd in its own τ and in the 4-prompt τ, the levels' mean cost (a level's run minus
+its seed's baseline) in τ, the median seconds a run; the F test of the two run variances (two-sided) and the 95%
+interval of their sd ratio.
 """
 
 from __future__ import annotations
@@ -84,6 +93,55 @@ def measured() -> dict:
     }
 
 
+def grid_noise(name: str, config: Path) -> dict:
+    """One calibration's 24-run grid (`--batch-noise`): its noise, baselines, τ and level costs."""
+    import yaml
+    from budget_coverage import two_way_noise
+
+    cfg = yaml.safe_load(config.read_text())
+    lines = [json.loads(x) for x in (ROOT / "calibrations" / f"{name}.ledger.jsonl").read_text().splitlines()]
+    end = next((i for i, d in enumerate(lines) if d.get("kind") == "round"), len(lines))
+    runs = [d for d in lines[:end] if d.get("kind") == "run"]
+    rows = []
+    for d in runs:
+        lv = json.loads(d["key"])["level"]
+        x = 0.0 if lv["kind"] == "baseline" else float(d["mismatch"])
+        rows.append((json.dumps(lv, sort_keys=True), int(d["seed"]), float(d["quality"]), x))
+    run_sd, seed_sd, dof = two_way_noise(rows)
+    base = {s: q for _, s, q, x in rows if x == 0}
+    tau = float(cfg["tolerance"]["relative"]) * float(np.mean(list(base.values())))
+    by: dict[str, list[tuple[float, float]]] = {}
+    for k, s, q, x in rows:
+        if x > 0:
+            by.setdefault(k, []).append((x, q - base[s]))
+    levels = sorted((float(np.mean([v[0] for v in p])), float(np.mean([v[1] for v in p])) / tau) for p in by.values())
+    return {
+        "ledger": f"calibrations/{name}.ledger.jsonl", "config": str(config.relative_to(ROOT)),
+        "train_batch": int(cfg["train"]["batch_size"]), "runs": len(rows), "run_sd": run_sd, "seed_sd": seed_sd,
+        "two_way_dof": dof, "baselines": sorted(base.values()), "baseline_mean": float(np.mean(list(base.values()))),
+        "tau": tau, "pair_sd_tau": math.sqrt(2.0) * run_sd / tau,
+        "level_x_and_cost_tau": [[x, c] for x, c in levels],
+        "median_run_seconds": float(np.median([float(d["seconds"]) for d in runs])),
+    }  # fmt: skip
+
+
+def batch_noise() -> dict:
+    """`--batch-noise`: the 4-prompt grid beside the 16-prompt one (module docstring)."""
+    from scipy import stats
+
+    small = grid_noise(NAME, CONFIG)
+    big = grid_noise(f"{NAME}_b128", ROOT / "examples" / "smollm2_calibrate_rl_copy_b128.yaml")
+    f = small["run_sd"] ** 2 / big["run_sd"] ** 2
+    d1, d2 = small["two_way_dof"], big["two_way_dof"]
+    p = 2 * min(stats.f.sf(f, d1, d2), stats.f.cdf(f, d1, d2))
+    lo, hi = (math.sqrt(f / stats.f.ppf(q, d1, d2)) for q in (0.975, 0.025))
+    return {
+        "batch_32": small, "batch_128": big,
+        "run_sd_ratio_32_over_128": math.sqrt(f), "run_sd_ratio_95": [lo, hi], "variance_f_test_p": float(p),
+        "if_one_over_sqrt_batch": 2.0, "pair_sd_tau_128_in_tau_32": math.sqrt(2.0) * big["run_sd"] / small["tau"],
+    }  # fmt: skip
+
+
 def one_cell(args: tuple) -> dict:
     from admitcheck.calibration.curve import Tolerance
     from admitcheck.calibration.design import simulate_protocol
@@ -127,7 +185,14 @@ def main() -> None:
     ap.add_argument("--grids", nargs="+", default=["shipped", "10x_lower"], choices=["shipped", "10x_lower"])
     ap.add_argument("--truths", nargs="+", default=["power", "power2"], choices=["power", "power2"])
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--batch-noise", action="store_true", help="the 4- and 16-prompt grids' noise (no simulation)")
     a = ap.parse_args()
+    if a.batch_noise:
+        out = batch_noise() | {"command": "python bench/rl_noise_design.py " + " ".join(sys.argv[1:])}
+        print(json.dumps(out, indent=1))
+        if a.out:
+            a.out.write_text(json.dumps(out, indent=1) + "\n")
+        return
     from concurrent.futures import ProcessPoolExecutor
 
     from admitcheck.calibration.levels import auto_noise_targets

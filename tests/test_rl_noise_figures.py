@@ -1,7 +1,7 @@
 """docs/rl.md and README quote the RL copy calibration's noise, bench/results/rl_noise_design.json and
 bench/results/rl_coverage*.json (issue 40): the figures there are the committed ledger's and the JSONs'; and
-bench/rl_coverage.py (the RL budget interval's coverage under its shipped protocol): its summary's figures, its
-protocol read from the shipped files, one real simulated calibration."""
+bench/budget_coverage.py's RL copy protocol (the RL budget interval's coverage under its shipped protocol): `tally`'s
+figures, the protocol read from the shipped files, one real simulated calibration, a resumed work file."""
 
 from __future__ import annotations
 
@@ -60,10 +60,10 @@ def test_docs_table_is_the_jsons_median_hi_lo() -> None:
 
 
 def _rec(b: float, lo: float, hi: float, method: str = "model", runs: int = 51) -> dict:
-    return {"truth": "power", "chunk": 0, "i": 0, "b": b, "lo": lo, "hi": hi, "method": method, "runs": runs}
+    return {"b": b, "lo": lo, "hi": hi, "method": method, "runs": runs}
 
 
-def test_summary_counts_each_figure() -> None:
+def test_tally_counts_each_figure() -> None:
     """Five calibrations of B = 1 written by hand: each figure counted as the docstring defines it, the boundary at
     1.05 B on both sides of it."""
     recs = [
@@ -73,7 +73,7 @@ def test_summary_counts_each_figure() -> None:
         _rec(1.0, 0.2, 0.9, "bracket", 45),  # hi under B and under B / 1.05: a REJECT at 0.95 B
         _rec(1.0, 0.0, math.inf, "bracket", 45),  # open
     ]
-    (row,) = _bench("rl_coverage").summary(recs)
+    row = _bench("budget_coverage").tally(recs)
     assert row["sims"] == 5
     assert row["coverage"] == pytest.approx(2 / 5)
     assert row["lower_above_truth"] == pytest.approx(2 / 5)
@@ -81,7 +81,8 @@ def test_summary_counts_each_figure() -> None:
     assert row["upper_below_truth"] == pytest.approx(1 / 5)
     assert row["reject_at_0.95B"] == pytest.approx(1 / 5)
     assert row["finite"] == pytest.approx(4 / 5)
-    assert row["median_hi_lo"] == pytest.approx(4.0)  # 4, 2.88, 2.83, 4.5, inf
+    assert row["median_interval_factor"] == pytest.approx(4.0)  # 4, 2.88, 2.83, 4.5, inf
+    assert row["interval_factor_at_most_2"] == 0.0
     assert row["model_used"] == pytest.approx(3 / 5)
     assert row["mean_runs"] == pytest.approx((3 * 51 + 2 * 45) / 5)
 
@@ -89,21 +90,44 @@ def test_summary_counts_each_figure() -> None:
 def test_protocol_is_the_shipped_one_and_a_calibration_runs() -> None:
     """The protocol is read from the shipped config and ledger (what the JSON recorded); one simulated calibration
     of it gives an interval around its point, within the run cap."""
-    bench = _bench("rl_coverage")
-    p = bench.protocol()
-    saved = json.loads(COVERAGE.read_text())["protocol"]
+    bench = _bench("budget_coverage")
+    p = bench.rl_copy_protocol()
+    saved = json.loads(COVERAGE.read_text())["protocols"]["smollm2_rl_copy"]
     for k, v in saved.items():
         got = p[k]
         if isinstance(v, float) or (isinstance(v, list) and v and isinstance(v[0], float)):
             assert got == pytest.approx(v, rel=1e-12), k
+        elif isinstance(v, dict | list):
+            assert json.loads(json.dumps(got)) == v, k
         else:
             assert got == v, k
     assert p["max_runs"] == 51 and len(p["grid"]) == 7 and p["grid"][0] == pytest.approx(0.005)
-    (rec,) = bench.chunk((p, "power", 0, 1, 0))
+    assert p["x_real"] == 1.0 and p["baseline_sd"] == pytest.approx(math.hypot(p["seed_sd"], p["run_sd"]))
+    (rec,) = bench.one_chunk(("smollm2_rl_copy", "power", 0, 1, 0, p))
     assert 0 <= rec["lo"] <= rec["hi"] and rec["runs"] <= p["max_runs"]
     assert p["budget"] / 2 <= rec["b"] <= 2 * p["budget"]
-    lowered = bench.protocol(10.0)
+    lowered = bench.rl_copy_protocol(10.0)
     assert lowered["grid"] == pytest.approx([g / 10 for g in p["grid"]])
+
+
+def test_work_file_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--work`: a second start redoes nothing; a chunk cut short (its last line lost) is redone, and its records are
+    the first start's (draws seeded by seed, truth and chunk)."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))  # a spawned worker unpickles one_chunk by name
+    bench = importlib.import_module("budget_coverage")
+    work = tmp_path / "w.jsonl"
+    first = bench.run_chunked(2, ("smollm2_rl_copy",), ("step",), 0, 1, work, 1)
+    lines = work.read_text().splitlines()
+    assert len(lines) == 2 and first["rows"][0]["sims"] == 2
+    again = bench.run_chunked(2, ("smollm2_rl_copy",), ("step",), 0, 1, work, 1)
+    assert work.read_text().splitlines() == lines and again["rows"][0] == first["rows"][0]
+    work.write_text(lines[0] + "\n")
+    redone = bench.run_chunked(2, ("smollm2_rl_copy",), ("step",), 0, 1, work, 1)
+    key = ("b", "lo", "hi", "method", "runs")
+    assert sorted([json.loads(x)[k] for k in key] for x in work.read_text().splitlines()) == sorted(
+        [json.loads(x)[k] for k in key] for x in lines
+    )
+    assert redone["rows"][0] == first["rows"][0]
 
 
 def test_docs_table_is_the_json() -> None:
@@ -114,7 +138,7 @@ def test_docs_table_is_the_json() -> None:
     lines = {line.split("|")[1].strip(): line for line in table.splitlines()[2:]}
     assert set(lines) == {r["truth"] for r in rows} and len(rows) == 7
     for r in rows:
-        m = r["median_hi_lo"]
+        m = r["median_interval_factor"]
         figures = ("coverage", "lower_above_truth", "admit_at_1.05B", "upper_below_truth")
         cells = [f"{r[k]:.3f}" for k in figures] + [f"{r['finite']:.2f}", "∞" if m == math.inf else f"{m:.1f}"]
         assert [c.strip() for c in lines[r["truth"]].split("|")[2:-1]] == cells, r["truth"]
@@ -128,10 +152,47 @@ def test_docs_quote_the_lowered_grid() -> None:
     """docs/rl.md's sentence on the grid 10× lower is bench/results/rl_coverage_lower10.json's."""
     d = json.loads((ROOT / "bench" / "results" / "rl_coverage_lower10.json").read_text())
     rows = {r["truth"]: r for r in d["rows"]}
-    assert d["protocol"]["grid_lowered"] == 10.0 and all(r["sims"] == 100 for r in rows.values())
+    assert d["protocols"]["smollm2_rl_copy_lower10"]["grid_lowered"] == 10.0
+    assert all(r["sims"] == 100 for r in rows.values())
     doc = " ".join((ROOT / "docs" / "rl.md").read_text().split())
     lo, hi = min(r["coverage"] for r in rows.values()), max(r["coverage"] for r in rows.values())
     assert f"covers flat_then_rising {rows['flat_then_rising']['coverage']:.2f}, every truth {lo:.2f}–{hi:.2f}" in doc
     p = rows["power"]
-    assert f"{p['finite']:.0%} finite" in doc and p["median_hi_lo"] == math.inf
+    assert f"{p['finite']:.0%} finite" in doc and p["median_interval_factor"] == math.inf
     assert f"B_lo lands above B {round(p['lower_above_truth'] * 100)} times in 100" in doc
+
+
+def test_batch_noise_is_the_ledgers_and_the_docs_quote_it() -> None:
+    """bench/results/rl_batch_noise.json is `batch_noise` of today's two ledgers (a least-squares fit: to 1e-12), and
+    docs/rl.md's table and sentence quote it."""
+    saved = json.loads((ROOT / "bench" / "results" / "rl_batch_noise.json").read_text())
+    got = json.loads(json.dumps(_bench().batch_noise()))
+
+    def close(a, b) -> bool:
+        if isinstance(a, dict):
+            return a.keys() == b.keys() and all(close(a[k], b[k]) for k in a)
+        if isinstance(a, list):
+            return len(a) == len(b) and all(close(x, y) for x, y in zip(a, b))
+        return a == pytest.approx(b, rel=1e-12) if isinstance(a, float) else a == b
+
+    assert close(got, {k: v for k, v in saved.items() if k != "command"})
+    doc = " ".join((ROOT / "docs" / "rl.md").read_text().split())
+    for k, label in (("batch_32", "4 prompts × 8"), ("batch_128", "16 prompts × 8")):
+        b = saved[k]
+        assert b["runs"] == 24 and b["two_way_dof"] == 14
+        cells = (f"| {label} | {b['run_sd']:.4f} | {b['seed_sd']:.4f} | {b['baseline_mean']:.3f} | {b['tau']:.4f} | "
+                 f"{b['pair_sd_tau']:.1f} τ | {b['level_x_and_cost_tau'][-1][1]:.0f} τ | "
+                 f"{b['median_run_seconds']:.0f} s")  # fmt: skip
+        assert cells in doc, cells
+    lo, hi = saved["run_sd_ratio_95"]
+    assert (
+        f"by a factor of {saved['run_sd_ratio_32_over_128']:.2f} (95% interval {lo:.2f}–{hi:.2f}, F test p = "
+        f"{saved['variance_f_test_p']:.2f}" in doc
+    )
+    assert f"(in the 4-prompt τ it would be {saved['pair_sd_tau_128_in_tau_32']:.1f} τ)" in doc
+    rewards = [round(100 * (1 - saved[k]["baseline_mean"])) for k in ("batch_128", "batch_32")]
+    assert f"held-out reward {rewards[0]}% against {rewards[1]}%" in doc
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    small, big = saved["batch_32"]["pair_sd_tau"], saved["batch_128"]["pair_sd_tau"]
+    assert f"its run sd is {saved['run_sd_ratio_32_over_128']:.2f}× lower" in readme
+    assert f"a pair's noise is {big:.1f} τ against {small:.1f}" in readme
