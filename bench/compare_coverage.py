@@ -3,6 +3,13 @@
     nice -n 10 python bench/compare_coverage.py --sims 200 --out bench/results/compare_coverage.json
     python bench/compare_coverage.py --sims 10 --cells power/power:0.8          # a quick look
     nice -n 10 python bench/compare_coverage.py --sims 200 --second toy_rl --cells power/power:0.1 --out F  # OPD vs RL
+    nice -n 5 python bench/compare_coverage.py --first smollm2_57 --second smollm2_rl_copy --sims 150 \
+        --cells power/power:0.4 --out F         # the SmolLM2 pair (bench/results/compare_coverage_smollm2_rl.json)
+
+`--first smollm2_57 --second smollm2_rl_copy`: A under the shipped SmolLM2 OPD protocol, B under the SmolLM2 RL
+copy's (bench/budget_coverage.py's protocols of those names): each calibration's run noise, τ and the range its B is
+drawn from are its own protocol's (`budget_coverage.noise_and_range`), λ its protocol's (0 where it has none, as
+budget_coverage reads it), and since the two grids differ, a level's measured x is each calibration's own draw.
 
 Each simulated comparison is two calibrations run side by side under the shipped toy protocol
 (bench/budget_coverage.py's `protocols()["toy"]`: examples/toy_calibrate.yaml's grid, 3 pairs per level, rounds of 4
