@@ -4,6 +4,7 @@ warnings, and the shipped toy pair against the shipped calibration (rebuilt, re-
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import warnings
 from pathlib import Path
@@ -17,6 +18,7 @@ from admitcheck.cli import app
 from admitcheck.config import RolloutConfig
 from admitcheck.rollout.precision import rollout_problems
 from tests.test_cli import assert_user_error, measure_config
+from tests.test_numerics import IS_INTEL
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
@@ -180,6 +182,13 @@ def test_a_rebuilt_toy_pair_is_accepted_by_the_shipped_calibration(tmp_path):
     result = runner.invoke(app, ["toy-pair", str(tmp_path / "toy")])
     assert result.exit_code == 0, result.output
     screened = _screen_bf16(tmp_path, tmp_path / "toy")
+    if IS_INTEL and screened.exit_code == 2:  # measured 2026-12-07 on an Intel Xeon (AVX-512, AMX): the pinned build
+        # rounds otherwise there (tests/test_numerics.py GOLDEN_INTEL) and its student drifts 1.5e-4 on the fixed
+        # sequences, over the shipped check's 4.2e-5: refused. What must hold there: a rounding drift, far under the
+        # ≥ 0.65 nats/token of a build on another kernel path (README, "Same numbers on every x86-64 CPU")
+        drift = float(re.search(r"drifted by ([0-9.e+-]+)", " ".join(screened.output.split())).group(1))
+        assert drift < 1e-3, screened.output
+        pytest.xfail(f"a real Intel CPU: the rebuilt pair's student drifts {drift:g} (refused); README")
     assert screened.exit_code in (0, 1), screened.output  # a verdict (accepted as the same pair), not a refusal
     assert "bf16" in screened.output and "drifted" not in screened.output
     from admitcheck.fingerprint import model_fingerprint

@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from admitcheck import numerics
 from admitcheck.config import KV_BACKENDS, RolloutConfig, SamplingConfig
 from admitcheck.errors import ConfigError, EngineError
 from admitcheck.rollout.engines.base import Rollouts
@@ -60,6 +61,26 @@ def import_vllm() -> Any:
     # LLM() renders a chat template as warm-up; with skip_tokenizer_init it logs a traceback about it. Token ids only.
     logging.getLogger("vllm.renderers.base").addFilter(lambda r: "Chat template warmup" not in r.getMessage())
     return vllm
+
+
+@contextlib.contextmanager
+def _onednn_uncapped(on_cpu: bool):
+    """vLLM-CPU's engine process (started inside `vllm.LLM`) picks oneDNN's AMX brgemm kernels where the CPU has AMX
+    tiles, which oneDNN refuses under the numeric pins' `ONEDNN_MAX_CPU_ISA=AVX2`: measured 2026-12-07 on an Intel
+    Xeon with AMX, "BFloat16 Brgemm VNNI format is only supported on X64 when oneDNN ukernel is enabled and `amx` is
+    supported", and the engine died. So that process starts with oneDNN's `DEFAULT` (no cap; vLLM's own kernels are
+    not under the pins), set rather than unset so that `import admitcheck` in it (the calibrated-scale setter is an
+    admitcheck function its workers unpickle) leaves it; this process keeps the cap."""
+    cap = "ONEDNN_MAX_CPU_ISA"
+    lift = on_cpu and torch.cpu._is_amx_tile_supported() and os.environ.get(cap) == numerics.PINS[cap]
+    saved = os.environ[cap] if lift else None
+    if lift:
+        os.environ[cap] = "DEFAULT"
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ[cap] = saved
 
 
 def _one_line(exc: BaseException, limit: int = 600) -> str:
@@ -304,7 +325,8 @@ class VLLMEngine:
                 self._reload(path)
             else:
                 try:
-                    self.llm = vllm.LLM(**kwargs)
+                    with _onednn_uncapped(self.on_cpu):
+                        self.llm = vllm.LLM(**kwargs)
                 except Exception as exc:  # vLLM raises many types; its own log above says more
                     raise EngineError(f"vLLM failed to start: {_one_line(exc)}", field="rollout") from None
         except BaseException:
