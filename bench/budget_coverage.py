@@ -76,14 +76,19 @@ X = "start"  # the x the protocols are read in: "start" or "run" (`--x run`: the
 RUN_WINDOW = 20  # the shipped calibrations' protocol.run_window (steps the run-averaged x averages)
 
 
-def ledger_runs(name: str) -> list[tuple[str, int, float, float]]:
-    """(level key, seed, quality, x) of a shipped ledger's baseline and noise runs; x is the start mismatch, or with
-    `X = "run"` the mean in-run k3 over the first RUN_WINDOW steps (`fit.run_x`)."""
+def ledger_records(name: str, grid_only: bool = False) -> list[dict]:
+    """A shipped ledger's run records (calibrations/NAME.ledger.jsonl); `grid_only`: those written before its first
+    adaptive round (the config's grid)."""
+    lines = [json.loads(x) for x in (ROOT / "calibrations" / f"{name}.ledger.jsonl").read_text().splitlines()]
+    end = next((i for i, d in enumerate(lines) if d.get("kind") == "round"), len(lines)) if grid_only else len(lines)
+    return [d for d in lines[:end] if d.get("kind") == "run"]
+
+
+def ledger_runs(name: str, grid_only: bool = False) -> list[tuple[str, int, float, float]]:
+    """(level key, seed, quality, x) of a shipped ledger's baseline and noise runs (`ledger_records`); x is the start
+    mismatch, or with `X = "run"` the mean in-run k3 over the first RUN_WINDOW steps (`fit.run_x`)."""
     out = []
-    for line in (ROOT / "calibrations" / f"{name}.ledger.jsonl").read_text().splitlines():
-        d = json.loads(line)
-        if d.get("kind") != "run":
-            continue
+    for d in ledger_records(name, grid_only):
         lv = json.loads(d["key"])["level"]
         if lv["kind"] in ("baseline", "noise"):
             start = float(d["mismatch"]) if lv["kind"] != "baseline" else 0.0
@@ -243,19 +248,23 @@ def protocols() -> dict[str, dict]:
         f"smollm2_{n}": smol | {"max_runs": n} for n in (45, 57, 69)
     }
     if X == "start":  # its grid is the config's start-x targets
-        out |= {"smollm2_rl_copy": rl_copy_protocol(), "smollm2_rl_copy_lower10": rl_copy_protocol(10.0)}
+        from rl_noise_design import measured
+
+        m = measured()  # the ledger and config read once, the grid lowered for the second
+        out |= {"smollm2_rl_copy": rl_copy_protocol(m), "smollm2_rl_copy_lower10": rl_copy_protocol(m, 10.0)}
     return {k: v | {"x": X} for k, v in out.items()}  # the x travels with the protocol (a --jobs worker's X is not set)
 
 
-def rl_copy_protocol(lower: float = 1.0) -> dict:
-    """calibrations/smollm2_rl_copy's protocol and measured noise (module docstring), the config's grid targets
-    (`lower` > 1: the same grid that many times lower)."""
-    from rl_noise_design import measured
-
+def rl_copy_protocol(m: dict | None = None, lower: float = 1.0) -> dict:
+    """calibrations/smollm2_rl_copy's protocol and measured noise (module docstring; `m`: `rl_noise_design.measured()`,
+    read here when not given), the config's grid targets (`lower` > 1: the same grid that many times lower)."""
     from admitcheck.calibration.levels import auto_noise_targets
     from admitcheck.config import AutoNoiseLevels
 
-    m = measured()
+    if m is None:
+        from rl_noise_design import measured
+
+        m = measured()
     auto = AutoNoiseLevels(**m["auto_noise"])
     lo, hi = auto.min_mismatch / lower, auto.max_mismatch / lower
     auto = auto.model_copy(update={"min_mismatch": lo, "max_mismatch": hi})

@@ -48,14 +48,17 @@ CONFIG = ROOT / "examples" / "smollm2_calibrate_rl_copy.yaml"
 UNPERTURBED = 0.0025  # k3 at the start below which a run counts as unperturbed (the grid's lowest level / 2)
 
 
-def measured() -> dict:
-    """The RL copy calibration's noise and its shipped protocol."""
+def measured(variant: str = "") -> dict:
+    """The RL copy calibration's noise and its shipped protocol (`variant`: calibrations/smollm2_rl_copy_VARIANT's,
+    its config examples/smollm2_calibrate_rl_copy_VARIANT.yaml)."""
     import yaml
     from budget_coverage import ledger_runs, log_x_spread, two_way_noise
 
-    cfg = yaml.safe_load(CONFIG.read_text())
-    cal = yaml.safe_load((ROOT / "calibrations" / f"{NAME}.yaml").read_text())
-    rows = ledger_runs(NAME)
+    name = f"{NAME}_{variant}" if variant else NAME
+    config = ROOT / "examples" / f"smollm2_calibrate_rl_copy_{variant}.yaml" if variant else CONFIG
+    cfg = yaml.safe_load(config.read_text())
+    cal = yaml.safe_load((ROOT / "calibrations" / f"{name}.yaml").read_text())
+    rows = ledger_runs(name)
     run_sd, seed_sd, dof = two_way_noise(rows)
     base = [q for _, _, q, x in rows if x == 0]
     tau = float(cal["tolerance"]["value"])
@@ -67,7 +70,7 @@ def measured() -> dict:
     grid = sorted(float(np.mean(v)) for v in by.values())
     lv = cfg["levels"]
     return {
-        "ledger": f"calibrations/{NAME}.ledger.jsonl",
+        "ledger": f"calibrations/{name}.ledger.jsonl",
         "runs": len(rows),
         "tau": tau,
         "baseline_mean": float(np.mean(base)),
@@ -94,19 +97,12 @@ def measured() -> dict:
 
 
 def grid_noise(name: str, config: Path) -> dict:
-    """One calibration's 24-run grid (`--batch-noise`): its noise, baselines, τ and level costs."""
+    """One calibration's 24-run grid (`--batch-noise`, `--lr-noise`): its noise, baselines, τ and level costs."""
     import yaml
-    from budget_coverage import two_way_noise
+    from budget_coverage import ledger_records, ledger_runs, two_way_noise
 
     cfg = yaml.safe_load(config.read_text())
-    lines = [json.loads(x) for x in (ROOT / "calibrations" / f"{name}.ledger.jsonl").read_text().splitlines()]
-    end = next((i for i, d in enumerate(lines) if d.get("kind") == "round"), len(lines))
-    runs = [d for d in lines[:end] if d.get("kind") == "run"]
-    rows = []
-    for d in runs:
-        lv = json.loads(d["key"])["level"]
-        x = 0.0 if lv["kind"] == "baseline" else float(d["mismatch"])
-        rows.append((json.dumps(lv, sort_keys=True), int(d["seed"]), float(d["quality"]), x))
+    rows = ledger_runs(name, grid_only=True)
     run_sd, seed_sd, dof = two_way_noise(rows)
     base = {s: q for _, s, q, x in rows if x == 0}
     tau = float(cfg["tolerance"]["relative"]) * float(np.mean(list(base.values())))
@@ -121,24 +117,59 @@ def grid_noise(name: str, config: Path) -> dict:
         "two_way_dof": dof, "baselines": sorted(base.values()), "baseline_mean": float(np.mean(list(base.values()))),
         "tau": tau, "pair_sd_tau": math.sqrt(2.0) * run_sd / tau,
         "level_x_and_cost_tau": [[x, c] for x, c in levels],
-        "median_run_seconds": float(np.median([float(d["seconds"]) for d in runs])),
+        "median_run_seconds": float(np.median([float(d["seconds"]) for d in ledger_records(name, grid_only=True)])),
     }  # fmt: skip
+
+
+def lever(variant: str) -> dict:
+    """The 4-prompt lr-1e-5 grid (`base`) beside a variant's (`variant`: calibrations/smollm2_rl_copy_VARIANT and
+    examples/smollm2_calibrate_rl_copy_VARIANT.yaml): both grids' noise, the F test of their run variances
+    (two-sided), the 95% interval of the sd ratio base/variant, the variant's pair sd in the base's τ."""
+    from scipy import stats
+
+    base = grid_noise(NAME, CONFIG)
+    var = grid_noise(f"{NAME}_{variant}", ROOT / "examples" / f"smollm2_calibrate_rl_copy_{variant}.yaml")
+    f = base["run_sd"] ** 2 / var["run_sd"] ** 2
+    d1, d2 = base["two_way_dof"], var["two_way_dof"]
+    p = 2 * min(stats.f.sf(f, d1, d2), stats.f.cdf(f, d1, d2))
+    lo, hi = (math.sqrt(f / stats.f.ppf(q, d1, d2)) for q in (0.975, 0.025))
+    return {"base": base, "variant": var, "run_sd_ratio": math.sqrt(f), "run_sd_ratio_95": [lo, hi],
+            "variance_f_test_p": float(p), "pair_sd_tau_in_base_tau": math.sqrt(2.0) * var["run_sd"] / base["tau"]}  # fmt: skip
 
 
 def batch_noise() -> dict:
     """`--batch-noise`: the 4-prompt grid beside the 16-prompt one (module docstring)."""
-    from scipy import stats
-
-    small = grid_noise(NAME, CONFIG)
-    big = grid_noise(f"{NAME}_b128", ROOT / "examples" / "smollm2_calibrate_rl_copy_b128.yaml")
-    f = small["run_sd"] ** 2 / big["run_sd"] ** 2
-    d1, d2 = small["two_way_dof"], big["two_way_dof"]
-    p = 2 * min(stats.f.sf(f, d1, d2), stats.f.cdf(f, d1, d2))
-    lo, hi = (math.sqrt(f / stats.f.ppf(q, d1, d2)) for q in (0.975, 0.025))
+    v = lever("b128")
     return {
-        "batch_32": small, "batch_128": big,
-        "run_sd_ratio_32_over_128": math.sqrt(f), "run_sd_ratio_95": [lo, hi], "variance_f_test_p": float(p),
-        "if_one_over_sqrt_batch": 2.0, "pair_sd_tau_128_in_tau_32": math.sqrt(2.0) * big["run_sd"] / small["tau"],
+        "batch_32": v["base"], "batch_128": v["variant"],
+        "run_sd_ratio_32_over_128": v["run_sd_ratio"], "run_sd_ratio_95": v["run_sd_ratio_95"],
+        "variance_f_test_p": v["variance_f_test_p"],
+        "if_one_over_sqrt_batch": 2.0, "pair_sd_tau_128_in_tau_32": v["pair_sd_tau_in_base_tau"],
+    }  # fmt: skip
+
+
+def calibration_summary(name: str) -> dict:
+    """A finished calibration's budget and its model's noise (calibrations/NAME.yaml): B, its interval and hi/lo, the
+    runs, the model's residual sd (one run's noise once level and seed are fitted) in τ."""
+    import yaml
+
+    cal = yaml.safe_load((ROOT / "calibrations" / f"{name}.yaml").read_text())
+    b, m = cal["budget"], cal["budget"]["model"]
+    lo, hi = (float(v) for v in b["interval"])
+    return {"calibration": f"calibrations/{name}.yaml", "lr": float(cal["recipe"]["lr"]), "runs": int(m["runs"]),
+            "budget": float(b["value"]), "interval": [lo, hi], "hi_lo": hi / lo, "exponent": float(m["exponent"]),
+            "tau": float(m["tau"]), "residual_sd": float(m["residual_sd"]),
+            "residual_sd_tau": float(m["residual_sd"]) / float(m["tau"])}  # fmt: skip
+
+
+def lr_noise() -> dict:
+    """`--lr-noise`: the lr-1e-5 grid beside the lr-5e-6 one, and both finished calibrations (module docstring)."""
+    v = lever("lr5e-6")
+    return {
+        "lr_1e-5": v["base"], "lr_5e-6": v["variant"],
+        "run_sd_ratio_1e5_over_5e6": v["run_sd_ratio"], "run_sd_ratio_95": v["run_sd_ratio_95"],
+        "variance_f_test_p": v["variance_f_test_p"], "pair_sd_tau_5e6_in_tau_1e5": v["pair_sd_tau_in_base_tau"],
+        "calibrations": [calibration_summary(NAME), calibration_summary(f"{NAME}_lr5e-6")],
     }  # fmt: skip
 
 
@@ -185,10 +216,14 @@ def main() -> None:
     ap.add_argument("--grids", nargs="+", default=["shipped", "10x_lower"], choices=["shipped", "10x_lower"])
     ap.add_argument("--truths", nargs="+", default=["power", "power2"], choices=["power", "power2"])
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--variant", default="", help="simulate calibrations/smollm2_rl_copy_VARIANT's noise (lr5e-6)")
     ap.add_argument("--batch-noise", action="store_true", help="the 4- and 16-prompt grids' noise (no simulation)")
+    ap.add_argument("--lr-noise", action="store_true", help="the lr 1e-5 and 5e-6 grids' noise (no simulation)")
     a = ap.parse_args()
-    if a.batch_noise:
-        out = batch_noise() | {"command": "python bench/rl_noise_design.py " + " ".join(sys.argv[1:])}
+    if a.batch_noise or a.lr_noise:
+        out = (batch_noise() if a.batch_noise else lr_noise()) | {
+            "command": "python bench/rl_noise_design.py " + " ".join(sys.argv[1:])
+        }
         print(json.dumps(out, indent=1))
         if a.out:
             a.out.write_text(json.dumps(out, indent=1) + "\n")
@@ -198,7 +233,7 @@ def main() -> None:
     from admitcheck.calibration.levels import auto_noise_targets
     from admitcheck.config import AutoNoiseLevels
 
-    m = measured()
+    m = measured(a.variant)
     an = m["auto_noise"]
     shipped = AutoNoiseLevels(**an)
     lo, hi = shipped.min_mismatch / 10, shipped.max_mismatch / 10

@@ -107,7 +107,7 @@ def test_protocol_is_the_shipped_one_and_a_calibration_runs() -> None:
     (rec,) = bench.one_chunk(("smollm2_rl_copy", "power", 0, 1, 0, p))
     assert 0 <= rec["lo"] <= rec["hi"] and rec["runs"] <= p["max_runs"]
     assert p["budget"] / 2 <= rec["b"] <= 2 * p["budget"]
-    lowered = bench.rl_copy_protocol(10.0)
+    lowered = bench.rl_copy_protocol(lower=10.0)
     assert lowered["grid"] == pytest.approx([g / 10 for g in p["grid"]])
 
 
