@@ -32,12 +32,13 @@ separate matter: runs that must be reproducible use one torch thread (the toy bu
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
 import re
 import sys
 import tempfile
-from collections.abc import MutableMapping
+from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 # variable -> value; every x86-64 CPU with AVX2 (Intel since 2013, AMD since 2015) runs these paths
@@ -93,3 +94,27 @@ def in_effect() -> dict[str, Any]:
     if torch is not None:
         out["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     return out
+
+
+@contextlib.contextmanager
+def child_engine_pins(on_cpu: bool) -> Iterator[None]:
+    """The pins a child engine process started inside this block must not inherit (vLLM-CPU's engine, started inside
+    `vllm.LLM`): on a CPU with AMX tiles its oneDNN picks the AMX brgemm kernels, which oneDNN refuses under
+    `ONEDNN_MAX_CPU_ISA=AVX2` — measured 2026-12-07 on an Intel Xeon with AMX, "BFloat16 Brgemm VNNI format is only
+    supported on X64 when oneDNN ukernel is enabled and `amx` is supported", and the engine died. So that process
+    starts with oneDNN's `DEFAULT` (no cap; vLLM's own kernels are not under the pins), set rather than unset so that
+    `import admitcheck` in it (the calibrated-scale setter is an admitcheck function its workers unpickle) leaves it;
+    this process keeps the cap, and its artifacts record this process's pins (`in_effect`). Nothing changes off an
+    AMX CPU, with `on_cpu` false, or where the user set the variable to something else."""
+    import torch
+
+    cap = "ONEDNN_MAX_CPU_ISA"
+    lift = on_cpu and torch.cpu._is_amx_tile_supported() and os.environ.get(cap) == PINS[cap]
+    saved = os.environ[cap] if lift else None
+    if lift:
+        os.environ[cap] = "DEFAULT"
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ[cap] = saved

@@ -134,7 +134,8 @@ def lever(variant: str) -> dict:
     p = 2 * min(stats.f.sf(f, d1, d2), stats.f.cdf(f, d1, d2))
     lo, hi = (math.sqrt(f / stats.f.ppf(q, d1, d2)) for q in (0.975, 0.025))
     return {"base": base, "variant": var, "run_sd_ratio": math.sqrt(f), "run_sd_ratio_95": [lo, hi],
-            "variance_f_test_p": float(p), "pair_sd_tau_in_base_tau": math.sqrt(2.0) * var["run_sd"] / base["tau"]}  # fmt: skip
+            "variance_f_test_p": float(p),
+            "pair_sd_tau_in_base_tau": math.sqrt(2.0) * var["run_sd"] / base["tau"]}  # fmt: skip
 
 
 def batch_noise() -> dict:
@@ -174,10 +175,12 @@ def lr_noise() -> dict:
 
 
 def one_cell(args: tuple) -> dict:
+    from admitcheck.calibration import design
     from admitcheck.calibration.curve import Tolerance
     from admitcheck.calibration.design import simulate_protocol
 
-    m, grid_name, grid, shape, scale, cap, sims, seed = args
+    m, grid_name, grid, shape, scale, cap, sims, seed, down_cap = args
+    design.DOWN_CAP = down_cap  # this worker's design (`--down-cap`)
     rng = np.random.default_rng([seed, int(scale * 100), cap, len(grid_name), len(shape)])
     tol = Tolerance(relative=m["relative"])
     tau = tol.of(m["baseline_mean"])
@@ -203,7 +206,8 @@ def one_cell(args: tuple) -> dict:
         runs.append(used)
     return {"grid": grid_name, "truth": shape, "noise_scale": scale, "max_runs": cap, "sims": sims,
             "coverage": cover / sims, "median_hi_lo": float(np.median(widths)), "hi_lo_at_most_3": within3 / sims,
-            "mean_runs": float(np.mean(runs)), "seconds": round(time.perf_counter() - t0, 1)}  # fmt: skip
+            "mean_runs": float(np.mean(runs)), "seconds": round(time.perf_counter() - t0, 1),
+            **({"down_cap": True} if down_cap else {})}  # fmt: skip
 
 
 def main() -> None:
@@ -216,6 +220,12 @@ def main() -> None:
     ap.add_argument("--grids", nargs="+", default=["shipped", "10x_lower"], choices=["shipped", "10x_lower"])
     ap.add_argument("--truths", nargs="+", default=["power", "power2"], choices=["power", "power2"])
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument(
+        "--down-cap",
+        action="store_true",
+        help="the design with `design.DOWN_CAP` on (no level below "
+        "the grid while the isotonic cost at its smallest level is under DOWN_WHILE·τ)",
+    )
     ap.add_argument("--variant", default="", help="simulate calibrations/smollm2_rl_copy_VARIANT's noise (lr5e-6)")
     ap.add_argument("--batch-noise", action="store_true", help="the 4- and 16-prompt grids' noise (no simulation)")
     ap.add_argument("--lr-noise", action="store_true", help="the lr 1e-5 and 5e-6 grids' noise (no simulation)")
@@ -240,7 +250,11 @@ def main() -> None:
     lower = shipped.model_copy(update={"min_mismatch": lo, "max_mismatch": hi})
     grids = {"shipped": auto_noise_targets(shipped), "10x_lower": auto_noise_targets(lower)}
     work = [
-        (m, g, grids[g], t, s, c, a.sims, a.seed) for g in a.grids for t in a.truths for s in a.scales for c in a.caps
+        (m, g, grids[g], t, s, c, a.sims, a.seed, a.down_cap)
+        for g in a.grids
+        for t in a.truths
+        for s in a.scales
+        for c in a.caps
     ]
     t0 = time.perf_counter()
     rows = []

@@ -163,28 +163,71 @@ def test_docs_quote_the_lowered_grid() -> None:
     assert f"B_lo lands above B {round(p['lower_above_truth'] * 100)} times in 100" in doc
 
 
+def _close(a, b) -> bool:
+    """Equal structure, floats to 1e-12 relative (least-squares fits read back from the ledgers)."""
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    return a == pytest.approx(b, rel=1e-12) if isinstance(a, float) else a == b
+
+
+def _grid_row(b: dict, label: str) -> str:
+    """docs/rl.md's table row of one 24-run grid."""
+    return (f"| {label} | {b['run_sd']:.4f} | {b['seed_sd']:.4f} | {b['baseline_mean']:.3f} | {b['tau']:.4f} | "
+            f"{b['pair_sd_tau']:.1f} τ | {b['level_x_and_cost_tau'][-1][1]:.0f} τ | "
+            f"{b['median_run_seconds']:.0f} s")  # fmt: skip
+
+
+def test_lr_noise_is_the_ledgers_and_the_docs_quote_it() -> None:
+    """bench/results/rl_lr_noise.json is `lr_noise` of today's ledgers and artifacts, and docs/rl.md's table, ratio
+    and budget quote it (and the lr-5e-6 simulation's medians)."""
+    saved = json.loads((ROOT / "bench" / "results" / "rl_lr_noise.json").read_text())
+    got = json.loads(json.dumps(_bench().lr_noise()))
+    assert _close(got, {k: v for k, v in saved.items() if k != "command"})
+    doc = " ".join((ROOT / "docs" / "rl.md").read_text().split())
+    for k, label in (("lr_1e-5", "lr 1e-5"), ("lr_5e-6", "lr 5e-6")):
+        assert saved[k]["runs"] == 24 and saved[k]["two_way_dof"] == 14
+        assert _grid_row(saved[k], label) in doc, _grid_row(saved[k], label)
+    lo, hi = saved["run_sd_ratio_95"]
+    ratio = saved["run_sd_ratio_1e5_over_5e6"]
+    assert (f"The run sd falls by a factor of {ratio:.2f} (95% interval {lo:.2f}–{hi:.2f}, "
+            f"F test p = {saved['variance_f_test_p']:.2f})") in doc  # fmt: skip
+    assert f"(in the lr-1e-5 τ: {saved['pair_sd_tau_5e6_in_tau_1e5']:.1f} τ)" in doc
+    old, new = saved["calibrations"]
+    assert new["runs"] == 51 and old["runs"] == 45 and new["lr"] == 5e-6
+    b, (blo, bhi) = new["budget"], new["interval"]
+    assert f"**B = {b:.4f} k3, 95% interval [{blo:.4f}, {bhi:.3f}], hi/lo {new['hi_lo']:.1f}**" in doc
+    assert f"residual sd {new['residual_sd_tau']:.2f} τ a run against {old['residual_sd_tau']:.1f} τ" in doc
+    sim = json.loads((ROOT / "bench" / "results" / "rl_noise_design_lr5e-6.json").read_text())
+    assert sim["measured"]["ledger"] == "calibrations/smollm2_rl_copy_lr5e-6.ledger.jsonl"
+    rows = [r for r in sim["rows"] if not r.get("down_cap")]
+    med = {(r["truth"], r["max_runs"]): r for r in rows}
+    cap = {r["max_runs"]: r for r in sim["rows"] if r.get("down_cap")}
+    assert all(r["sims"] == 30 and r["grid"] == "shipped" and r["noise_scale"] == 1.0 for r in sim["rows"])
+    assert f"median hi/lo of {med['power', 51]['median_hi_lo']:.1f} at 51 runs" in doc
+    assert f"{med['power', 99]['median_hi_lo']:.1f} at 99, {med['power', 151]['median_hi_lo']:.1f} at 151" in doc
+    r201 = med["power", 201]
+    assert f"{r201['median_hi_lo']:.1f} at 201 ({r201['hi_lo_at_most_3']:.0%} ≤ 3)" in doc
+    cov = [r["coverage"] for r in rows if r["truth"] == "power"]
+    assert f"coverage {min(cov):.2f}–{max(cov):.2f}" in doc
+    p2 = (med["power2", 51], med["power2", 99])
+    assert f"τ(x/B)², {p2[0]['median_hi_lo']:.1f} at 51 runs and {p2[1]['median_hi_lo']:.1f} at 99" in doc
+    assert f"(coverage {p2[0]['coverage']:.2f} and {p2[1]['coverage']:.2f})" in doc
+    assert f"give {cap[51]['median_hi_lo']:.1f} at 51 runs and {cap[99]['median_hi_lo']:.1f} at 99" in doc
+
+
 def test_batch_noise_is_the_ledgers_and_the_docs_quote_it() -> None:
     """bench/results/rl_batch_noise.json is `batch_noise` of today's two ledgers (a least-squares fit: to 1e-12), and
     docs/rl.md's table and sentence quote it."""
     saved = json.loads((ROOT / "bench" / "results" / "rl_batch_noise.json").read_text())
     got = json.loads(json.dumps(_bench().batch_noise()))
-
-    def close(a, b) -> bool:
-        if isinstance(a, dict):
-            return a.keys() == b.keys() and all(close(a[k], b[k]) for k in a)
-        if isinstance(a, list):
-            return len(a) == len(b) and all(close(x, y) for x, y in zip(a, b))
-        return a == pytest.approx(b, rel=1e-12) if isinstance(a, float) else a == b
-
-    assert close(got, {k: v for k, v in saved.items() if k != "command"})
+    assert _close(got, {k: v for k, v in saved.items() if k != "command"})
     doc = " ".join((ROOT / "docs" / "rl.md").read_text().split())
     for k, label in (("batch_32", "4 prompts × 8"), ("batch_128", "16 prompts × 8")):
         b = saved[k]
         assert b["runs"] == 24 and b["two_way_dof"] == 14
-        cells = (f"| {label} | {b['run_sd']:.4f} | {b['seed_sd']:.4f} | {b['baseline_mean']:.3f} | {b['tau']:.4f} | "
-                 f"{b['pair_sd_tau']:.1f} τ | {b['level_x_and_cost_tau'][-1][1]:.0f} τ | "
-                 f"{b['median_run_seconds']:.0f} s")  # fmt: skip
-        assert cells in doc, cells
+        assert _grid_row(b, label) in doc, _grid_row(b, label)
     lo, hi = saved["run_sd_ratio_95"]
     assert (
         f"by a factor of {saved['run_sd_ratio_32_over_128']:.2f} (95% interval {lo:.2f}–{hi:.2f}, F test p = "

@@ -63,26 +63,6 @@ def import_vllm() -> Any:
     return vllm
 
 
-@contextlib.contextmanager
-def _onednn_uncapped(on_cpu: bool):
-    """vLLM-CPU's engine process (started inside `vllm.LLM`) picks oneDNN's AMX brgemm kernels where the CPU has AMX
-    tiles, which oneDNN refuses under the numeric pins' `ONEDNN_MAX_CPU_ISA=AVX2`: measured 2026-12-07 on an Intel
-    Xeon with AMX, "BFloat16 Brgemm VNNI format is only supported on X64 when oneDNN ukernel is enabled and `amx` is
-    supported", and the engine died. So that process starts with oneDNN's `DEFAULT` (no cap; vLLM's own kernels are
-    not under the pins), set rather than unset so that `import admitcheck` in it (the calibrated-scale setter is an
-    admitcheck function its workers unpickle) leaves it; this process keeps the cap."""
-    cap = "ONEDNN_MAX_CPU_ISA"
-    lift = on_cpu and torch.cpu._is_amx_tile_supported() and os.environ.get(cap) == numerics.PINS[cap]
-    saved = os.environ[cap] if lift else None
-    if lift:
-        os.environ[cap] = "DEFAULT"
-    try:
-        yield
-    finally:
-        if saved is not None:
-            os.environ[cap] = saved
-
-
 def _one_line(exc: BaseException, limit: int = 600) -> str:
     """vLLM's message on one line (pydantic puts the cause on the second), cut at `limit` characters."""
     text = " ".join(str(exc).split()) or type(exc).__name__
@@ -325,7 +305,7 @@ class VLLMEngine:
                 self._reload(path)
             else:
                 try:
-                    with _onednn_uncapped(self.on_cpu):
+                    with numerics.child_engine_pins(self.on_cpu):
                         self.llm = vllm.LLM(**kwargs)
                 except Exception as exc:  # vLLM raises many types; its own log above says more
                     raise EngineError(f"vLLM failed to start: {_one_line(exc)}", field="rollout") from None
