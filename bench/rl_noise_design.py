@@ -6,6 +6,9 @@ runs.
         --jobs 1 --out cells.json        # one of the commands behind bench/results/rl_noise_design.json (its "runs")
     python bench/rl_noise_design.py --sims 3 --grids shipped --scales 1 --caps 51   # a quick look (~10 s)
     python bench/rl_noise_design.py --batch-noise --out bench/results/rl_batch_noise.json   # the batch lever (below)
+    python bench/rl_noise_design.py --lr-noise --out bench/results/rl_lr_noise.json         # the learning-rate lever
+    python bench/rl_noise_design.py --variant lr5e-6 --sims 30 --grids shipped --truths power --scales 1 \
+        --caps 51 99 [--down-cap]      # the lr-5e-6 calibration's noise (bench/results/rl_noise_design_lr5e-6.json)
 
 Noise (from calibrations/smollm2_rl_copy.ledger.jsonl, one H100, 2026-12-06/07): the two-way fit quality = level
 mean + seed effect + run noise (bench/budget_coverage.py `two_way_noise`), the baselines' sd, and the sd of the runs
@@ -26,7 +29,10 @@ prompts × 8 samples a step, else the same; calibrations/smollm2_rl_copy_b128.le
 each read as above: the two-way run sd and seed-effect sd, the baselines, τ (the config's relative tolerance of its
 own baseline quality), a pair's sd in its own τ and in the 4-prompt τ, the levels' mean cost (a level's run minus
 its seed's baseline) in τ, the median seconds a run; the F test of the two run variances (two-sided) and the 95%
-interval of their sd ratio.
+interval of their sd ratio. `--lr-noise` (the second lever, measured): the same for
+examples/smollm2_calibrate_rl_copy_lr5e-6.yaml (lr 5e-6, else the 4-prompt config; one H100, 2026-12-07), and both
+finished calibrations' budgets and model residual sd in τ. `--variant lr5e-6` simulates that calibration's own
+noise and protocol; `--down-cap` runs the design with `design.DOWN_CAP` on (the same random numbers as without it).
 """
 
 from __future__ import annotations
