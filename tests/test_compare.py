@@ -239,3 +239,25 @@ def test_compare_pairs_the_shipped_toy_calibrations_by_their_shared_seeds() -> N
     assert "**ratio GRPO / OPD = 0.084, 95% interval [0, 0.33]**" in " ".join(
         (ROOT / "docs" / "compare.md").read_text().split()
     )
+
+
+def test_compare_notes_recipes_that_differ_beyond_the_objective() -> None:
+    """A budget is its whole recipe's: two calibrations whose recipes differ in more than the loss (the SmolLM2 OPD
+    one and the lr-5e-6 GRPO one on the copying task) get a note naming each differing field; the toy OPD and RL
+    calibrations, which differ only in the objective, get none. docs/compare.md quotes the note."""
+    from admitcheck.calibration.compare import recipe_differences
+
+    opd, rl = (load_calibration(ROOT / "calibrations" / f"{n}.yaml") for n in ("smollm2", "smollm2_rl_copy_lr5e-6"))
+    assert recipe_differences(opd, rl) == ["lr 1e-05 vs 5e-06", "prompts train.jsonl vs copy_train.jsonl"]
+    cmp = compare_calibrations(opd, rl)
+    (note,) = [n for n in cmp.notes if "recipes differ" in n]
+    quoted = f"the recipes differ beyond the objective ({'; '.join(recipe_differences(opd, rl))})"
+    assert note.startswith(quoted) and quoted in " ".join((ROOT / "docs" / "compare.md").read_text().split())
+    paired = compare_calibrations(opd, rl, load_seed_runs(opd), load_seed_runs(rl))
+    lo, hi = paired.ratio_interval
+    assert paired.correlation.shared_seeds == 9
+    assert (f"**GRPO / OPD = {paired.ratio:.2g}, 95% interval [{lo:.3g}, {hi:.3g}]** (9 shared seeds, jackknife r "
+            f"{paired.correlation.r:.2f}") in " ".join((ROOT / "docs" / "rl.md").read_text().split())  # fmt: skip
+    toy, toy_rl = (load_calibration(ROOT / "calibrations" / f"{n}.yaml") for n in ("toy", "toy_rl"))
+    assert recipe_differences(toy, toy_rl) == []
+    assert not any("recipes differ" in n for n in compare_calibrations(toy, toy_rl).notes)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -187,6 +188,27 @@ def tau_convention(cal_a: CalibrationArtifact, cal_b: CalibrationArtifact) -> st
     )
 
 
+OBJECTIVE_FIELDS = ("loss", "grpo")  # the recipe's objective and its own settings: what a comparison is meant to vary
+
+
+def recipe_differences(cal_a: CalibrationArtifact, cal_b: CalibrationArtifact) -> list[str]:
+    """The training-recipe fields two calibrations set differently, other than the objective (`OBJECTIVE_FIELDS`):
+    one "field a vs b" each (a file by its name, a nested setting by its name alone). A budget is the recipe's, not
+    the loss's: OPD at one learning rate against GRPO at another compares two recipes (docs/compare.md)."""
+    da, db = cal_a.recipe.model_dump(), cal_b.recipe.model_dump()
+
+    def shown(v: Any) -> str:
+        return Path(v).name if isinstance(v, str) and "/" in v else f"{v:g}" if isinstance(v, float) else str(v)
+
+    out = []
+    for key in sorted(set(da) | set(db)):
+        if key in OBJECTIVE_FIELDS or da.get(key) == db.get(key):
+            continue
+        a, b = da.get(key), db.get(key)
+        out.append(key if isinstance(a, dict) or isinstance(b, dict) else f"{key} {shown(a)} vs {shown(b)}")
+    return out
+
+
 def compare_calibrations(
     cal_a: CalibrationArtifact,
     cal_b: CalibrationArtifact,
@@ -232,6 +254,10 @@ def compare_calibrations(
                              f"{cal.budget.value:.3g} (re-fit it: bench/refit_shipped.py)")  # fmt: skip
     if cal_a.pair_fingerprint != cal_b.pair_fingerprint:
         extra.append("the two calibrations are of different pairs (fingerprints differ)")
+    differ = recipe_differences(cal_a, cal_b)
+    if differ:
+        extra.append(f"the recipes differ beyond the objective ({'; '.join(differ)}): the ratio compares the two "
+                     "recipes, not the two objectives alone")  # fmt: skip
     return Comparison(
         **{**result.__dict__, "notes": (*result.notes, *extra), "tau_convention": tau_convention(cal_a, cal_b)}
     )
