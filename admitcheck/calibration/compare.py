@@ -205,7 +205,10 @@ def recipe_differences(cal_a: CalibrationArtifact, cal_b: CalibrationArtifact) -
         if key in OBJECTIVE_FIELDS or da.get(key) == db.get(key):
             continue
         a, b = da.get(key), db.get(key)
-        out.append(key if isinstance(a, dict) or isinstance(b, dict) else f"{key} {shown(a)} vs {shown(b)}")
+        if isinstance(a, dict) or isinstance(b, dict):
+            out.append(key)
+        else:  # two paths to files of one name (artifacts in other folders) are shown whole
+            out.append(f"{key} {shown(a)} vs {shown(b)}" if shown(a) != shown(b) else f"{key} {a} vs {b}")
     return out
 
 
