@@ -75,3 +75,20 @@ def test_docs_table_is_the_json() -> None:
         assert p["coverage"] >= 0.93
     low = min(r["paired"]["coverage"] for r in d["rows"])
     assert f"paired coverage {low:.3f}–" in " ".join(doc.split())
+
+
+def test_the_second_simulation_seed_is_quoted() -> None:
+    """docs/compare.md's re-run with seed 1 is bench/results/compare_coverage_smollm2_rl_seed1.json's: its paired
+    coverages, P(lower > R) and open shares, every cell at ≥ 0.93."""
+    d = json.loads((ROOT / "bench" / "results" / "compare_coverage_smollm2_rl_seed1.json").read_text())
+    assert d["seed"] == 1 and d["measured"] == json.loads(RESULT.read_text())["measured"]
+    rows = {(r["shapes"], r["rho"]): r["paired"] for r in d["rows"]}
+    assert all(p["coverage"] >= 0.93 for p in rows.values()) and d["ok"]
+    doc = " ".join((ROOT / "docs" / "compare.md").read_text().split())
+    cov = [f"{rows[k]['coverage']:.2f}" for k in (("power/power", 0.4), ("power/power", 0.8))]
+    assert f"paired coverage {cov[0]} (power / power, ρ 0.4), {cov[1]} (ρ 0.8), " in doc
+    assert f"{rows['power/sigmoid', 0.4]['coverage']:.2f} (power / sigmoid), " in doc
+    assert f"{rows['linear/power2', 0.4]['coverage']:.2f} (linear / power2)" in doc
+    assert f"P(lower > R) ≤ {max(p['lower_above_truth'] for p in rows.values()):.2f}" in doc
+    opens = ", ".join(f"{rows[k]['open']:.2f}" for k in rows)
+    assert f"open intervals {opens} —" in doc
