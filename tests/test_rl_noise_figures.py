@@ -201,9 +201,11 @@ def test_lr_noise_is_the_ledgers_and_the_docs_quote_it() -> None:
     assert f"residual sd {new['residual_sd_tau']:.2f} τ a run against {old['residual_sd_tau']:.1f} τ" in doc
     sim = json.loads((ROOT / "bench" / "results" / "rl_noise_design_lr5e-6.json").read_text())
     assert sim["measured"]["ledger"] == "calibrations/smollm2_rl_copy_lr5e-6.ledger.jsonl"
-    rows = [r for r in sim["rows"] if not r.get("down_cap")]
+    rows = [r for r in sim["rows"] if not r.get("down_cap") and "seed" not in r]
+    again = {r["max_runs"]: r["median_hi_lo"] for r in sim["rows"] if r.get("seed") == 1}
+    assert f"another simulation seed gives {again[51]:.1f} at 51 runs and {again[99]:.1f} at 99 (`--seed 1`)" in doc
     med = {(r["truth"], r["max_runs"]): r for r in rows}
-    cap = {r["max_runs"]: r for r in sim["rows"] if r.get("down_cap")}
+    cap = {r["max_runs"]: r for r in sim["rows"] if r.get("down_cap")}  # seed 0, as the rows above
     assert all(r["sims"] == 30 and r["grid"] == "shipped" and r["noise_scale"] == 1.0 for r in sim["rows"])
     assert f"median hi/lo of {med['power', 51]['median_hi_lo']:.1f} at 51 runs" in doc
     assert f"{med['power', 99]['median_hi_lo']:.1f} at 99, {med['power', 151]['median_hi_lo']:.1f} at 151" in doc
