@@ -242,3 +242,16 @@ def test_batch_noise_is_the_ledgers_and_the_docs_quote_it() -> None:
     small, big = saved["batch_32"]["pair_sd_tau"], saved["batch_128"]["pair_sd_tau"]
     assert f"its run sd is {saved['run_sd_ratio_32_over_128']:.2f}× lower" in readme
     assert f"a pair's noise is {big:.1f} τ against {small:.1f}" in readme
+
+
+def test_the_second_seed_of_the_rl_coverage_is_quoted() -> None:
+    """docs/rl.md's re-run of the RL coverage with seed 1 is bench/results/rl_coverage_seed1.json's."""
+    d = json.loads((ROOT / "bench" / "results" / "rl_coverage_seed1.json").read_text())
+    assert d["seed"] == 1 and all(r["sims"] == 100 for r in d["rows"]) and len(d["rows"]) == 7
+    rows = {r["truth"]: r for r in d["rows"]}
+    flat = rows.pop("flat_then_rising")
+    cov = [r["coverage"] for r in rows.values()]
+    doc = " ".join((ROOT / "docs" / "rl.md").read_text().split())
+    assert (f"flat_then_rising {flat['coverage']:.2f} again (B_hi < B {flat['upper_below_truth']:.2f}), the other six "
+            f"{min(cov):.2f}–{max(cov):.2f}, P(B_lo > B) ≤ "
+            f"{max(r['lower_above_truth'] for r in [*rows.values(), flat]):.2f} on every truth") in doc  # fmt: skip
