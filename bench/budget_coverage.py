@@ -85,10 +85,15 @@ def ledger_records(name: str, grid_only: bool = False) -> list[dict]:
 
 
 def ledger_runs(name: str, grid_only: bool = False) -> list[tuple[str, int, float, float]]:
-    """(level key, seed, quality, x) of a shipped ledger's baseline and noise runs (`ledger_records`); x is the start
-    mismatch, or with `X = "run"` the mean in-run k3 over the first RUN_WINDOW steps (`fit.run_x`)."""
+    """(level key, seed, quality, x) of a shipped ledger's baseline and noise runs (`ledger_records`, `run_rows`)."""
+    return run_rows(ledger_records(name, grid_only))
+
+
+def run_rows(records: list[dict]) -> list[tuple[str, int, float, float]]:
+    """(level key, seed, quality, x) of the baseline and noise runs among ledger run records; x is the start mismatch,
+    or with `X = "run"` the mean in-run k3 over the first RUN_WINDOW steps (`fit.run_x`)."""
     out = []
-    for d in ledger_records(name, grid_only):
+    for d in records:
         lv = json.loads(d["key"])["level"]
         if lv["kind"] in ("baseline", "noise"):
             start = float(d["mismatch"]) if lv["kind"] != "baseline" else 0.0

@@ -105,10 +105,11 @@ def measured(variant: str = "") -> dict:
 def grid_noise(name: str, config: Path) -> dict:
     """One calibration's 24-run grid (`--batch-noise`, `--lr-noise`): its noise, baselines, τ and level costs."""
     import yaml
-    from budget_coverage import ledger_records, ledger_runs, two_way_noise
+    from budget_coverage import ledger_records, run_rows, two_way_noise
 
     cfg = yaml.safe_load(config.read_text())
-    rows = ledger_runs(name, grid_only=True)
+    records = ledger_records(name, grid_only=True)  # read once: the rows and the runs' seconds
+    rows = run_rows(records)
     run_sd, seed_sd, dof = two_way_noise(rows)
     base = {s: q for _, s, q, x in rows if x == 0}
     tau = float(cfg["tolerance"]["relative"]) * float(np.mean(list(base.values())))
@@ -123,7 +124,7 @@ def grid_noise(name: str, config: Path) -> dict:
         "two_way_dof": dof, "baselines": sorted(base.values()), "baseline_mean": float(np.mean(list(base.values()))),
         "tau": tau, "pair_sd_tau": math.sqrt(2.0) * run_sd / tau,
         "level_x_and_cost_tau": [[x, c] for x, c in levels],
-        "median_run_seconds": float(np.median([float(d["seconds"]) for d in ledger_records(name, grid_only=True)])),
+        "median_run_seconds": float(np.median([float(d["seconds"]) for d in records])),
     }  # fmt: skip
 
 
