@@ -28,7 +28,9 @@ Protocols (`protocols()`), each read from the shipped files:
   measured (`rl_noise_design.measured`: two-way run sd and seed-effect sd, ~4 τ a run); each run's cost follows its
   own x (λ = 1); B log-uniform in [B̂/2, 2B̂] around the shipped B̂, which lies below the grid as the real one did
   (flat_beyond_grid is left out: with B below the grid it never crosses τ at B). smollm2_rl_copy_lower10: the same
-  with the config's grid 10× lower (B inside it). Start x only.
+  with the config's grid 10× lower (B inside it). smollm2_rl_copy_lr5e-6 (and _201): the same built from
+  calibrations/smollm2_rl_copy_lr5e-6 (`rl_noise_design.measured("lr5e-6")`: half the learning rate, B̂ inside the
+  grid, so flat_beyond_grid is a truth here) at its 51 runs and at the 201 its config now caps. Start x only.
 
 Truths (each reaches τ at B; B log-uniform inside the grid, for SmolLM2 between its 2nd and 5th level): power
 τ(x/B)^0.75 (the model), linear, power2, flat_then_rising, sigmoid, step (3τ above B), slow_crossing
@@ -257,6 +259,8 @@ def protocols() -> dict[str, dict]:
 
         m = measured()  # the ledger and config read once, the grid lowered for the second
         out |= {"smollm2_rl_copy": rl_copy_protocol(m), "smollm2_rl_copy_lower10": rl_copy_protocol(m, 10.0)}
+        lr = rl_copy_protocol(measured("lr5e-6"))  # half the learning rate: its 51 runs, and the 201 its config asks
+        out |= {"smollm2_rl_copy_lr5e-6": lr | {"max_runs": 51}, "smollm2_rl_copy_lr5e-6_201": lr | {"max_runs": 201}}
     return {k: v | {"x": X} for k, v in out.items()}  # the x travels with the protocol (a --jobs worker's X is not set)
 
 
@@ -539,6 +543,8 @@ if __name__ == "__main__":
             "smollm2_69",
             "smollm2_rl_copy",
             "smollm2_rl_copy_lower10",
+            "smollm2_rl_copy_lr5e-6",
+            "smollm2_rl_copy_lr5e-6_201",
         ],
     )
     ap.add_argument(
