@@ -363,11 +363,30 @@ def calibrate(
             "start or resume.",
         ),
     ] = False,
+    budget_so_far: Annotated[
+        bool,
+        typer.Option(
+            "--budget-so-far",
+            metavar=FLAG,
+            help="Run nothing: fit the budget from the runs this config's ledger holds now (its rounds replayed as "
+            "a resumed calibrate replays them, up to the last one it holds whole) and print it; no model loaded, "
+            "nothing written, safe while a campaign appends. A finished ledger gives its artifact's budget.",
+        ),
+    ] = False,
 ) -> None:
     """Run short OPD trainings at controlled mismatch levels and write the pair's mismatch budget (resumable)."""
     if status:  # the ledger's progress, read without loading a model
         return _run(config, "calibrate", _ledger_progress, terminal.render_ledger_progress, as_json=as_json,
                     text=lambda p: json.dumps(p.to_dict(), indent=2))  # fmt: skip
+    if budget_so_far:
+
+        def fit_ledger(cfg, file):
+            from admitcheck.calibration.calibrate import ledger_budget
+
+            return ledger_budget(cfg, config_file=file)
+
+        return _run(config, "calibrate", fit_ledger, terminal.render_ledger_budget, as_json=as_json,
+                    text=lambda b: json.dumps(b.to_dict(), indent=2))  # fmt: skip
 
     def screener(screen_cfg, screen_file):  # `levels.decide_from`'s screen configs, each screened once (kept)
         from admitcheck.admission.screen import screen as run_screen

@@ -229,6 +229,15 @@ def render_ledger_progress(p) -> None:
     print(f"{p.path}: {p.runs} runs ({ago}), {rate}, median run {p.median_seconds} s [{phases}], {gpu}")
 
 
+def render_ledger_budget(b) -> None:
+    """`calibrate --budget-so-far`: the budget the ledger's runs give now (`calibrate.LedgerBudget`), one line."""
+    lo, hi = b.interval
+    held = f" of the ledger's {b.ledger_runs}" if b.ledger_runs != b.runs else ""
+    print(f"{b.path}: B = {b.budget:.4g} nats/token ({b.kind}, {b.method}, x {b.x}), {b.confidence:.0%} interval "
+          f"[{lo:.4g}, {hi:.4g}], hi/lo {b.interval_factor:.3g}; {b.runs} runs{held} through round {b.rounds} "
+          f"({b.stop}); τ {b.tolerance:.4g}")  # fmt: skip
+
+
 def render_calibration(cal: CalibrationArtifact) -> None:
     runs = Table(title="calibration runs (mismatch and quality in nats/token)")
     for c in ("level", "seed", "mismatch", "95% CI", "quality", "quality cost"):

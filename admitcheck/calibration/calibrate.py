@@ -45,7 +45,7 @@ from admitcheck.calibration.artifact import (  # re-exported: the public calibra
     training_recipe_of,
     write_calibration,
 )
-from admitcheck.calibration.campaign import Campaign, check_jobs, open_executor, run_key
+from admitcheck.calibration.campaign import Campaign, LedgerReplay, check_jobs, open_executor, run_key
 from admitcheck.calibration.curve import Estimate, Tolerance
 from admitcheck.calibration.design import RoundPlan, plan_round, wanted_replicates
 from admitcheck.calibration.fit import Fit, PlacedRun, fit_runs
@@ -87,7 +87,7 @@ from admitcheck.calibration.schema import (
     TrainingRecipe,
 )
 from admitcheck.config import CalibrateConfig, SamplingConfig
-from admitcheck.errors import ConfigError
+from admitcheck.errors import CalibrationError, ConfigError
 
 __all__ = [
     "CalibrationArtifact",
@@ -196,6 +196,50 @@ def calibrate(
     return write_calibration(cal, out)
 
 
+@dataclasses.dataclass(frozen=True)
+class LedgerBudget:
+    """The budget a calibration's ledger gives as it stands (`ledger_budget`, `calibrate --budget-so-far`)."""
+
+    path: Path  # the ledger
+    runs: int  # the runs fitted: every round the ledger holds whole
+    ledger_runs: int  # every run in the ledger (a round in flight's too)
+    rounds: int  # the last round fitted (0: the first replicates of every level)
+    stop: str  # the ledger's recorded stop, or "the ledger as it stands"
+    budget: float  # B, nats/token
+    interval: tuple[float, float]
+    kind: str  # curve.Budget's kind
+    method: str  # "model" or "bracket"
+    x: str  # "start" or "run"
+    tolerance: float  # τ
+    confidence: float  # the interval's
+
+    @property
+    def interval_factor(self) -> float:
+        """hi/lo (∞ when an end is 0 or ∞)."""
+        lo, hi = self.interval
+        return hi / lo if lo > 0 and math.isfinite(hi) else math.inf
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: str(v) if isinstance(v, Path) else v for k, v in vars(self).items()} | {
+            "interval_factor": self.interval_factor
+        }
+
+
+def ledger_budget(config: CalibrateConfig, config_file: str | None = None) -> LedgerBudget:
+    """The budget the runs in `config`'s ledger give now, no run made and no model loaded: the ledger's rounds replayed
+    as a resumed `calibrate` replays them (`LedgerReplay`), up to the last one it holds whole or its recorded stop, and
+    fitted as `calibrate` fits them, so a finished ledger gives its artifact's budget. Nothing is written: the ledger
+    may be in a running campaign's hands (a torn last line is skipped, not cut)."""
+    ledger = Ledger.read(ledger_path(output_path(config, config_file)))
+    if config.levels.auto_noise is not None and ledger.grid is None:
+        raise CalibrationError("the ledger has no grid measurement yet: no budget to fit", file=str(ledger.path))
+    placed, fitted, rounds, stop = _rounds(LedgerReplay(config, ledger), resolve_levels(config, ledger.noise_grid))
+    b = fitted.estimate.budget
+    return LedgerBudget(ledger.path, len(placed), len(ledger.runs), rounds, stop or "", float(b.value),
+                        (float(b.interval[0]), float(b.interval[1])), str(b.kind), fitted.estimate.method,
+                        fitted.x, float(b.tolerance), config.confidence)  # fmt: skip
+
+
 def _rounds(campaign: Campaign, levels: list[Level]):
     """Round 0 runs every level's first replicates; each later round follows `design.plan_round` (pairs under the
     model at the levels bracketing B̂ where they lie within B/2..2B, else those nearest B/2 and 2B (`design.LOCAL`), and
@@ -213,10 +257,16 @@ def _rounds(campaign: Campaign, levels: list[Level]):
     rounds = 0
     decide = tuple(config.levels.decide)
     effort = (config.levels.max_runs, config.levels.interval_factor, decide)
+    last = None  # a replay's (`LedgerReplay`): the latest round the ledger holds whole
     while True:
-        campaign.run_round(planned_tasks(config, levels, counts), f"runs (round {rounds})")
+        if not campaign.run_round(planned_tasks(config, levels, counts), f"runs (round {rounds})"):
+            if last is None:
+                raise CalibrationError("the ledger does not hold round 0's runs yet: no budget to fit",
+                                       file=str(ledger.path))  # fmt: skip
+            return last
         placed = [PlacedRun(lv, r, campaign.record(lv, s)) for lv, s, r in _with_replicates(config, levels, counts)]
         fitted = fit_runs(config, levels, placed, looks=rounds + 1)
+        last = placed, fitted, rounds, "the ledger as it stands"
         fit_x = {
             lv.name: float(np.mean([e.fit_x for e in fitted.runs if e.level == lv.name]))
             for lv in levels
@@ -239,6 +289,8 @@ def _rounds(campaign: Campaign, levels: list[Level]):
             continue
         if recorded is not None and (recorded.max_runs, recorded.interval_factor, recorded.decide) == effort:
             return placed, fitted, rounds, recorded.stop
+        if campaign.replay:  # nothing decided past here: the ledger's rounds end
+            return last
         plan = plan_round(fitted.estimate, _fit_counts(levels, counts), config.levels.interval_factor, 2, fit_x, decide)
         added = _added_levels(levels, _measured_grid(levels, fitted.runs) or ledger.noise_grid, plan.new_levels)
         if plan.new_levels and not added:  # no σ for a new level: more pairs where B is decided instead

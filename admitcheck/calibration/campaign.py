@@ -4,6 +4,7 @@
     campaign = Campaign(config, "cal.yaml", Ledger.open(path, ledger_header(config)), runner, progress)
     campaign.run_round([(level, seed), ...], "runs (round 0)")     # runs what the ledger lacks, appends as they finish
     campaign.record(level, seed)                                   # the RunRecord, from the ledger
+    LedgerReplay(config, Ledger.read(path)).run_round(wanted, "")  # runs nothing: whether the ledger holds them all
 
 A round runs, through the executor (this process, local workers or Ray tasks), every wanted run whose key
 (`run_key(level, seed)`) the ledger lacks, and appends each record the moment it finishes: an interrupted campaign
@@ -63,11 +64,13 @@ class Campaign:
     def record(self, level: Level, seed: int) -> RunRecord:
         return self.ledger.runs[run_key(level, seed)]
 
+    replay = False  # `LedgerReplay`: runs nothing
+
     def run_round(
         self, wanted: list[tuple[Level, int]], label: str, reusable: dict[str, RunRecord] | None = None
-    ) -> None:
+    ) -> bool:
         """Make every wanted (level, seed) run the ledger lacks; `reusable` runs (another ledger's, same header) are
-        copied in first, marked `reused_from`. The progress bar `label` counts the round's runs."""
+        copied in first, marked `reused_from`. The progress bar `label` counts the round's runs. True: all made."""
         keys = {run_key(lv, s): (lv, s) for lv, s in wanted}
         for key in keys:
             if key not in self.ledger.runs and reusable and key in reusable:
@@ -84,7 +87,21 @@ class Campaign:
             self.ledger.append(record.keyed(task.key))
             done += 1
             self._show(label, done, len(keys))
+        return True
 
     def _show(self, label: str, done: int, total: int) -> None:
         if self.progress:
             self.progress(label, done, total)
+
+
+class LedgerReplay(Campaign):
+    """A campaign that runs nothing: its rounds are the ledger's as it stands (`calibrate.ledger_budget`)."""
+
+    replay = True
+
+    def __init__(self, config: CalibrateConfig, ledger: Ledger) -> None:
+        super().__init__(config, None, ledger, runner=None)  # type: ignore[arg-type]  # never asked to run
+
+    def run_round(self, wanted, label, reusable=None) -> bool:
+        """Whether the ledger holds every wanted (level, seed) run (nothing is made)."""
+        return all(run_key(lv, s) in self.ledger.runs for lv, s in wanted)

@@ -4,6 +4,7 @@ then one JSON line per finished run, appended by the driver only; a resumed cali
     ledger = Ledger.open(ledger_path(out), header)     # CalibrationError when the header is another config's
     ledger.append(record.keyed(run_key(level, seed)))   # a record.RunRecord; ledger.runs[key] is it read back
     read_live(ledger_path(out))                         # (header, runs) of a ledger being written (progress.py)
+    Ledger.read(ledger_path(out))                       # the whole ledger as it stands, read only (a replay)
 
 A driver killed mid-append (SIGKILL, the machine taken back) can leave a last line without its newline: `open` drops
 that torn tail (that run is made again), so a killed campaign loses at most the runs in flight.
@@ -177,6 +178,7 @@ class Ledger:
     grid: dict[str, Any] | None = None
     runs: dict[str, RunRecord] = field(default_factory=dict)
     rounds: dict[int, RoundLine] = field(default_factory=dict)
+    read_only: bool = False  # `Ledger.read`: a replay's, never appended to
 
     @classmethod
     def open(cls, path: Path, header: LedgerHeader) -> Ledger:
@@ -212,6 +214,23 @@ class Ledger:
                 file=str(path),
                 field="functional",
             )
+        return ledger._filled(records)
+
+    @classmethod
+    def read(cls, path: Path) -> Ledger:
+        """An existing ledger as it stands, read without writing: a torn last line skipped and the file left alone (its
+        campaign may still be appending), no header compared; `append` is refused (`calibrate.ledger_budget`)."""
+        if not path.exists():
+            raise CalibrationError("no ledger yet: the campaign has not started (or writes elsewhere)", file=str(path))
+        records = _live_lines(path)
+        if not records or line_kind(records[0]) != "header":
+            raise CalibrationError("not a calibration ledger (no header line)", file=str(path), field="kind")
+        ledger = cls(path, LedgerHeader.read(records[0]), read_only=True)
+        return ledger._filled(records)
+
+    def _filled(self, records: list[dict[str, Any]]) -> Ledger:
+        """This ledger with the grid, runs and round decisions of `records` (a ledger's lines, header first)."""
+        ledger, path = self, self.path
         for i, rec in enumerate(records[1:], start=1):
             if line_kind(rec) == "grid":
                 ledger.grid = rec
@@ -235,6 +254,8 @@ class Ledger:
     def append(self, record: RunRecord | RoundLine | dict[str, Any]) -> None:
         """Append a run (a `RunRecord` filed under its key), a round's decision, or the grid measurement (a dict of
         kind "grid")."""
+        if self.read_only:
+            raise CalibrationError("a ledger read for a replay is not written to", file=str(self.path))
         if isinstance(record, RunRecord):
             io.append_jsonl(self.path, record.line())
             self.runs[record.key] = record
@@ -275,14 +296,24 @@ def read_live(path: Path) -> tuple[dict[str, Any] | None, list[RunRecord]]:
     """A ledger's header line and runs (file order), read as it is being written: a torn last line skipped, the file
     left alone, CalibrationError on a corrupt line (`progress.read_progress`, `backtest --status`)."""
     header, runs = None, []
-    lines = path.read_bytes().split(b"\n")
-    for i, raw in enumerate(lines[:-1]):  # the part after the last newline is torn or empty
-        try:
-            line = json.loads(raw) if raw.strip() else {}
-        except json.JSONDecodeError as exc:
-            raise CalibrationError(f"corrupt ledger line {i + 1}: {exc.msg}", file=str(path)) from None
+    for i, line in enumerate(_live_lines(path, keep_blank=True)):
         if line_kind(line) == "header":
             header = line
         elif line_kind(line) == "run":
             runs.append(read_run(line, path, i))
     return header, runs
+
+
+def _live_lines(path: Path, keep_blank: bool = False) -> list[dict[str, Any]]:
+    """A ledger's whole lines as dicts, read as it is being written: the part after the last newline (torn or empty)
+    skipped, the file left alone, CalibrationError on a corrupt line; blank lines as {} (`keep_blank`: line numbers
+    kept) or left out."""
+    out = []
+    for i, raw in enumerate(path.read_bytes().split(b"\n")[:-1]):
+        try:
+            line = json.loads(raw) if raw.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise CalibrationError(f"corrupt ledger line {i + 1}: {exc.msg}", file=str(path)) from None
+        if line or keep_blank:
+            out.append(line)
+    return out
