@@ -255,3 +255,42 @@ def test_the_second_seed_of_the_rl_coverage_is_quoted() -> None:
     assert (f"flat_then_rising {flat['coverage']:.2f} again (B_hi < B {flat['upper_below_truth']:.2f}), the other six "
             f"{min(cov):.2f}–{max(cov):.2f}, P(B_lo > B) ≤ "
             f"{max(r['lower_above_truth'] for r in [*rows.values(), flat]):.2f} on every truth") in doc  # fmt: skip
+
+
+def test_the_lr5e6_coverage_and_its_continuation_are_quoted() -> None:
+    """docs/rl.md's lr-5e-6 coverage table is bench/results/rl_coverage_lr5e-6.json's (200 a truth, 51 runs, every
+    truth within the bench's rule); the 201-run partial rows are `tally` of its work file's whole chunks; the
+    --budget-so-far figure is the committed ledger's."""
+    bc = _bench("budget_coverage")
+    d = json.loads((ROOT / "bench" / "results" / "rl_coverage_lr5e-6.json").read_text())
+    proto = d["protocols"]["smollm2_rl_copy_lr5e-6"]
+    assert proto["max_runs"] == 51 and proto["runs"] == 51 and d["ok"] and len(d["rows"]) == 8
+    assert all(r["sims"] == 200 for r in d["rows"])
+    doc = " ".join((ROOT / "docs" / "rl.md").read_text().split())
+    for r in d["rows"]:
+        hl = r["median_interval_factor"]
+        row = (f"| {r['truth']} | {r['coverage']:.3f} | {r['lower_above_truth']:.3f} | {r['admit_at_1.05B']:.3f} | "
+               f"{r['upper_below_truth']:.3f} | {r['finite']:.2f} | {'∞' if math.isinf(hl) else f'{hl:.1f}'} |")  # fmt: skip
+        assert row in doc, row
+        assert r["coverage"] >= 0.93 and r["lower_above_truth"] <= 0.035
+    part = json.loads((ROOT / "bench" / "results" / "rl_coverage_lr5e-6_201.partial.json").read_text())
+    assert part["partial"] and part["protocols"]["smollm2_rl_copy_lr5e-6_201"]["max_runs"] == 201
+    work = [json.loads(x) for x in (ROOT / part["work"]).read_text().splitlines() if x.strip()]
+    for row in part["rows"]:
+        chunks: dict[int, list[dict]] = {}
+        for r in work:
+            if r["truth"] == row["truth"]:
+                chunks.setdefault(r["chunk"], []).append(r)
+        whole = [r for c in chunks.values() if len(c) == part["chunk"] for r in c]
+        assert _close(bc.tally(whole), {k: v for k, v in row.items() if k in bc.tally(whole)})
+    power = next(r for r in part["rows"] if r["truth"] == "power")
+    assert f"{power['median_interval_factor']:.2f} on power ({power['interval_factor_at_most_3']:.0%} ≤ 3)" in doc
+    from admitcheck import io
+    from admitcheck.calibration.calibrate import ledger_budget
+    from admitcheck.config import CalibrateConfig
+
+    path = ROOT / "examples" / "smollm2_calibrate_rl_copy_lr5e-6.yaml"
+    b = ledger_budget(io.load_config(path, CalibrateConfig), str(path))
+    lo, hi = b.interval
+    assert f"**B = {b.budget:.4f} k3, 95% interval [{lo:.4f}, {hi:.4f}], hi/lo {b.interval_factor:.1f}**" in doc
+    assert f"to **{b.runs} runs**" in doc and f"through round {b.rounds}" in doc and b.runs == b.ledger_runs
