@@ -269,8 +269,9 @@ def test_the_lr5e6_coverage_and_its_continuation_are_quoted() -> None:
     doc = " ".join((ROOT / "docs" / "rl.md").read_text().split())
     for r in d["rows"]:
         hl = r["median_interval_factor"]
+        hl = "∞" if math.isinf(hl) else f"{hl:.1f}"
         row = (f"| {r['truth']} | {r['coverage']:.3f} | {r['lower_above_truth']:.3f} | {r['admit_at_1.05B']:.3f} | "
-               f"{r['upper_below_truth']:.3f} | {r['finite']:.2f} | {'∞' if math.isinf(hl) else f'{hl:.1f}'} |")  # fmt: skip
+               f"{r['upper_below_truth']:.3f} | {r['finite']:.2f} | {hl} |")  # fmt: skip
         assert row in doc, row
         assert r["coverage"] >= 0.93 and r["lower_above_truth"] <= 0.035
     part = json.loads((ROOT / "bench" / "results" / "rl_coverage_lr5e-6_201.partial.json").read_text())
