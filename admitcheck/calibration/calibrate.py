@@ -261,8 +261,8 @@ def _rounds(campaign: Campaign, levels: list[Level]):
     while True:
         if not campaign.run_round(planned_tasks(config, levels, counts), f"runs (round {rounds})"):
             if last is None:
-                raise CalibrationError("the ledger does not hold round 0's runs yet: no budget to fit",
-                                       file=str(ledger.path))  # fmt: skip
+                raise CalibrationError("the ledger does not hold round 0's runs yet (or holds another config's "
+                                       "levels): no budget to fit", file=str(ledger.path))  # fmt: skip
             return last
         placed = [PlacedRun(lv, r, campaign.record(lv, s)) for lv, s, r in _with_replicates(config, levels, counts)]
         fitted = fit_runs(config, levels, placed, looks=rounds + 1)
