@@ -286,6 +286,9 @@ def test_the_lr5e6_coverage_and_its_continuation_are_quoted() -> None:
         assert _close(bc.tally(whole), {k: v for k, v in row.items() if k in bc.tally(whole)})
     power = next(r for r in part["rows"] if r["truth"] == "power")
     assert f"{power['median_interval_factor']:.2f} on power ({power['interval_factor_at_most_3']:.0%} ≤ 3)" in doc
+    slow = next(r for r in part["rows"] if r["truth"] == "slow_crossing")
+    n = slow["sims"]
+    assert f"**coverage {slow['coverage']:.2f}, B_lo > B in {round(slow['lower_above_truth'] * n)} of {n}**" in doc
     from admitcheck import io
     from admitcheck.calibration.calibrate import ledger_budget
     from admitcheck.config import CalibrateConfig
