@@ -192,9 +192,7 @@ class Ledger:
             records = io.read_jsonl(path)
         except AdmitcheckError as exc:
             raise CalibrationError(f"corrupt ledger: {exc.message}", file=str(path)) from None
-        if not records or line_kind(records[0]) != "header":
-            raise CalibrationError("not a calibration ledger (no header line)", file=str(path), field="kind")
-        theirs = LedgerHeader.read(records[0])
+        theirs = _header(records, path)
         diff = header_difference(theirs, header)
         if diff:
             what = "a different pair" if diff.startswith("pair") else "a different config"
@@ -223,9 +221,7 @@ class Ledger:
         if not path.exists():
             raise CalibrationError("no ledger yet: the campaign has not started (or writes elsewhere)", file=str(path))
         records = _live_lines(path)
-        if not records or line_kind(records[0]) != "header":
-            raise CalibrationError("not a calibration ledger (no header line)", file=str(path), field="kind")
-        ledger = cls(path, LedgerHeader.read(records[0]), read_only=True)
+        ledger = cls(path, _header(records, path), read_only=True)
         return ledger._filled(records)
 
     def _filled(self, records: list[dict[str, Any]]) -> Ledger:
@@ -265,6 +261,13 @@ class Ledger:
         else:
             io.append_jsonl(self.path, record)
             self.grid = record
+
+
+def _header(records: list[dict[str, Any]], path: Path) -> LedgerHeader:
+    """The header of a ledger's lines (`Ledger.open`'s and `Ledger.read`'s one check that there is one)."""
+    if not records or line_kind(records[0]) != "header":
+        raise CalibrationError("not a calibration ledger (no header line)", file=str(path), field="kind")
+    return LedgerHeader.read(records[0])
 
 
 def read_run(line: dict[str, Any], path: Path, index: int) -> RunRecord:
