@@ -19,7 +19,8 @@ Protocols (`protocols()`), each read from the shipped files:
   made every run's cost follow its own x in full, which counted the top level's x-driven spread twice
   (docs/calibration.md, "Why the gate refused the model").
 - toy_rl: the toy protocol with examples/toy_calibrate_rl.yaml's 60-run cap and calibrations/toy_rl's baselines,
-  seed-effect sd, λ (1: its runs' cost follows their own x) and pair sd.
+  seed-effect sd, λ (1: its runs' cost follows their own x) and pair sd. toy_160 … toy_320: the toy protocol with
+  its run cap raised (what hi/lo ≤ 2, the config's stop, needs on this noise: issue 36).
 - smollm2: examples/smollm2_calibrate.yaml (6 levels × 3 pairs + 3 baselines, max_runs 21: no adaptive round); the
   levels at the mean x of the three shipped SmolLM2 calibrations; run sd, seed-effect sd and log-x spread pooled from
   their three ledgers (two-way fits).
@@ -187,6 +188,7 @@ def within_level_noise(names: tuple[str, ...]) -> dict:
 
 
 TOY_LEDGERS = ("toy", "toy-seed1000", "toy-seed2000")
+TOY_CAPS = (160, 200, 240, 320)
 
 
 def protocols() -> dict[str, dict]:
@@ -254,6 +256,8 @@ def protocols() -> dict[str, dict]:
     out = {"toy": toy, "toy_rl": toy_rl, "smollm2": smol} | {
         f"smollm2_{n}": smol | {"max_runs": n} for n in (45, 57, 69)
     }
+    # the toy protocol at higher run caps: how many runs its hi/lo <= 2 (issue 36) needs on the measured noise
+    out |= {f"toy_{n}": toy | {"max_runs": n} for n in TOY_CAPS}
     if X == "start":  # its grid is the config's start-x targets
         from rl_noise_design import measured
 
@@ -537,6 +541,7 @@ if __name__ == "__main__":
         choices=[
             "toy",
             "toy_rl",
+            *(f"toy_{n}" for n in TOY_CAPS),
             "smollm2",
             "smollm2_45",
             "smollm2_57",
