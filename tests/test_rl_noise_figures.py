@@ -259,8 +259,8 @@ def test_the_second_seed_of_the_rl_coverage_is_quoted() -> None:
 
 def test_the_lr5e6_coverage_and_its_continuation_are_quoted() -> None:
     """docs/rl.md's lr-5e-6 coverage table is bench/results/rl_coverage_lr5e-6.json's (200 a truth, 51 runs, every
-    truth within the bench's rule); the 201-run partial rows are `tally` of its work file's whole chunks; the
-    --budget-so-far figure is the committed ledger's."""
+    truth within the bench's rule); the 201-run rows (100 a truth) and the second seed's slow_crossing (300) are
+    `tally` of their work files; the --budget-so-far figure is the committed ledger's."""
     bc = _bench("budget_coverage")
     d = json.loads((ROOT / "bench" / "results" / "rl_coverage_lr5e-6.json").read_text())
     proto = d["protocols"]["smollm2_rl_copy_lr5e-6"]
@@ -274,21 +274,29 @@ def test_the_lr5e6_coverage_and_its_continuation_are_quoted() -> None:
                f"{r['upper_below_truth']:.3f} | {r['finite']:.2f} | {hl} |")  # fmt: skip
         assert row in doc, row
         assert r["coverage"] >= 0.93 and r["lower_above_truth"] <= 0.035
-    part = json.loads((ROOT / "bench" / "results" / "rl_coverage_lr5e-6_201.partial.json").read_text())
-    assert part["partial"] and part["protocols"]["smollm2_rl_copy_lr5e-6_201"]["max_runs"] == 201
-    work = [json.loads(x) for x in (ROOT / part["work"]).read_text().splitlines() if x.strip()]
-    for row in part["rows"]:
-        chunks: dict[int, list[dict]] = {}
-        for r in work:
-            if r["truth"] == row["truth"]:
-                chunks.setdefault(r["chunk"], []).append(r)
-        whole = [r for c in chunks.values() if len(c) == part["chunk"] for r in c]
-        assert _close(bc.tally(whole), {k: v for k, v in row.items() if k in bc.tally(whole)})
-    power = next(r for r in part["rows"] if r["truth"] == "power")
+    full = json.loads((ROOT / "bench" / "results" / "rl_coverage_lr5e-6_201.json").read_text())
+    assert full["protocols"]["smollm2_rl_copy_lr5e-6_201"]["max_runs"] == 201 and len(full["rows"]) == 8
+    work = [json.loads(x) for x in (ROOT / full["work"]).read_text().splitlines() if x.strip()]
+    for row in full["rows"]:
+        mine = [r for r in work if r["truth"] == row["truth"]]
+        assert row["sims"] == len(mine) == 100
+        assert _close(bc.tally(mine), {k: v for k, v in row.items() if k in bc.tally(mine)})
+    power = next(r for r in full["rows"] if r["truth"] == "power")
     assert f"{power['median_interval_factor']:.2f} on power ({power['interval_factor_at_most_3']:.0%} ≤ 3)" in doc
-    slow = next(r for r in part["rows"] if r["truth"] == "slow_crossing")
+    for r in full["rows"]:
+        if r["truth"] != "slow_crossing":
+            assert r["coverage"] >= 0.96 and r["lower_above_truth"] <= 0.02 and r["admit_at_1.05B"] <= 0.01
+    slow = next(r for r in full["rows"] if r["truth"] == "slow_crossing")
     n = slow["sims"]
     assert f"**coverage {slow['coverage']:.2f}, B_lo > B in {round(slow['lower_above_truth'] * n)} of {n}**" in doc
+    seed1 = json.loads((ROOT / "bench" / "results" / "rl_coverage_lr5e-6_201_seed1.json").read_text())
+    (s1,) = seed1["rows"]
+    w1 = [json.loads(x) for x in (ROOT / "bench" / "results" / "rl_coverage_lr5e-6_201_seed1.work.jsonl").open()]
+    assert s1["sims"] == len(w1) and _close(bc.tally(w1), {k: v for k, v in s1.items() if k in bc.tally(w1)})
+    assert seed1["seed"] == 1 and s1["truth"] == "slow_crossing" and seed1["protocols"][s1["protocol"]]["runs"] == 96
+    k = round(s1["lower_above_truth"] * s1["sims"])
+    assert f"**coverage {s1['coverage']:.3f}, B_lo > B in {k} of {s1['sims']}**" in doc
+    assert f"together {k + round(slow['lower_above_truth'] * n)} of {s1['sims'] + n}" in doc
     from admitcheck import io
     from admitcheck.calibration.calibrate import ledger_budget
     from admitcheck.config import CalibrateConfig
