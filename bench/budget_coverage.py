@@ -19,7 +19,7 @@ Protocols (`protocols()`), each read from the shipped files:
   made every run's cost follow its own x in full, which counted the top level's x-driven spread twice
   (docs/calibration.md, "Why the gate refused the model").
 - toy_rl: the toy protocol with examples/toy_calibrate_rl.yaml's 60-run cap and calibrations/toy_rl's baselines,
-  seed-effect sd, λ (1: its runs' cost follows their own x) and pair sd. toy_160 … toy_320: the toy protocol with
+  seed-effect sd, λ (1: its runs' cost follows their own x) and pair sd. toy_160, toy_200, toy_240: the toy protocol with
   its run cap raised (what hi/lo ≤ 2, the config's stop, needs on this noise: issue 36).
 - smollm2: examples/smollm2_calibrate.yaml (6 levels × 3 pairs + 3 baselines, max_runs 21: no adaptive round); the
   levels at the mean x of the three shipped SmolLM2 calibrations; run sd, seed-effect sd and log-x spread pooled from
@@ -188,7 +188,7 @@ def within_level_noise(names: tuple[str, ...]) -> dict:
 
 
 TOY_LEDGERS = ("toy", "toy-seed1000", "toy-seed2000")
-TOY_CAPS = (160, 200, 240, 320)
+TOY_CAPS = (160, 200, 240)
 
 
 def protocols() -> dict[str, dict]:
