@@ -19,8 +19,9 @@ Protocols (`protocols()`), each read from the shipped files:
   made every run's cost follow its own x in full, which counted the top level's x-driven spread twice
   (docs/calibration.md, "Why the gate refused the model").
 - toy_rl: the toy protocol with examples/toy_calibrate_rl.yaml's 60-run cap and calibrations/toy_rl's baselines,
-  seed-effect sd, λ (1: its runs' cost follows their own x) and pair sd. toy_160, toy_200, toy_240: the toy protocol with
-  its run cap raised (what hi/lo ≤ 2, the config's stop, needs on this noise: issue 36).
+  seed-effect sd, λ (1: its runs' cost follows their own x) and pair sd.
+- toy_160, toy_200, toy_240: the toy protocol with its run cap raised (what hi/lo ≤ 2, the config's stop, needs on
+  this noise: issue 36).
 - smollm2: examples/smollm2_calibrate.yaml (6 levels × 3 pairs + 3 baselines, max_runs 21: no adaptive round); the
   levels at the mean x of the three shipped SmolLM2 calibrations; run sd, seed-effect sd and log-x spread pooled from
   their three ledgers (two-way fits).
