@@ -106,3 +106,34 @@ def _close(a, b) -> bool:
             return a is b
         return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
     return a == b
+
+
+def test_the_toy_run_caps_table_is_the_simulations():
+    """docs/noise.md's table of the toy protocol at raised caps is bench/results/budget_coverage_toy_caps.json's, whose
+    rows are `tally` of its work file; README quotes its power-law medians."""
+    import importlib
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    bc = importlib.import_module("budget_coverage")
+    d = json.loads((ROOT / "bench" / "results" / "budget_coverage_toy_caps.json").read_text())
+    work = [json.loads(x) for x in (ROOT / d["work"]).read_text().splitlines() if x.strip()]
+    rows = {(r["protocol"], r["truth"]): r for r in d["rows"]}
+    assert len(rows) == 8 and d["ok"]
+    for (proto, truth), row in rows.items():
+        mine = [r for r in work if (r["protocol"], r["truth"]) == (proto, truth)]
+        assert len(mine) == row["sims"] == 100
+        got = bc.tally(mine)
+        assert all(math.isclose(got[k], row[k], rel_tol=1e-9) for k in got if isinstance(got[k], float)), proto
+    doc = " ".join((ROOT / "docs" / "noise.md").read_text().split())
+    for proto, cap in (("toy", "120 (shipped)"), ("toy_160", "160"), ("toy_200", "200"), ("toy_240", "240")):
+        p, lin = rows[(proto, "power")], rows[(proto, "linear")]
+        lower = max(p["lower_above_truth"], lin["lower_above_truth"])
+        assert lower <= 0.01 and min(p["coverage"], lin["coverage"]) >= 0.97
+        line = (f"| {cap} | {p['median_interval_factor']:.2f} | {p['interval_factor_at_most_2']:.2f} | "
+                f"{lin['median_interval_factor']:.2f} | {lin['interval_factor_at_most_2']:.2f} | "
+                f"{p['coverage']:.2f} / {lin['coverage']:.2f} | ≤ 0.01 | {round(p['mean_runs'])} |")  # fmt: skip
+        assert line in doc, line
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    median = {c: rows[(n, "power")]["median_interval_factor"] for n, c in (("toy", 120), ("toy_200", 200))}
+    assert f"({median[120]:.2f} at 120, {median[200]:.2f} at 200;" in readme
