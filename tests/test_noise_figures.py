@@ -124,7 +124,7 @@ def test_the_toy_run_caps_table_is_the_simulations():
         mine = [r for r in work if (r["protocol"], r["truth"]) == (proto, truth)]
         assert len(mine) == row["sims"] == 100
         got = bc.tally(mine)
-        assert all(math.isclose(got[k], row[k], rel_tol=1e-9) for k in got if isinstance(got[k], float)), proto
+        assert _close(got, {k: row[k] for k in got}), proto
     doc = " ".join((ROOT / "docs" / "noise.md").read_text().split())
     for proto, cap in (("toy", "120 (shipped)"), ("toy_160", "160"), ("toy_200", "200"), ("toy_240", "240")):
         p, lin = rows[(proto, "power")], rows[(proto, "linear")]
