@@ -307,3 +307,42 @@ def test_the_lr5e6_coverage_and_its_continuation_are_quoted() -> None:
     assert f"**B = {b.budget:.4f} k3, 95% interval [{lo:.4f}, {hi:.4f}], hi/lo {b.interval_factor:.1f}**" in doc
     assert f"to **{b.ledger_runs} runs**" in doc and f"from {b.runs} runs of the ledger's {b.ledger_runs}," in doc
     assert f"through round {b.rounds}" in doc and b.ledger_runs - b.runs < 6  # at most a round's runs in flight
+
+
+def test_the_201_run_power_and_linear_second_seed_is_quoted() -> None:
+    """bench/results/rl_coverage_lr5e-6_201_seed1_157.json: power and linear with simulation seed 1 (100 each, the
+    protocol read from the 157-run ledger), its rows `tally` of its work file plus the share with hi/lo ≤ 3; docs/rl.md
+    quotes them and the pooled 200 a truth with seed 0's work file, README the power law's."""
+    bc = _bench("budget_coverage")
+    base = ROOT / "bench" / "results"
+    d = json.loads((base / "rl_coverage_lr5e-6_201_seed1_157.json").read_text())
+    proto = d["protocols"]["smollm2_rl_copy_lr5e-6_201"]
+    assert d["seed"] == 1 and proto["runs"] == 157 and proto["max_runs"] == 201
+    w1 = [json.loads(x) for x in (ROOT / d["work"]).open()]
+    w0 = [json.loads(x) for x in (base / "rl_coverage_lr5e-6_201.work.jsonl").open()]
+    doc = " ".join((ROOT / "docs" / "rl.md").read_text().split())
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    rows = {r["truth"]: r for r in d["rows"]}
+    assert set(rows) == {"power", "linear"}
+    for truth, row in rows.items():
+        mine = [r for r in w1 if r["truth"] == truth]
+        t = bc.tally(mine)
+        assert row["sims"] == len(mine) == 100 and _close(t, {k: v for k, v in row.items() if k in t})
+        f = [r["hi"] / r["lo"] if r["lo"] > 0 else math.inf for r in mine]
+        assert row["interval_factor_at_most_3"] == sum(x <= 3 for x in f) / len(f)
+    p, lin = rows["power"], rows["linear"]
+    assert (f"median hi/lo **{p['median_interval_factor']:.2f} on power ({p['interval_factor_at_most_3']:.0%} ≤ 3)**, "
+            f"{lin['median_interval_factor']:.2f} linear, coverage {p['coverage']:.2f} and {lin['coverage']:.2f}, "
+            f"P(B_lo > B) {p['lower_above_truth']:.2f} and {lin['lower_above_truth']:.2f}") in doc  # fmt: skip
+    pooled = {}
+    for truth in rows:
+        both = [r for r in w0 + w1 if r["truth"] == truth]
+        f = [r["hi"] / r["lo"] if r["lo"] > 0 else math.inf for r in both]
+        pooled[truth] = (bc.tally(both), sum(x <= 3 for x in f) / len(f))
+    (pp, p3), (pl, _) = pooled["power"], pooled["linear"]
+    assert pp["sims"] == pl["sims"] == 200
+    assert (f"power {pp['median_interval_factor']:.2f} ({p3:.0%} ≤ 3), coverage {pp['coverage']:.2f}, B_lo > B in "
+            f"{round(pp['lower_above_truth'] * 200)} of 200; linear {pl['median_interval_factor']:.2f}, "
+            f"{pl['coverage']:.2f}, {round(pl['lower_above_truth'] * 200)} of 200") in doc  # fmt: skip
+    assert (f"2.94, with a second seed {p['median_interval_factor']:.2f}: {pp['median_interval_factor']:.2f} over 200, "
+            f"{p3:.0%} ≤ 3)") in readme  # fmt: skip
