@@ -137,3 +137,21 @@ def test_the_toy_run_caps_table_is_the_simulations():
     readme = " ".join((ROOT / "README.md").read_text().split())
     median = {c: rows[(n, "power")]["median_interval_factor"] for n, c in (("toy", 120), ("toy_200", 200))}
     assert f"({median[120]:.2f} at 120, {median[200]:.2f} at 200;" in readme
+    s1 = json.loads((ROOT / "bench" / "results" / "budget_coverage_toy_caps_seed1.json").read_text())
+    w1 = [json.loads(x) for x in (ROOT / s1["work"]).read_text().splitlines() if x.strip()]
+    assert s1["seed"] == 1 and s1["ok"] and s1["protocols"] == d["protocols"]  # the same protocols, another seed
+    r1 = {r["protocol"]: r for r in s1["rows"] if r["truth"] == "power"}
+    assert len(r1) == len(s1["rows"]) == 4
+    for proto, row in r1.items():
+        mine = [r for r in w1 if r["protocol"] == proto]
+        got = bc.tally(mine)
+        assert len(mine) == 100 and _close(got, {k: row[k] for k in got}), proto
+    caps = ("toy", "toy_160", "toy_200", "toy_240")
+    med = ", ".join(f"{r1[n]['median_interval_factor']:.2f} at {c}" for n, c in zip(caps, (120, 160, 200, 240)))
+    share = ", ".join(f"{r1[n]['interval_factor_at_most_2']:.2f}" for n in caps)
+    cov = [r["coverage"] for r in r1.values()]
+    assert f"median hi/lo **{med}**" in doc
+    assert f"(P(hi/lo ≤ 2) {share}), coverage {min(cov):.2f}–{max(cov):.2f}" in doc
+    assert max(r["lower_above_truth"] for r in r1.values()) <= 0.01
+    m1 = f"{r1['toy']['median_interval_factor']:.2f} and {r1['toy_200']['median_interval_factor']:.2f};"
+    assert f"a second simulation seed {m1}" in readme
