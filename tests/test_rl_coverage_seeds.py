@@ -1,0 +1,70 @@
+"""The lr-5e-6 RL calibration's 201-run coverage with a second simulation seed: the committed rows are their work
+file's tally, and docs/rl.md and README quote them and the pooled two seeds."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bench(name: str):
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+
+
+def test_the_201_run_second_seed_is_quoted() -> None:
+    """bench/results/rl_coverage_lr5e-6_201_seed1_157.json: four truths with simulation seed 1 (100 each, the protocol
+    read from the 157-run ledger), its rows `tally` of its work file plus the share with hi/lo ≤ 3; docs/rl.md quotes
+    them and the pooled 200 a truth with seed 0's work file (the bench's rule), README the power law's."""
+    bc = _bench("budget_coverage")
+    base = ROOT / "bench" / "results"
+    d = json.loads((base / "rl_coverage_lr5e-6_201_seed1_157.json").read_text())
+    proto = d["protocols"]["smollm2_rl_copy_lr5e-6_201"]
+    assert d["seed"] == 1 and proto["runs"] == 157 and proto["max_runs"] == 201
+    w1 = [json.loads(x) for x in (ROOT / d["work"]).open()]
+    w0 = [json.loads(x) for x in (base / "rl_coverage_lr5e-6_201.work.jsonl").open()]
+    doc = " ".join((ROOT / "docs" / "rl.md").read_text().split())
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    rows = {r["truth"]: r for r in d["rows"]}
+    assert set(rows) == {"power", "linear", "flat_then_rising", "flat_beyond_grid"}
+    for truth, row in rows.items():
+        mine = [r for r in w1 if r["truth"] == truth]
+        t = bc.tally(mine)
+        assert row["sims"] == len(mine) == 100 and t == pytest.approx({k: row[k] for k in t}, rel=1e-12)
+        f = [r["hi"] / r["lo"] if r["lo"] > 0 else math.inf for r in mine]
+        assert row["interval_factor_at_most_3"] == sum(x <= 3 for x in f) / len(f)
+    p, lin = rows["power"], rows["linear"]
+    assert (f"median hi/lo **{p['median_interval_factor']:.2f} on power ({p['interval_factor_at_most_3']:.0%} ≤ 3)**, "
+            f"{lin['median_interval_factor']:.2f} linear, coverage {p['coverage']:.2f} and {lin['coverage']:.2f}, "
+            f"P(B_lo > B) {p['lower_above_truth']:.2f} and {lin['lower_above_truth']:.2f}") in doc  # fmt: skip
+    ftr, fbg = rows["flat_then_rising"], rows["flat_beyond_grid"]
+    assert (f"median hi/lo {ftr['median_interval_factor']:.2f} flat_then_rising and "
+            f"{fbg['median_interval_factor']:.2f} flat_beyond_grid, coverage {ftr['coverage']:.2f} and "
+            f"{fbg['coverage']:.2f}, P(B_lo > B) {ftr['lower_above_truth']:.2f} and "
+            f"{fbg['lower_above_truth']:.2f}") in doc  # fmt: skip
+    pooled = {}
+    for truth in rows:
+        both = [r for r in w0 + w1 if r["truth"] == truth]
+        f = [r["hi"] / r["lo"] if r["lo"] > 0 else math.inf for r in both]
+        pooled[truth] = (bc.tally(both), sum(x <= 3 for x in f) / len(f))
+    (pp, p3), (pl, _) = pooled["power"], pooled["linear"]
+    assert all(t["sims"] == 200 for t, _ in pooled.values())
+    cov = [t["coverage"] for t, _ in pooled.values()]
+    worst = max(t["lower_above_truth"] for t, _ in pooled.values())
+    assert min(cov) >= 0.93 and worst <= 0.035  # the bench's rule, at 200
+    assert f"coverage {min(cov):.3f}–{max(cov):.3f}, P(B_lo > B) ≤ {worst:.2f}." in doc
+    assert (f"power {pp['median_interval_factor']:.2f} ({p3:.0%} ≤ 3), coverage {pp['coverage']:.2f}, B_lo > B in "
+            f"{round(pp['lower_above_truth'] * 200)} of 200; linear {pl['median_interval_factor']:.2f}, "
+            f"{pl['coverage']:.2f}, {round(pl['lower_above_truth'] * 200)} of 200") in doc  # fmt: skip
+    assert (f"2.94, with a second seed {p['median_interval_factor']:.2f}: {pp['median_interval_factor']:.2f} over 200, "
+            f"{p3:.0%} ≤ 3)") in readme  # fmt: skip
