@@ -1,21 +1,33 @@
-"""The shipped SmolLM2 calibration continued to 45 runs, simulated from its own 21 runs (issue 38): what the next 24
-GPU runs can give the seed-0 budget, 0.138 [0.0685, 0.232] ×3.39 today.
+"""A SmolLM2 calibration continued, simulated from its own ledger: what the next GPU runs can give its budget. Made for
+the shipped OPD calibration's first 21 runs (issue 38: 0.138 [0.0685, 0.232] ×3.39 then) and used since for the
+lr-5e-6 RL calibration's 153 runs (issue 40: how its 201-run cap will likely end).
 
-    OMP_NUM_THREADS=1 nice -n 10 python bench/smollm2_continuation.py --sims 400 \\
+    OMP_NUM_THREADS=1 nice -n 10 python bench/smollm2_continuation.py --sims 200 --runs 21 \\
         --out bench/results/smollm2_continuation.json
-    python bench/smollm2_continuation.py --sims 20 --designs local        # a quick look
+    python bench/smollm2_continuation.py --sims 20 --designs local --runs 21   # a quick look
+    python bench/smollm2_continuation.py --protocol smollm2_rl_copy_lr5e-6_201 --runs 153 --rounds 19 \\
+        --max-runs 201 --designs local --truths fit --sims 200        # the RL calibration from its --budget-so-far
 
-Each simulated continuation starts from calibrations/smollm2.ledger.jsonl as it is (6 levels × 3 pairs + 3 baselines,
-its measured x and qualities) and runs calibrate's rounds (`design.plan_round`, 3 pairs per wanted level a round,
-`levels.interval_factor` 1.5, the 45-run cap) on simulated runs: a new run of seed r at x has quality
-a_r + cost(x) + e, e ~ N(0, run sd), with the run sd and seed-effect sd pooled from the three SmolLM2 ledgers
-(bench/budget_coverage.py's `protocols`); a_r of the three shipped seeds is its runs' mean quality less the fitted cost
-(the plug-in seed effect), a new seed's a_r the baselines' mean plus N(0, seed sd), its baseline run a_r + e. A new
-level's x is its target times exp(x_cv·N). Truths for the new runs: `fit`, the seed-0 model as fitted (B 0.138,
-exponent 0.68), and `mean_curve`, the three calibrations' mean level costs interpolated in log x, flat beyond the grid
-(B 0.139). Per (truth, design: `local` = `design.LOCAL`, the shipped design; `around` = pairs at the levels nearest B/2
-and 2B): the median hi/lo at the cap, P(hi/lo ≤ 2), how often the model is used, and whether the interval holds the
-truth's B (a conditional figure: one calibration's data, not a coverage).
+`--runs N`: the ledger's first N run records (default all; the OPD figures below were made from its first 21, before
+it was continued); `--rounds R`: the rounds they are through (`admitcheck calibrate CONFIG --budget-so-far` says
+"through round R"; default 1, as the OPD figures were made), so that each fit spends the bracket's α as calibrate's
+would (looks R + 1, then one more a round); `--protocol`: bench/budget_coverage.py's protocol whose ledger, noise
+and cap are used.
+
+Each simulated continuation starts from the ledger's first N runs as they are (the OPD one: 6 levels × 3 pairs + 3
+baselines, their measured x and qualities; a replicate's seed effect is its seed's, `levels.replicate_seed`) and runs
+calibrate's rounds (`design.plan_round`, 3 pairs per wanted level a round, `levels.interval_factor` 1.5, the run cap
+`--max-runs`) on simulated runs: a new run of seed r at x has quality a_r + cost(x) + e, e ~ N(0, run sd), with the
+protocol's run sd and seed-effect sd (bench/budget_coverage.py's `protocols`: for OPD pooled from the three SmolLM2
+ledgers); a_r of a ledger's seed is its runs' mean quality less the fitted cost (the plug-in seed effect), a new
+seed's a_r the baselines' mean plus N(0, seed sd), its baseline run a_r + e. A new run's x is its level's target
+times exp(x_cv·N), its cost taken at the protocol's actual x (`design.actual_x`; x_real 1 for RL: a run's cost
+follows its own measured x). Truths for the new runs: `fit`, the ledger's model as fitted (OPD at 21 runs: B 0.138,
+exponent 0.68), and, for a protocol with a mean curve, `mean_curve`, the three OPD calibrations' mean level costs
+interpolated in log x, flat beyond the grid (B 0.139). Per (truth, design: `local` = `design.LOCAL`, the shipped
+design; `around` = pairs at the levels nearest B/2 and 2B): the median hi/lo at the cap, P(hi/lo ≤ 2), how often the
+model is used, and whether the interval holds the truth's B (a conditional figure: one calibration's data, not a
+coverage).
 """
 
 from __future__ import annotations
@@ -34,13 +46,17 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 
-def shipped_runs() -> tuple[dict, list[float]]:
-    """The seed-0 ledger as {level: ([x], [paired cost], [replicate])} and the baselines by replicate."""
-    from budget_coverage import ledger_runs
+def shipped_runs(name: str = "smollm2", runs: int | None = None) -> tuple[dict, list[float]]:
+    """calibrations/NAME.ledger.jsonl (its first `runs` run records) as {level: ([x], [paired cost], [replicate])} and
+    the baselines by replicate (a replicate's seed: `levels.replicate_seed` of the config's seed 0)."""
+    from budget_coverage import ledger_records, run_rows
 
-    rows = ledger_runs("smollm2")
+    from admitcheck.calibration.levels import replicate_seed
+
+    rows = run_rows(ledger_records(name)[:runs])
     base = {s: q for _, s, q, x in rows if x == 0}
-    seeds = sorted(base)
+    seeds = [replicate_seed(0, r) for r in range(len(base))]
+    assert set(seeds) == set(base), "the baselines are not replicates 0..n-1 of seed 0"
     out: dict[str, tuple[list[float], list[float], list[int]]] = {}
     for k, s, q, x in rows:
         if x > 0:
@@ -58,10 +74,10 @@ def levels_of(data: dict):
     return [LevelData(n, tuple(v[0]), tuple(v[1]), replicates=tuple(v[2])) for n, v in data.items()]
 
 
-def continue_once(data0, base0, cost, proto, tol, rng, max_runs: int):
-    """One continuation to `max_runs` (module docstring): (estimate, runs)."""
+def continue_once(data0, base0, cost, proto, tol, rng, max_runs: int, rounds0: int = 1):
+    """One continuation to `max_runs` (module docstring) of a ledger through `rounds0` rounds: (estimate, runs)."""
     from admitcheck.calibration.curve import estimate
-    from admitcheck.calibration.design import plan_round
+    from admitcheck.calibration.design import actual_x, plan_round
 
     data = {n: (list(v[0]), list(v[1]), list(v[2])) for n, v in data0.items()}
     base = list(base0)
@@ -80,14 +96,18 @@ def continue_once(data0, base0, cost, proto, tol, rng, max_runs: int):
 
     def add(name: str, r: int) -> None:
         seed_of(r)
-        xm = targets[name] * math.exp(proto["x_cv"] * float(rng.standard_normal()))
-        q = effect[r] + cost(targets[name]) + run_sd * float(rng.standard_normal())
+        d = proto["x_cv"] * float(rng.standard_normal())
+        xm = targets[name] * math.exp(d)
+        xc = actual_x(
+            targets[name], d, float(proto.get("x_real") or 0.0), proto["x_cv"], lambda: float(rng.standard_normal())
+        )
+        q = effect[r] + cost(xc) + run_sd * float(rng.standard_normal())
         data[name][0].append(xm)
         data[name][1].append(q - base[r])
         data[name][2].append(r)
 
     runs = sum(len(v[1]) for v in data.values()) + len(base)
-    rounds = 1  # the shipped round was looked at
+    rounds = rounds0  # the ledger's rounds were looked at
     while True:
         est = estimate(levels_of(data), base, tol, confidence=proto["confidence"], looks=rounds + 1)
         counts = {n: len(v[1]) for n, v in data.items()}
@@ -112,26 +132,28 @@ def continue_once(data0, base0, cost, proto, tol, rng, max_runs: int):
 
 
 def truths(proto, est0) -> dict:
+    fit = {"fit": (est0.model.predict, est0.model.value)}
+    if proto.get("mean_cost") is None:
+        return fit
     lg, c = np.log(proto["grid"]), proto["mean_cost"]
     tau = est0.tau
     k = int(np.argmax(np.asarray(c) >= tau))
     b_mean = math.exp(lg[k - 1] + (tau - c[k - 1]) / (c[k] - c[k - 1]) * (lg[k] - lg[k - 1]))
-    return {
-        "fit": (est0.model.predict, est0.model.value),
-        "mean_curve": ((lambda x: float(np.interp(math.log(x), lg, c))), b_mean),
-    }
+    return fit | {"mean_curve": ((lambda x: float(np.interp(math.log(x), lg, c))), b_mean)}
 
 
-def run(sims: int, designs, names, seed: int, max_runs: int) -> dict:
+def run(sims: int, designs, names, seed: int, max_runs: int, protocol: str = "smollm2", runs: int | None = None,
+        rounds0: int = 1) -> dict:  # fmt: skip
     from budget_coverage import protocols
 
     from admitcheck.calibration import design
     from admitcheck.calibration.curve import Tolerance, estimate
 
-    proto = protocols()["smollm2"]
+    proto = protocols()[protocol]
     tol = Tolerance(relative=proto["relative"])
-    data0, base0 = shipped_runs()
-    est0 = estimate(levels_of(data0), base0, tol)
+    ledger = Path(proto.get("ledger", "calibrations/smollm2.ledger.jsonl")).name.removesuffix(".ledger.jsonl")
+    data0, base0 = shipped_runs(ledger, runs)
+    est0 = estimate(levels_of(data0), base0, tol, confidence=proto["confidence"], looks=rounds0 + 1)
     rows = []
     for name in names:
         cost, b = truths(proto, est0)[name]
@@ -142,7 +164,7 @@ def run(sims: int, designs, names, seed: int, max_runs: int) -> dict:
             # and noise (unpaired; docs/calibration.md, "Continuing a calibration")
             w, used, held, runs, t0 = [], 0, 0, [], time.perf_counter()
             for _ in range(sims):
-                est, n = continue_once(data0, base0, cost, proto, tol, rng, max_runs)
+                est, n = continue_once(data0, base0, cost, proto, tol, rng, max_runs, rounds0)
                 w.append(est.width_factor)
                 used += est.method == "model"
                 held += est.budget.interval[0] <= b <= est.budget.interval[1]
@@ -151,13 +173,15 @@ def run(sims: int, designs, names, seed: int, max_runs: int) -> dict:
             rows.append({"truth": name, "true_budget": b, "design": d, "sims": sims, "max_runs": max_runs,
                          "median_interval_factor": float(np.median(w)),
                          "interval_factor_at_most_2": float(np.mean(w <= 2)),
+                         "interval_factor_at_most_3": float(np.mean(w <= 3)),
                          "interval_factor_quartiles": [float(v) for v in np.quantile(w, [0.25, 0.75])],
                          "model_used": used / sims, "holds_true_budget": held / sims, "mean_runs": float(np.mean(runs)),
                          "seconds": round(time.perf_counter() - t0, 1)})  # fmt: skip
             print(json.dumps(rows[-1]), flush=True)
     design.LOCAL = True
     start = {"budget": est0.budget.value, "interval": list(est0.budget.interval), "factor": est0.width_factor,
-             "exponent": est0.model.exponent, "runs": 21}  # fmt: skip
+             "exponent": est0.model.exponent, "runs": sum(len(v[1]) for v in data0.values()) + len(base0),
+             "rounds": rounds0, "protocol": protocol}  # fmt: skip
     return {"start": start, "rows": rows}
 
 
@@ -169,7 +193,11 @@ if __name__ == "__main__":
     ap.add_argument("--max-runs", type=int, default=45)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--protocol", default="smollm2", help="bench/budget_coverage.py's protocol (its ledger and noise)")
+    ap.add_argument("--runs", type=int, default=None, help="the ledger's first N run records (default: all)")
+    ap.add_argument("--rounds", type=int, default=1, help="the rounds those runs are through (module docstring)")
     a = ap.parse_args()
-    result = run(a.sims, a.designs, a.truths, a.seed, a.max_runs) | {"command": " ".join(["python", *sys.argv])}
+    result = run(a.sims, a.designs, a.truths, a.seed, a.max_runs, a.protocol, a.runs, a.rounds)
+    result |= {"seed": a.seed, "command": " ".join(["python", *sys.argv])}
     if a.out:
         a.out.write_text(json.dumps(result, indent=2) + "\n")
