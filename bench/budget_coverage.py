@@ -32,7 +32,8 @@ Protocols (`protocols()`), each read from the shipped files:
   (flat_beyond_grid is left out: with B below the grid it never crosses τ at B). smollm2_rl_copy_lower10: the same
   with the config's grid 10× lower (B inside it). smollm2_rl_copy_lr5e-6 (and _201): the same built from
   calibrations/smollm2_rl_copy_lr5e-6 (`rl_noise_design.measured("lr5e-6")`: half the learning rate, B̂ inside the
-  grid, so flat_beyond_grid is a truth here) at its 51 runs and at the 201 its config now caps. Start x only.
+  grid, so flat_beyond_grid is a truth here) at its 51 runs and at the 201 its config now caps; _301 (`RL_CAPS`): the
+  cap raised to where the real ledger's continuation reaches hi/lo 3 (bench/smollm2_continuation.py). Start x only.
 
 Truths (each reaches τ at B; B log-uniform inside the grid, for SmolLM2 between its 2nd and 5th level): power
 τ(x/B)^0.75 (the model), linear, power2, flat_then_rising, sigmoid, step (3τ above B), slow_crossing
@@ -190,6 +191,7 @@ def within_level_noise(names: tuple[str, ...]) -> dict:
 
 TOY_LEDGERS = ("toy", "toy-seed1000", "toy-seed2000")
 TOY_CAPS = (160, 200, 240)
+RL_CAPS = (301,)  # the lr-5e-6 RL protocol's raised caps
 
 
 def protocols() -> dict[str, dict]:
@@ -266,6 +268,8 @@ def protocols() -> dict[str, dict]:
         out |= {"smollm2_rl_copy": rl_copy_protocol(m), "smollm2_rl_copy_lower10": rl_copy_protocol(m, 10.0)}
         lr = rl_copy_protocol(measured("lr5e-6"))  # half the learning rate: its 51 runs, and the 201 its config asks
         out |= {"smollm2_rl_copy_lr5e-6": lr | {"max_runs": 51}, "smollm2_rl_copy_lr5e-6_201": lr | {"max_runs": 201}}
+        # the cap raised past 201, where the real ledger's continuation reaches hi/lo 3 (bench/smollm2_continuation.py)
+        out |= {f"smollm2_rl_copy_lr5e-6_{n}": lr | {"max_runs": n} for n in RL_CAPS}
     return {k: v | {"x": X} for k, v in out.items()}  # the x travels with the protocol (a --jobs worker's X is not set)
 
 
@@ -551,6 +555,7 @@ if __name__ == "__main__":
             "smollm2_rl_copy_lower10",
             "smollm2_rl_copy_lr5e-6",
             "smollm2_rl_copy_lr5e-6_201",
+            *(f"smollm2_rl_copy_lr5e-6_{n}" for n in RL_CAPS),
         ],
     )
     ap.add_argument(
