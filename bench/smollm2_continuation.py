@@ -155,6 +155,9 @@ def run(sims: int, designs, names, seed: int, max_runs: int, protocol: str = "sm
     data0, base0 = shipped_runs(ledger, runs)
     est0 = estimate(levels_of(data0), base0, tol, confidence=proto["confidence"], looks=rounds0 + 1)
     rows = []
+    missing = set(names) - set(truths(proto, est0))
+    if missing:
+        raise SystemExit(f"--truths {' '.join(sorted(missing))}: {protocol} has no mean curve (use --truths fit)")
     for name in names:
         cost, b = truths(proto, est0)[name]
         for d in designs:
