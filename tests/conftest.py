@@ -35,3 +35,22 @@ def toy_pair_dir(tmp_path_factory) -> Path:
     d = Path(os.environ["ADMITCHECK_TOY_DIR"]) if os.environ.get("ADMITCHECK_TOY_DIR") else SHIPPED_TOY
     build_toy_pair(d, seed=0)  # a cache hit for the shipped pair: nothing is written
     return d
+
+
+@pytest.fixture
+def bench_module():
+    """A loader of a bench/ script as a module (`bench_module("budget_coverage")`), bench/ on sys.path only while it
+    is imported."""
+    import importlib
+    import sys
+
+    bench = str(Path(__file__).resolve().parents[1] / "bench")
+
+    def load(name: str):
+        sys.path.insert(0, bench)
+        try:
+            return importlib.import_module(name)
+        finally:
+            sys.path.remove(bench)
+
+    return load

@@ -3,10 +3,8 @@ continuation keeps the ledger's runs and the cap, and docs/rl.md quotes the comm
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,22 +14,14 @@ RL = "smollm2_rl_copy_lr5e-6"
 RESULTS = ROOT / "bench" / "results"
 
 
-def _bench(name: str):
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
-
-
 def _forecasts() -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(RESULTS.glob("rl_continuation_lr5e-6*.json"))]
 
 
-def test_the_start_is_the_ledgers_fit_at_the_runs_the_forecasts_start_from() -> None:
+def test_the_start_is_the_ledgers_fit_at_the_runs_the_forecasts_start_from(bench_module) -> None:
     """The first N runs of the ledger, fitted as `curve.estimate` fits them, give each forecast's recorded start; at the
     153 runs through round 19 that is `--budget-so-far`'s figure quoted in docs/rl.md (the ledger only grows)."""
-    cont = _bench("smollm2_continuation")
+    cont = bench_module("smollm2_continuation")
     from admitcheck.calibration.curve import Tolerance, estimate
 
     starts = {(d["start"]["runs"], d["start"]["rounds"]): d["start"] for d in _forecasts()}
@@ -47,11 +37,11 @@ def test_the_start_is_the_ledgers_fit_at_the_runs_the_forecasts_start_from() -> 
     assert f"**B = {s['budget']:.4f} k3, 95% interval [{lo:.4f}, {hi:.4f}], hi/lo {s['factor']:.1f}**" in doc
 
 
-def test_a_continuation_keeps_the_ledger_and_stops_at_the_cap() -> None:
+def test_a_continuation_keeps_the_ledger_and_stops_at_the_cap(bench_module) -> None:
     """One simulated continuation of the RL ledger's 153 runs: it never passes the cap, spends at least one round when
     one fits, and with the run noise set to zero and the truth the fit itself the budget stays the fit's."""
-    cont = _bench("smollm2_continuation")
-    bc = _bench("budget_coverage")
+    cont = bench_module("smollm2_continuation")
+    bc = bench_module("budget_coverage")
     from admitcheck.calibration.curve import Tolerance, estimate
 
     proto = bc.protocols()[f"{RL}_201"]

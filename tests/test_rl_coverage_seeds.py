@@ -3,10 +3,8 @@ file's tally, and docs/rl.md and README quote them and the pooled two seeds."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,19 +12,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _bench(name: str):
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
-
-
-def test_the_201_run_second_seed_is_quoted() -> None:
+def test_the_201_run_second_seed_is_quoted(bench_module) -> None:
     """bench/results/rl_coverage_lr5e-6_201_seed1_157.json: four truths with simulation seed 1 (100 each, the protocol
     read from the 157-run ledger), its rows `tally` of its work file plus the share with hi/lo ≤ 3; docs/rl.md quotes
     them and the pooled 200 a truth with seed 0's work file (the bench's rule), README the power law's."""
-    bc = _bench("budget_coverage")
+    bc = bench_module("budget_coverage")
     base = ROOT / "bench" / "results"
     d = json.loads((base / "rl_coverage_lr5e-6_201_seed1_157.json").read_text())
     proto = d["protocols"]["smollm2_rl_copy_lr5e-6_201"]
@@ -68,3 +58,21 @@ def test_the_201_run_second_seed_is_quoted() -> None:
             f"{pl['coverage']:.2f}, {round(pl['lower_above_truth'] * 200)} of 200") in doc  # fmt: skip
     assert (f"2.94, with a second seed {p['median_interval_factor']:.2f}: {pp['median_interval_factor']:.2f} over 200, "
             f"{p3:.0%} ≤ 3)") in readme  # fmt: skip
+
+
+def test_the_301_run_cap_is_quoted(bench_module) -> None:
+    """bench/results/rl_coverage_lr5e-6_301.json (the cap the RL forecast asks, power and slow_crossing, 100 each): its
+    rows are `tally` of its work file, and docs/rl.md quotes both cells."""
+    bc = bench_module("budget_coverage")
+    d = json.loads((ROOT / "bench" / "results" / "rl_coverage_lr5e-6_301.json").read_text())
+    assert d["protocols"]["smollm2_rl_copy_lr5e-6_301"]["max_runs"] == 301
+    work = [json.loads(x) for x in (ROOT / d["work"]).open()]
+    doc = " ".join((ROOT / "docs" / "rl.md").read_text().split())
+    for row in d["rows"]:
+        mine = [r for r in work if r["truth"] == row["truth"]]
+        t = bc.tally(mine)
+        assert row["sims"] == len(mine) == 100 and t == pytest.approx({k: row[k] for k in t}, rel=1e-12)
+        k = round(row["lower_above_truth"] * 100)
+        quote = (f"{row['truth']}: coverage {row['coverage']:.2f}, B_lo > B in {k} of 100, B_hi < B in "
+                 f"{round(row['upper_below_truth'] * 100)} of 100")  # fmt: skip
+        assert quote in doc, quote
