@@ -15,8 +15,9 @@ RL = "smollm2_rl_copy_lr5e-6"
 RESULTS = ROOT / "bench" / "results"
 
 
-def _forecasts() -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(RESULTS.glob("rl_continuation_lr5e-6*.json"))]
+def _forecasts() -> dict[str, dict]:
+    """The committed forecasts by file name."""
+    return {p.name: json.loads(p.read_text()) for p in sorted(RESULTS.glob("rl_continuation_lr5e-6*.json"))}
 
 
 def test_the_start_is_the_ledgers_fit_at_the_runs_the_forecasts_start_from(bench_module) -> None:
@@ -25,7 +26,7 @@ def test_the_start_is_the_ledgers_fit_at_the_runs_the_forecasts_start_from(bench
     cont = bench_module("smollm2_continuation")
     from admitcheck.calibration.curve import Tolerance, estimate
 
-    starts = {(d["start"]["runs"], d["start"]["rounds"]): d["start"] for d in _forecasts()}
+    starts = {(d["start"]["runs"], d["start"]["rounds"]): d["start"] for d in _forecasts().values()}
     assert (153, 19) in starts
     for (runs, rounds), start in starts.items():
         data, base = cont.shipped_runs(RL, runs)
@@ -74,12 +75,11 @@ def test_the_forecast_is_quoted() -> None:
     itself; none at the 201-run cap reaches hi/lo 3, as the text says."""
     doc = " ".join((ROOT / "docs" / "rl.md").read_text().split())
     at_cap = []
-    for path in sorted(RESULTS.glob("rl_continuation_lr5e-6*.json")):
-        d = json.loads(path.read_text())
+    for name, d in _forecasts().items():
         (r,) = d["rows"]
         assert r["truth"] == "fit" and r["design"] == "local"
         assert (d["start"]["runs"], d["start"]["rounds"]) == (153, 19)
-        assert forecast_row(d, path.name) in doc, forecast_row(d, path.name)
+        assert forecast_row(d, name) in doc, forecast_row(d, name)
         if r["max_runs"] == 201:
             at_cap.append(r)
     assert len(at_cap) == 2 and all(r["interval_factor_at_most_3"] == 0 for r in at_cap)
