@@ -255,9 +255,10 @@ def test_compare_notes_recipes_that_differ_beyond_the_objective() -> None:
     assert note.startswith(quoted) and quoted in " ".join((ROOT / "docs" / "compare.md").read_text().split())
     paired = compare_calibrations(opd, rl, load_seed_runs(opd), load_seed_runs(rl))
     lo, hi = paired.ratio_interval
-    assert paired.correlation.shared_seeds == 9
-    assert (f"**GRPO / OPD = {paired.ratio:.2g}, 95% interval [{lo:.3g}, {hi:.3g}]** (9 shared seeds, jackknife r "
-            f"{paired.correlation.r:.2f}") in " ".join((ROOT / "docs" / "rl.md").read_text().split())  # fmt: skip
+    assert paired.correlation.shared_seeds == 18
+    shared, r = paired.correlation.shared_seeds, paired.correlation.r
+    assert (f"**GRPO / OPD = {paired.ratio:.2g}, 95% interval [{lo:.3g}, {hi:.3g}]** ({shared} shared seeds, "
+            f"jackknife r {r:.2f}") in " ".join((ROOT / "docs" / "rl.md").read_text().split())  # fmt: skip
     toy, toy_rl = (load_calibration(ROOT / "calibrations" / f"{n}.yaml") for n in ("toy", "toy_rl"))
     assert recipe_differences(toy, toy_rl) == []
     assert not any("recipes differ" in n for n in compare_calibrations(toy, toy_rl).notes)

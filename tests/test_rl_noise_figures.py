@@ -195,7 +195,7 @@ def test_lr_noise_is_the_ledgers_and_the_docs_quote_it() -> None:
             f"F test p = {saved['variance_f_test_p']:.2f})") in doc  # fmt: skip
     assert f"(in the lr-1e-5 τ: {saved['pair_sd_tau_5e6_in_tau_1e5']:.1f} τ)" in doc
     old, new = saved["calibrations"]
-    assert new["runs"] == 51 and old["runs"] == 45 and new["lr"] == 5e-6
+    assert new["runs"] == 198 and old["runs"] == 45 and new["lr"] == 5e-6
     b, (blo, bhi) = new["budget"], new["interval"]
     assert f"**B = {b:.4f} k3, 95% interval [{blo:.4f}, {bhi:.3f}], hi/lo {new['hi_lo']:.1f}**" in doc
     assert f"residual sd {new['residual_sd_tau']:.2f} τ a run against {old['residual_sd_tau']:.1f} τ" in doc
