@@ -22,7 +22,8 @@ def _forecasts() -> dict[str, dict]:
 
 def test_the_start_is_the_ledgers_fit_at_the_runs_the_forecasts_start_from(bench_module) -> None:
     """The first N runs of the ledger, fitted as `curve.estimate` fits them, give each forecast's recorded start; at the
-    153 runs through round 19 that is the figure docs/rl.md quotes on the way to the finished 198 (the ledger only grows)."""
+    153 runs through round 19 that is the figure docs/rl.md quotes on the way to the finished 198 (the ledger only
+    grows)."""
     cont = bench_module("smollm2_continuation")
     from admitcheck.calibration.curve import Tolerance, estimate
 

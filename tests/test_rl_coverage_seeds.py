@@ -1,5 +1,6 @@
-"""The lr-5e-6 RL calibration's 201-run coverage with a second simulation seed: the committed rows are their work
-file's tally, and docs/rl.md and README quote them and the pooled two seeds."""
+"""The lr-5e-6 RL calibration's coverage at its 201- and 301-run caps with a second simulation seed: the committed rows
+are their work files' tally, docs/rl.md and README quote them and the pooled two seeds, and the 301-run cell's misses
+re-run (bench/coverage_miss.py) are quoted."""
 
 from __future__ import annotations
 
@@ -131,3 +132,24 @@ def test_the_301_run_slow_crossing_cell_fails_the_rule_at_200(bench_module) -> N
     assert (f"**Pooled, 200 calibrations: coverage {both['coverage']:.2f}, B_lo > B in {lo} of 200 "
             f"({both['lower_above_truth']:.3f}), B_hi < B in {hi} of 200**") in doc  # fmt: skip
     assert f"coverage is **{both['coverage']:.2f} over 200 calibrations, B_lo > B in {lo} of 200**" in readme
+    m = json.loads((base / "rl_coverage_lr5e-6_301_misses.json").read_text())
+    assert [s["work"] for s in m["sources"]] == [d0["work"], d1["work"]]
+    assert m["all_same"] and len(m["calibrations"]) == lo + hi == sum(s["misses"] for s in m["sources"])
+    high = [c for c in m["calibrations"] if c["stored"]["hi"] < c["b"]]
+    low = [c for c in m["calibrations"] if c["stored"]["lo"] > c["b"]]
+    assert (len(high), len(low)) == (hi, lo)
+
+    def shift(c: dict) -> float:  # the levels' pair-weighted mean cost less the truth's, in τ
+        return sum(v["pairs"] * (v["cost_tau"] - v["truth_tau"]) for v in c["levels"]) / sum(
+            v["pairs"] for v in c["levels"]
+        )
+
+    p = [c["rerun"]["exponent"] for c in high]
+    s = [shift(c) for c in high]
+    assert (f"**{hi} misses with B_hi < B**: every one the model's, exponent {min(p):.2f}–{max(p):.2f}") in doc
+    assert f"pair-weighted mean cost **{min(s):.2f}–{max(s):.2f} τ above the truth**" in doc and min(s) > 0
+    p = [c["rerun"]["exponent"] for c in low]
+    s = [-shift(c) for c in low]
+    assert f"**{lo} with B_lo > B**: exponent {min(p):.2f}–{max(p):.2f}" in doc and min(s) > 0
+    assert f"the levels {min(s):.2f}–{max(s):.2f} τ below the truth" in doc
+    assert f"covers {m['covered_with_floor']} of the {lo + hi}" in doc
