@@ -366,18 +366,23 @@ def one_cell(args: tuple) -> dict:
         design.LOCAL, curve.RUN_X_TIER, design.DOWN_CAP = before
 
 
-def simulate(truth, proto: dict, sd, tol, rng: np.random.Generator) -> dict:
-    """One simulated calibration of `proto` on `truth` (cost, B): its record (B, the interval, method, runs)."""
+def calibrate_once(cost, proto: dict, sd, tol, rng: np.random.Generator):
+    """One simulated calibration of `proto` on the cost curve `cost`: (the estimate, runs used)."""
     from admitcheck.calibration.design import simulate_protocol
 
-    f, b = truth
-    t0 = time.perf_counter()
-    est, used_runs = simulate_protocol(
-        f, sd, proto["grid"], proto["baseline_mean"], proto["baseline_sd"], tol, rng,
+    return simulate_protocol(
+        cost, sd, proto["grid"], proto["baseline_mean"], proto["baseline_sd"], tol, rng,
         replicates=proto["replicates"], factor=proto["factor"], max_runs=proto["max_runs"], x_cv=proto["x_cv"],
         n_boot=0, confidence=proto["confidence"], pairs_per_round=proto["pairs_per_round"],
         seed_sd=proto["seed_sd"], x_real=float(proto.get("x_real", 0.0)), local_model=proto.get("x") == "run",
     )  # fmt: skip
+
+
+def simulate(truth, proto: dict, sd, tol, rng: np.random.Generator) -> dict:
+    """One simulated calibration of `proto` on `truth` (cost, B): its record (B, the interval, method, runs)."""
+    f, b = truth
+    t0 = time.perf_counter()
+    est, used_runs = calibrate_once(f, proto, sd, tol, rng)
     lo, hi = (float(v) for v in est.budget.interval)
     return {"b": b, "lo": lo, "hi": hi, "method": est.method, "runs": int(used_runs),
             "seconds": round(time.perf_counter() - t0, 2)}  # fmt: skip

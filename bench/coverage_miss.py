@@ -72,13 +72,7 @@ def rerun(args: tuple) -> list[dict]:
                 truth = bc.draw_truth(shape, proto, tau, b_range, rng)
             f, b = truth
             t0 = time.perf_counter()
-            est, runs = design.simulate_protocol(
-                f, sd, proto["grid"], proto["baseline_mean"], proto["baseline_sd"], tol, rng,
-                replicates=proto["replicates"], factor=proto["factor"], max_runs=proto["max_runs"],
-                x_cv=proto["x_cv"], n_boot=0, confidence=proto["confidence"],
-                pairs_per_round=proto["pairs_per_round"], seed_sd=proto["seed_sd"],
-                x_real=float(proto.get("x_real", 0.0)), local_model=proto.get("x") == "run",
-            )  # fmt: skip
+            est, runs = bc.calibrate_once(f, proto, sd, tol, rng)
             if i not in targets:
                 continue
             model.EXPONENTS = np.concatenate([low, base_grid])
